@@ -1,0 +1,83 @@
+//! The two faces of a GPU that the loop sees: a [`Probe`] that measures it and a
+//! [`LoadSource`] that loads it. `gpufill-nvml` and `gpufill-cuda` implement them for
+//! real hardware, [`crate::sim`] for the simulated GPU.
+
+use crate::time::Time;
+use crate::units::{Load, Utilization};
+
+/// How a device error should be handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Worth retrying: the loop holds its last decision and asks again next tick.
+    Transient,
+    /// The device or driver cannot do this at all (an old driver, MIG, no permission).
+    Unsupported,
+    /// The device is gone (fell off the bus, driver unloaded): stop using it.
+    Lost,
+}
+
+/// An error from a device adapter, classified so the loop never needs to name NVML or CUDA.
+pub trait DeviceError: std::error::Error + Send + Sync + 'static {
+    /// How the loop should treat this error.
+    fn kind(&self) -> ErrorKind;
+}
+
+/// A compute process on the device that is not gpufill itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// The PID as the driver reports it (a host PID, also inside a container).
+    pub pid: u32,
+    /// Device memory the process holds, when the driver says.
+    pub used_memory_bytes: Option<u64>,
+}
+
+/// Measures a device: its utilization and who else is on it.
+pub trait Probe {
+    /// The adapter's error type.
+    type Error: DeviceError;
+
+    /// The device utilization measured since the previous call, or `None` when the
+    /// device has published no new sample since then (NVML updates every 1/6 s to 1 s,
+    /// 200 ms on an H200). The loop runs its controller only on new samples.
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Self::Error>;
+
+    /// The compute processes on the device other than our own. Cheap (about 12 us on
+    /// NVML): the loop calls it every tick to see newcomers before their first kernel.
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Self::Error>;
+}
+
+/// Puts load on a device.
+pub trait LoadSource {
+    /// The adapter's error type.
+    type Error: DeviceError;
+
+    /// Applies `load` from `now` on, until the next call. [`Load::IDLE`] must stop
+    /// launching at once; what is already queued may finish (kernels are short).
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error>;
+}
+
+impl<P: Probe + ?Sized> Probe for &mut P {
+    type Error = P::Error;
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Self::Error> {
+        (**self).utilization(now)
+    }
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Self::Error> {
+        (**self).foreign_processes(now)
+    }
+}
+
+impl<L: LoadSource + ?Sized> LoadSource for &mut L {
+    type Error = L::Error;
+    fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
+        (**self).set_load(now, load)
+    }
+}

@@ -1,0 +1,340 @@
+//! The fill loop: one [`FillLoop::step`] per tick, which measures, decides and applies,
+//! and returns a [`Tick`] that says what it did.
+//!
+//! Order inside a step, and why:
+//! 1. read the foreign processes and the utilization (the probe);
+//! 2. on a probe fault, hold the last load for `fault_hold`, then idle (a blind filler
+//!    could overlap a newcomer); on a lost or unsupported device, idle and stop for good;
+//! 3. ask the yield policy, which always wins over the controller;
+//! 4. only while filling, run the controller on a new sample, skipping the first sample
+//!    after idling (its window still holds idle time);
+//! 5. apply the load if it changed.
+
+use std::time::Duration;
+
+use crate::controller::Controller;
+use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
+use crate::policy::{Decision, YieldPolicy};
+use crate::time::{Clock, Time};
+use crate::units::{Duty, Load, Utilization, Width};
+
+/// Settings of a [`FillLoop`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FillSettings {
+    /// Utilization to hold.
+    pub target: Utilization,
+    /// Blocks per kernel: our share of the SMs.
+    pub width: Width,
+    /// Upper bound of our own time share.
+    pub max_duty: Duty,
+    /// How long a failing probe is trusted: the last load holds this long, then the loop idles.
+    pub fault_hold: Duration,
+}
+
+impl Default for FillSettings {
+    fn default() -> Self {
+        FillSettings {
+            target: Utilization::saturating_from_fraction(0.5),
+            width: Width::ONE_WARP,
+            max_duty: Duty::FULL,
+            fault_hold: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the loop is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Holding the target.
+    Filling,
+    /// Idle because another process is (or was, within the grace) on the GPU.
+    Yielding,
+    /// Idle because the probe has failed for longer than `fault_hold`.
+    Blind,
+    /// Idle for good: the device is lost or cannot be measured.
+    Stopped,
+}
+
+impl State {
+    /// A lowercase name for logs and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Filling => "filling",
+            State::Yielding => "yielding",
+            State::Blind => "blind",
+            State::Stopped => "stopped",
+        }
+    }
+
+    /// Whether our kernels may run in this state.
+    pub fn fills(self) -> bool {
+        self == State::Filling
+    }
+}
+
+/// A change worth logging.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Started filling (first time, or after yielding or a blind spell).
+    Filling,
+    /// Started yielding to these PIDs (empty when the reason is only the grace).
+    Yielded {
+        /// The foreign PIDs seen.
+        pids: Vec<u32>,
+    },
+    /// The probe failed; the last load is held for now.
+    ProbeFault {
+        /// The adapter's message.
+        message: String,
+    },
+    /// The probe works again.
+    ProbeRecovered,
+    /// The probe has failed for too long: idle until it recovers.
+    WentBlind,
+    /// Applying the load failed transiently; retried next tick.
+    LoadFault {
+        /// The adapter's message.
+        message: String,
+    },
+    /// The device is lost or unsupported: the loop is stopped and the device left idle.
+    Stopped {
+        /// Why.
+        kind: ErrorKind,
+        /// The adapter's message.
+        message: String,
+    },
+}
+
+/// What one step did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tick {
+    /// When.
+    pub at: Time,
+    /// The state after the step.
+    pub state: State,
+    /// The target.
+    pub target: Utilization,
+    /// A new utilization sample read in this step.
+    pub sample: Option<Utilization>,
+    /// The latest utilization known.
+    pub util: Option<Utilization>,
+    /// The duty in force after the step.
+    pub duty: Duty,
+    /// How many foreign processes count now.
+    pub foreign: usize,
+    /// Changes in this step.
+    pub events: Vec<Event>,
+}
+
+/// The loop for one GPU.
+pub struct FillLoop<P, L, C> {
+    probe: P,
+    load: L,
+    controller: C,
+    policy: YieldPolicy,
+    settings: FillSettings,
+    state: Option<State>,
+    applied: Load,
+    last_util: Option<Utilization>,
+    skip_next_sample: bool,
+    fault_since: Option<Time>,
+}
+
+struct Measured {
+    foreign: Vec<ProcessInfo>,
+    sample: Option<Utilization>,
+}
+
+impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
+    /// A loop over `probe` and `load`. Nothing is applied until the first step.
+    pub fn new(probe: P, load: L, controller: C, policy: YieldPolicy, settings: FillSettings) -> Self {
+        FillLoop {
+            probe,
+            load,
+            controller,
+            policy,
+            settings,
+            state: None,
+            applied: Load::IDLE,
+            last_util: None,
+            skip_next_sample: true,
+            fault_since: None,
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &FillSettings {
+        &self.settings
+    }
+
+    /// Changes the target from the next step on.
+    pub fn set_target(&mut self, target: Utilization) {
+        self.settings.target = target;
+    }
+
+    /// The probe (for adapters that expose more than the trait).
+    pub fn probe(&self) -> &P {
+        &self.probe
+    }
+
+    /// The load source.
+    pub fn load_source(&self) -> &L {
+        &self.load
+    }
+
+    /// One tick: measure, decide, apply. A stopped loop does nothing.
+    pub fn step(&mut self, now: Time) -> Tick {
+        let mut tick = Tick {
+            at: now,
+            state: State::Stopped,
+            target: self.settings.target,
+            sample: None,
+            util: self.last_util,
+            duty: self.applied.duty,
+            foreign: 0,
+            events: Vec::new(),
+        };
+        if self.state == Some(State::Stopped) {
+            return tick;
+        }
+        let (state, desired) = match self.measure(now) {
+            Ok(measured) => self.decide(now, measured, &mut tick),
+            Err((ErrorKind::Transient, message)) => self.hold_or_go_blind(now, message, &mut tick),
+            Err((kind, message)) => {
+                self.stop(now, kind, message, &mut tick);
+                return tick;
+            }
+        };
+        tick.state = state;
+        if self.state != Some(state) && state == State::Filling {
+            tick.events.push(Event::Filling);
+        }
+        self.state = Some(state);
+        self.apply(now, desired, &mut tick);
+        tick
+    }
+
+    /// Leaves the device idle (for a shutdown). The loop can be stepped again afterwards.
+    ///
+    /// # Errors
+    /// The load source's error if the idle load could not be applied.
+    pub fn idle(&mut self, now: Time) -> Result<(), L::Error> {
+        self.load.set_load(now, Load::IDLE)?;
+        self.applied = Load::IDLE;
+        Ok(())
+    }
+
+    /// Runs ticks every `period` on `clock` until `keep_going` returns false or the loop
+    /// stops, then leaves the device idle. Returns the last tick.
+    pub fn run<K: Clock>(
+        &mut self,
+        clock: &K,
+        period: Duration,
+        mut keep_going: impl FnMut(&Tick) -> bool,
+    ) -> Tick {
+        let mut next = clock.now();
+        loop {
+            let tick = self.step(clock.now());
+            if tick.state == State::Stopped || !keep_going(&tick) {
+                // Best effort: a failed idle on a lost device has nothing left to stop.
+                let _ = self.idle(clock.now());
+                return tick;
+            }
+            next += period;
+            clock.sleep_until(next);
+        }
+    }
+
+    fn measure(&mut self, now: Time) -> Result<Measured, (ErrorKind, String)> {
+        let foreign = self.probe.foreign_processes(now).map_err(classify)?;
+        let sample = self.probe.utilization(now).map_err(classify)?;
+        Ok(Measured { foreign, sample })
+    }
+
+    fn decide(&mut self, now: Time, measured: Measured, tick: &mut Tick) -> (State, Load) {
+        if self.fault_since.take().is_some() {
+            tick.events.push(Event::ProbeRecovered);
+        }
+        tick.sample = measured.sample;
+        if measured.sample.is_some() {
+            self.last_util = measured.sample;
+            tick.util = measured.sample;
+        }
+        match self.policy.decide(now, &measured.foreign) {
+            Decision::Yield { pids } => {
+                tick.foreign = pids.len();
+                if self.state != Some(State::Yielding) {
+                    tick.events.push(Event::Yielded { pids });
+                }
+                (State::Yielding, Load::IDLE)
+            }
+            Decision::Fill => (State::Filling, self.fill(now, measured.sample)),
+        }
+    }
+
+    fn fill(&mut self, now: Time, sample: Option<Utilization>) -> Load {
+        if self.state != Some(State::Filling) {
+            self.controller.reset(now);
+            self.skip_next_sample = true;
+        }
+        // The first sample after idling averages a window that began before we did.
+        let measured = match sample {
+            Some(_) if self.skip_next_sample => {
+                self.skip_next_sample = false;
+                None
+            }
+            other => other,
+        };
+        let duty = self
+            .controller
+            .update(now, measured, self.settings.target)
+            .min(self.settings.max_duty);
+        Load {
+            duty,
+            width: self.settings.width,
+        }
+    }
+
+    fn hold_or_go_blind(&mut self, now: Time, message: String, tick: &mut Tick) -> (State, Load) {
+        let since = *self.fault_since.get_or_insert_with(|| {
+            tick.events.push(Event::ProbeFault { message });
+            now
+        });
+        let last = self.state.unwrap_or(State::Blind);
+        if now.saturating_since(since) < self.settings.fault_hold && last != State::Blind {
+            return (last, self.applied);
+        }
+        if last != State::Blind {
+            tick.events.push(Event::WentBlind);
+        }
+        (State::Blind, Load::IDLE)
+    }
+
+    fn stop(&mut self, now: Time, kind: ErrorKind, message: String, tick: &mut Tick) {
+        // Best effort: on a lost device this fails too, and there is nothing left to stop.
+        let _ = self.idle(now);
+        self.state = Some(State::Stopped);
+        tick.state = State::Stopped;
+        tick.duty = Duty::ZERO;
+        tick.events.push(Event::Stopped { kind, message });
+    }
+
+    fn apply(&mut self, now: Time, desired: Load, tick: &mut Tick) {
+        if desired != self.applied {
+            match self.load.set_load(now, desired) {
+                Ok(()) => self.applied = desired,
+                Err(e) if e.kind() == ErrorKind::Transient => {
+                    tick.events.push(Event::LoadFault {
+                        message: e.to_string(),
+                    });
+                }
+                Err(e) => self.stop(now, e.kind(), e.to_string(), tick),
+            }
+        }
+        tick.duty = self.applied.duty;
+    }
+}
+
+fn classify<E: DeviceError>(e: E) -> (ErrorKind, String) {
+    (e.kind(), e.to_string())
+}

@@ -1,0 +1,35 @@
+//! The control core of gpufill: it holds a GPU's utilization at a target with a tiny
+//! kernel and stands aside the moment anyone else uses the GPU.
+//!
+//! This crate knows no GPU. It defines what it needs from one as two small traits,
+//! [`Probe`] (measure: utilization and foreign processes) and [`LoadSource`] (apply a
+//! duty cycle and a width), and implements the logic over them:
+//!
+//! - [`controller`]: pure arithmetic from measured and target utilization to duty
+//!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
+//! - [`policy`]: when to yield to other processes; it is asked first and always wins;
+//! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
+//! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
+//! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
+//!   every behaviour is tested in virtual time.
+//!
+//! Errors from devices are classified by [`DeviceError::kind`] (transient, unsupported,
+//! lost) so the loop retries or stops without naming NVML or CUDA.
+
+#![forbid(unsafe_code)]
+
+pub mod controller;
+pub mod device;
+pub mod fill;
+pub mod policy;
+#[cfg(feature = "sim")]
+pub mod sim;
+pub mod time;
+pub mod units;
+
+pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
+pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
+pub use fill::{Event, FillLoop, FillSettings, State, Tick};
+pub use policy::{Decision, YieldPolicy, YieldSettings};
+pub use time::{Clock, SystemClock, Time, VirtualClock};
+pub use units::{Duty, Load, RangeError, Utilization, Width};

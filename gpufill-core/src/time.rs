@@ -1,0 +1,179 @@
+//! Time as the core sees it: points on a monotonic timeline that the caller supplies.
+//!
+//! The core never reads a clock. Every function that needs the time takes a [`Time`];
+//! the only real clock is [`SystemClock`], used by the binary and the hardware crates,
+//! and the simulated GPU runs on a [`VirtualClock`] that jumps instead of sleeping.
+
+use std::ops::{Add, AddAssign, Sub};
+use std::time::Duration;
+
+/// A point on a monotonic timeline, as the time elapsed since the timeline's epoch
+/// (the start of a run, or of a simulation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(Duration);
+
+impl Time {
+    /// The epoch.
+    pub const ZERO: Time = Time(Duration::ZERO);
+
+    /// The point `since_epoch` after the epoch.
+    pub const fn from_duration(since_epoch: Duration) -> Self {
+        Time(since_epoch)
+    }
+
+    /// The point `millis` milliseconds after the epoch.
+    pub const fn from_millis(millis: u64) -> Self {
+        Time(Duration::from_millis(millis))
+    }
+
+    /// The point `secs` seconds after the epoch; negative or NaN seconds give the epoch.
+    pub fn from_secs_f64(secs: f64) -> Self {
+        if secs.is_finite() && secs > 0.0 {
+            Time(Duration::from_secs_f64(secs))
+        } else {
+            Time::ZERO
+        }
+    }
+
+    /// Time elapsed since the epoch.
+    pub const fn since_epoch(self) -> Duration {
+        self.0
+    }
+
+    /// Seconds since the epoch.
+    pub fn as_secs_f64(self) -> f64 {
+        self.0.as_secs_f64()
+    }
+
+    /// Time from `earlier` to `self`, zero if `earlier` is later.
+    pub fn saturating_since(self, earlier: Time) -> Duration {
+        self.0.saturating_sub(earlier.0)
+    }
+}
+
+impl Add<Duration> for Time {
+    type Output = Time;
+    fn add(self, rhs: Duration) -> Time {
+        Time(self.0 + rhs)
+    }
+}
+
+impl AddAssign<Duration> for Time {
+    fn add_assign(&mut self, rhs: Duration) {
+        self.0 += rhs;
+    }
+}
+
+impl Sub<Time> for Time {
+    type Output = Duration;
+    /// Saturating: a later `rhs` gives zero.
+    fn sub(self, rhs: Time) -> Duration {
+        self.saturating_since(rhs)
+    }
+}
+
+/// A source of time that can also wait.
+pub trait Clock {
+    /// The current point on this clock's timeline.
+    fn now(&self) -> Time;
+    /// Waits until `deadline` (returns at once if it has passed).
+    fn sleep_until(&self, deadline: Time);
+}
+
+/// The real monotonic clock; its epoch is the moment it was created.
+#[derive(Clone, Copy, Debug)]
+pub struct SystemClock {
+    epoch: std::time::Instant,
+}
+
+impl SystemClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        SystemClock {
+            epoch: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Time {
+        Time(self.epoch.elapsed())
+    }
+
+    fn sleep_until(&self, deadline: Time) {
+        let left = deadline.saturating_since(self.now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
+}
+
+/// A clock for simulations: `sleep_until` jumps to the deadline at once.
+#[derive(Debug, Default)]
+pub struct VirtualClock {
+    now: std::cell::Cell<Time>,
+}
+
+impl VirtualClock {
+    /// A virtual clock standing at `start`.
+    pub fn starting_at(start: Time) -> Self {
+        VirtualClock {
+            now: std::cell::Cell::new(start),
+        }
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Time {
+        self.now.get()
+    }
+
+    fn sleep_until(&self, deadline: Time) {
+        if deadline > self.now.get() {
+            self.now.set(deadline);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtracting_a_later_time_saturates_at_zero() {
+        let a = Time::from_millis(5);
+        let b = Time::from_millis(9);
+        assert_eq!(b - a, Duration::from_millis(4));
+        assert_eq!(a - b, Duration::ZERO);
+    }
+
+    #[test]
+    fn nonsense_seconds_map_to_the_epoch() {
+        assert_eq!(Time::from_secs_f64(f64::NAN), Time::ZERO);
+        assert_eq!(Time::from_secs_f64(-3.0), Time::ZERO);
+        assert_eq!(Time::from_secs_f64(1.5), Time::from_millis(1500));
+    }
+
+    #[test]
+    fn virtual_clock_jumps_forward_but_never_back() {
+        let clock = VirtualClock::default();
+        clock.sleep_until(Time::from_millis(30));
+        assert_eq!(clock.now(), Time::from_millis(30));
+        clock.sleep_until(Time::from_millis(10));
+        assert_eq!(clock.now(), Time::from_millis(30));
+    }
+
+    #[test]
+    fn system_clock_sleeps_at_least_until_the_deadline() {
+        let clock = SystemClock::new();
+        let deadline = clock.now() + Duration::from_millis(3);
+        clock.sleep_until(deadline);
+        assert!(clock.now() >= deadline);
+    }
+}
