@@ -147,7 +147,13 @@ struct Measured {
 
 impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// A loop over `probe` and `load`. Nothing is applied until the first step.
-    pub fn new(probe: P, load: L, controller: C, policy: YieldPolicy, settings: FillSettings) -> Self {
+    pub fn new(
+        probe: P,
+        load: L,
+        controller: C,
+        policy: YieldPolicy,
+        settings: FillSettings,
+    ) -> Self {
         FillLoop {
             probe,
             load,

@@ -215,7 +215,10 @@ mod tests {
 
     #[test]
     fn device_readings_above_hundred_percent_saturate() {
-        assert_eq!(Utilization::saturating_from_fraction(1.3), Utilization::FULL);
+        assert_eq!(
+            Utilization::saturating_from_fraction(1.3),
+            Utilization::FULL
+        );
         assert_eq!(
             Utilization::saturating_from_fraction(f64::NAN),
             Utilization::ZERO

@@ -160,9 +160,13 @@ mod tests {
         // Peak 90 % > 110 % of 50: idle for 5 s.
         let d = run(&mut rule, 0, 10_200, 50.0);
         assert!(d.is_zero());
-        assert!(rule.update(Time::from_millis(14_000), None, pct(50.0)).is_zero());
+        assert!(
+            rule.update(Time::from_millis(14_000), None, pct(50.0))
+                .is_zero()
+        );
         assert_eq!(
-            rule.update(Time::from_millis(15_300), None, pct(50.0)).fraction(),
+            rule.update(Time::from_millis(15_300), None, pct(50.0))
+                .fraction(),
             0.9
         );
     }

@@ -1,0 +1,632 @@
+//! The simulated GPU's state and its two handles.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
+use crate::time::Time;
+use crate::units::{Load, Utilization};
+
+/// A foreign process in the simulation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeignJob {
+    /// Its PID.
+    pub pid: u32,
+    /// When the probe starts listing it (its context creation has begun).
+    pub listed_at: Time,
+    /// Delay from being listed to its first kernel (85 ms measured on the H200).
+    pub first_kernel_after: Duration,
+    /// When it leaves (stops running and is no longer listed).
+    pub leaves_at: Time,
+    /// The share of time it wants the GPU, in `[0, 1]`.
+    pub load: f64,
+    /// Its share of the SMs while it runs, in `[0, 1]` (for the SM-activity reading).
+    pub sm_share: f64,
+    /// Loss of progress per unit of our duty while it runs (0.42: the 8192^3 matmul loop).
+    pub interference: f64,
+}
+
+impl ForeignJob {
+    /// A compute-bound job (the measured 8192^3 matmul loop) that wants `load` of the
+    /// time from `start` to `end` seconds; PID 1000 + the start in ms.
+    pub fn compute_bound(start_s: f64, end_s: f64, load: f64) -> Self {
+        let listed_at = Time::from_secs_f64(start_s);
+        ForeignJob {
+            pid: 1000
+                + u32::try_from(listed_at.since_epoch().as_millis()).unwrap_or(u32::MAX - 1000),
+            listed_at,
+            first_kernel_after: Duration::from_millis(85),
+            leaves_at: Time::from_secs_f64(end_s),
+            load: load.clamp(0.0, 1.0),
+            sm_share: 1.0,
+            interference: 0.42,
+        }
+    }
+
+    fn first_kernel(&self) -> Time {
+        self.listed_at + self.first_kernel_after
+    }
+
+    fn listed(&self, t: Time) -> bool {
+        self.listed_at <= t && t < self.leaves_at
+    }
+
+    fn running(&self, t: Time) -> bool {
+        self.first_kernel() <= t && t < self.leaves_at
+    }
+}
+
+/// What the simulated GPU is and what happens to it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    /// NVML's sampling period (200 ms on the H200).
+    pub sample_period: Duration,
+    /// Time of the first sample boundary, so samples are not aligned with the loop's ticks.
+    pub sample_phase: Duration,
+    /// Length of our kernels, for the launch-overhead model.
+    pub kernel: Duration,
+    /// Busy time lost per kernel (launch overhead, sleep overshoot).
+    pub launch_overhead: Duration,
+    /// How long queued work keeps running after the load goes idle.
+    pub stop_tail: Duration,
+    /// Number of SMs (132 on the H200).
+    pub sm_count: u32,
+    /// Whether an MPS server runs (kernels of different processes run together).
+    pub mps: bool,
+    /// Loss of a foreign job's progress per unit of our duty under MPS.
+    pub mps_interference: f64,
+    /// The foreign processes.
+    pub foreign: Vec<ForeignJob>,
+    /// Intervals `[from, to)` during which probe calls fail transiently.
+    pub probe_faults: Vec<(Time, Time)>,
+    /// From this time on the device is lost.
+    pub lost_at: Option<Time>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            sample_period: Duration::from_millis(200),
+            sample_phase: Duration::from_millis(73),
+            kernel: Duration::from_millis(1),
+            launch_overhead: Duration::from_micros(30),
+            stop_tail: Duration::from_millis(10),
+            sm_count: 132,
+            mps: false,
+            mps_interference: 0.015,
+            foreign: Vec::new(),
+            probe_faults: Vec::new(),
+            lost_at: None,
+        }
+    }
+}
+
+/// Per foreign job, what our filling cost it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeignReport {
+    /// Its PID.
+    pub pid: u32,
+    /// Share of its wanted progress it lost, in `[0, 1]` (0 when it never ran).
+    pub slowdown: f64,
+    /// Time our kernels were resident while it was running.
+    pub overlap: Duration,
+}
+
+/// What happened in the simulation so far.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimReport {
+    /// Per foreign job.
+    pub foreign: Vec<ForeignReport>,
+    /// Total time our kernels were resident.
+    pub own_busy: Duration,
+    /// Samples published so far.
+    pub samples: u64,
+}
+
+/// An error of the simulated device.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// A configured transient probe fault.
+    #[error("simulated probe fault")]
+    Transient,
+    /// The device is lost.
+    #[error("simulated GPU lost")]
+    Lost,
+}
+
+impl DeviceError for SimError {
+    fn kind(&self) -> ErrorKind {
+        match self {
+            SimError::Transient => ErrorKind::Transient,
+            SimError::Lost => ErrorKind::Lost,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Model {
+    cfg: SimConfig,
+    now: Time,
+    own: f64,
+    own_sm: f64,
+    tail: Option<(Time, f64, f64)>,
+    next_sample: Time,
+    window_busy: f64,
+    window_sm: f64,
+    published: VecDeque<(f64, f64)>,
+    wanted: Vec<f64>,
+    got: Vec<f64>,
+    overlap: Vec<f64>,
+    own_busy: f64,
+    samples: u64,
+    requested: Load,
+}
+
+impl Model {
+    fn new(cfg: SimConfig) -> Self {
+        let n = cfg.foreign.len();
+        Model {
+            next_sample: Time::from_duration(cfg.sample_phase),
+            cfg,
+            now: Time::ZERO,
+            own: 0.0,
+            own_sm: 0.0,
+            tail: None,
+            window_busy: 0.0,
+            window_sm: 0.0,
+            published: VecDeque::new(),
+            wanted: vec![0.0; n],
+            got: vec![0.0; n],
+            overlap: vec![0.0; n],
+            own_busy: 0.0,
+            samples: 0,
+            requested: Load::IDLE,
+        }
+    }
+
+    /// Our resident share and SM share at `t` (queued work finishing after a stop included).
+    fn own_at(&self, t: Time) -> (f64, f64) {
+        match self.tail {
+            Some((until, duty, sm)) if t < until => (duty, sm),
+            _ => (self.own, self.own_sm),
+        }
+    }
+
+    /// The earliest time after `now` at which something changes.
+    fn next_breakpoint(&self, limit: Time) -> Time {
+        let mut next = limit.min(self.next_sample);
+        if let Some((until, _, _)) = self.tail {
+            if until > self.now {
+                next = next.min(until);
+            }
+        }
+        for job in &self.cfg.foreign {
+            for t in [job.first_kernel(), job.leaves_at] {
+                if t > self.now {
+                    next = next.min(t);
+                }
+            }
+        }
+        next
+    }
+
+    fn advance(&mut self, to: Time) {
+        while self.now < to {
+            let next = self.next_breakpoint(to);
+            self.integrate(next - self.now);
+            self.now = next;
+            if self.now >= self.next_sample {
+                self.publish();
+            }
+        }
+    }
+
+    /// Integrates `[now, now + dt)`, over which nothing changes.
+    fn integrate(&mut self, dt: Duration) {
+        let dt = dt.as_secs_f64();
+        let (own, own_sm) = self.own_at(self.now);
+        let mut idle = 1.0 - own;
+        let mut sm = own_sm;
+        let mut time_sliced = own;
+        for (i, job) in self.cfg.foreign.iter().enumerate() {
+            if !job.running(self.now) {
+                continue;
+            }
+            let loss = if self.cfg.mps {
+                self.cfg.mps_interference
+            } else {
+                job.interference
+            };
+            let progress = job.load * (1.0 - loss * own).max(0.0);
+            self.wanted[i] += job.load * dt;
+            self.got[i] += progress * dt;
+            self.overlap[i] += own * dt;
+            idle *= 1.0 - progress;
+            time_sliced += progress;
+            sm += progress * job.sm_share;
+        }
+        // Without MPS contexts take turns, so busy shares add up; with MPS they overlap.
+        let busy = if self.cfg.mps {
+            1.0 - idle
+        } else {
+            time_sliced.min(1.0)
+        };
+        self.window_busy += busy * dt;
+        self.window_sm += sm.min(1.0) * dt;
+        self.own_busy += own * dt;
+    }
+
+    fn publish(&mut self) {
+        let period = self.cfg.sample_period.as_secs_f64();
+        // NVML reports whole percents.
+        let util = (self.window_busy / period * 100.0).round() / 100.0;
+        let sm = (self.window_sm / period * 100.0).round() / 100.0;
+        self.published.push_back((util, sm));
+        self.samples += 1;
+        self.window_busy = 0.0;
+        self.window_sm = 0.0;
+        self.next_sample += self.cfg.sample_period;
+    }
+
+    fn check(&self, probing: bool) -> Result<(), SimError> {
+        if self.cfg.lost_at.is_some_and(|t| self.now >= t) {
+            return Err(SimError::Lost);
+        }
+        let faulty = self
+            .cfg
+            .probe_faults
+            .iter()
+            .any(|&(from, to)| from <= self.now && self.now < to);
+        if probing && faulty {
+            return Err(SimError::Transient);
+        }
+        Ok(())
+    }
+
+    fn set_load(&mut self, load: Load) {
+        self.requested = load;
+        let efficiency =
+            1.0 - self.cfg.launch_overhead.as_secs_f64() / self.cfg.kernel.as_secs_f64().max(1e-9);
+        let duty = load.duty.fraction() * efficiency.clamp(0.0, 1.0);
+        let width = f64::from(load.width.get().min(self.cfg.sm_count));
+        let sm = duty * width / f64::from(self.cfg.sm_count.max(1));
+        if duty == 0.0 && self.own > 0.0 {
+            self.tail = Some((self.now + self.cfg.stop_tail, self.own, self.own_sm));
+        } else if duty > 0.0 {
+            self.tail = None;
+        }
+        self.own = duty;
+        self.own_sm = sm;
+    }
+
+    fn report(&self) -> SimReport {
+        let foreign = self
+            .cfg
+            .foreign
+            .iter()
+            .enumerate()
+            .map(|(i, job)| ForeignReport {
+                pid: job.pid,
+                slowdown: if self.wanted[i] > 0.0 {
+                    1.0 - self.got[i] / self.wanted[i]
+                } else {
+                    0.0
+                },
+                overlap: Duration::from_secs_f64(self.overlap[i]),
+            })
+            .collect();
+        SimReport {
+            foreign,
+            own_busy: Duration::from_secs_f64(self.own_busy),
+            samples: self.samples,
+        }
+    }
+}
+
+/// The simulated GPU. Clone handles share one device.
+#[derive(Clone, Debug)]
+pub struct SimGpu {
+    model: Arc<Mutex<Model>>,
+}
+
+impl SimGpu {
+    /// A simulated GPU at time zero.
+    pub fn new(cfg: SimConfig) -> Self {
+        SimGpu {
+            model: Arc::new(Mutex::new(Model::new(cfg))),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Model> {
+        // A panic while holding the lock leaves plain numbers behind: still usable.
+        self.model.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A probe on this GPU.
+    pub fn probe(&self) -> SimProbe {
+        SimProbe {
+            gpu: self.clone(),
+            sm_metric: false,
+        }
+    }
+
+    /// A probe that reads SM activity instead of utilization (the `sm` metric).
+    pub fn sm_probe(&self) -> SimProbe {
+        SimProbe {
+            gpu: self.clone(),
+            sm_metric: true,
+        }
+    }
+
+    /// A load source on this GPU.
+    pub fn load(&self) -> SimLoad {
+        SimLoad { gpu: self.clone() }
+    }
+
+    /// Runs the simulation up to `t` and reports.
+    pub fn report(&self, t: Time) -> SimReport {
+        let mut m = self.lock();
+        m.advance(t);
+        m.report()
+    }
+
+    /// The load most recently asked for.
+    pub fn requested_load(&self) -> Load {
+        self.lock().requested
+    }
+
+    /// Adds a foreign job (for scenarios built as they go, such as long random runs).
+    pub fn add_foreign(&self, job: ForeignJob) {
+        let mut m = self.lock();
+        m.cfg.foreign.push(job);
+        m.wanted.push(0.0);
+        m.got.push(0.0);
+        m.overlap.push(0.0);
+    }
+
+    /// Drops foreign jobs that left before `t`, keeping memory bounded in long runs.
+    /// Their reports are returned.
+    pub fn retire_foreign(&self, t: Time) -> Vec<ForeignReport> {
+        let mut m = self.lock();
+        m.advance(t);
+        let report = m.report();
+        let mut retired = Vec::new();
+        let mut i = 0;
+        while i < m.cfg.foreign.len() {
+            if m.cfg.foreign[i].leaves_at < t {
+                m.cfg.foreign.remove(i);
+                m.wanted.remove(i);
+                m.got.remove(i);
+                m.overlap.remove(i);
+                retired.push(report.foreign[i + retired.len()].clone());
+            } else {
+                i += 1;
+            }
+        }
+        retired
+    }
+}
+
+/// The simulated GPU's [`Probe`].
+#[derive(Clone, Debug)]
+pub struct SimProbe {
+    gpu: SimGpu,
+    sm_metric: bool,
+}
+
+impl Probe for SimProbe {
+    type Error = SimError;
+
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        m.check(true)?;
+        let n = m.published.len();
+        if n == 0 {
+            return Ok(None);
+        }
+        let pick = |s: &(f64, f64)| if self.sm_metric { s.1 } else { s.0 };
+        let mean = m.published.iter().map(pick).sum::<f64>() / n as f64;
+        m.published.clear();
+        Ok(Some(Utilization::saturating_from_fraction(mean)))
+    }
+
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        m.check(true)?;
+        Ok(m.cfg
+            .foreign
+            .iter()
+            .filter(|job| job.listed(now))
+            .map(|job| ProcessInfo {
+                pid: job.pid,
+                used_memory_bytes: Some(600 << 20),
+            })
+            .collect())
+    }
+}
+
+/// The simulated GPU's [`LoadSource`].
+#[derive(Clone, Debug)]
+pub struct SimLoad {
+    gpu: SimGpu,
+}
+
+impl LoadSource for SimLoad {
+    type Error = SimError;
+
+    fn set_load(&mut self, now: Time, load: Load) -> Result<(), SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        // A lost device runs nothing whatever it is asked, so the load is recorded
+        // (for tests to see what the loop asked for) before the error.
+        m.set_load(load);
+        m.check(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::{Duty, Width};
+
+    fn load(duty: f64) -> Load {
+        Load {
+            duty: Duty::clamped(duty),
+            width: Width::ONE_WARP,
+        }
+    }
+
+    /// The samples published in `(from_ms, to_ms]`, read every 10 ms.
+    fn samples_between(gpu: &SimGpu, from_ms: u64, to_ms: u64) -> Vec<f64> {
+        let mut probe = gpu.probe();
+        probe.utilization(Time::from_millis(from_ms)).unwrap();
+        let mut out = Vec::new();
+        for ms in (from_ms + 10..=to_ms).step_by(10) {
+            if let Some(u) = probe.utilization(Time::from_millis(ms)).unwrap() {
+                out.push(u.percent());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn open_loop_duty_reads_as_measured_with_one_ms_kernels() {
+        for (duty, expect) in [(0.5, 48.5), (0.25, 24.0), (0.75, 73.0)] {
+            let gpu = SimGpu::new(SimConfig::default());
+            gpu.load().set_load(Time::ZERO, load(duty)).unwrap();
+            let s = samples_between(&gpu, 300, 2000);
+            assert_eq!(s.len(), 8);
+            for v in s {
+                assert!((v - expect).abs() <= 1.0, "duty {duty}: {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn publishes_one_sample_per_period() {
+        let gpu = SimGpu::new(SimConfig::default());
+        // Boundaries at 73, 273, ..., 1873 ms: ten of them in the first 2 s.
+        assert_eq!(samples_between(&gpu, 0, 2000).len(), 10);
+        assert_eq!(samples_between(&gpu, 2000, 2200).len(), 1);
+    }
+
+    #[test]
+    fn compute_bound_job_loses_a_fifth_beside_a_half_duty_filler() {
+        let cfg = SimConfig {
+            foreign: vec![ForeignJob {
+                first_kernel_after: Duration::ZERO,
+                ..ForeignJob::compute_bound(0.0, 10.0, 1.0)
+            }],
+            launch_overhead: Duration::ZERO,
+            ..SimConfig::default()
+        };
+        let gpu = SimGpu::new(cfg);
+        gpu.load().set_load(Time::ZERO, load(0.5)).unwrap();
+        let r = gpu.report(Time::from_millis(10_000));
+        assert!((r.foreign[0].slowdown - 0.21).abs() < 0.005, "{r:?}");
+        assert!((r.foreign[0].overlap.as_secs_f64() - 5.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn mps_costs_the_foreign_job_little_and_utilization_is_the_union() {
+        let cfg = SimConfig {
+            mps: true,
+            foreign: vec![ForeignJob::compute_bound(0.0, 10.0, 0.5)],
+            launch_overhead: Duration::ZERO,
+            ..SimConfig::default()
+        };
+        let gpu = SimGpu::new(cfg);
+        gpu.load().set_load(Time::ZERO, load(1.0)).unwrap();
+        let r = gpu.report(Time::from_millis(10_000));
+        assert!(r.foreign[0].slowdown < 0.02, "{r:?}");
+        let s = samples_between(&gpu, 10_000, 10_400);
+        assert!(s.iter().all(|&v| v == 100.0), "{s:?}");
+    }
+
+    #[test]
+    fn queued_work_runs_for_the_stop_tail_after_idling() {
+        let gpu = SimGpu::new(SimConfig {
+            launch_overhead: Duration::ZERO,
+            ..SimConfig::default()
+        });
+        gpu.load().set_load(Time::ZERO, load(1.0)).unwrap();
+        gpu.load()
+            .set_load(Time::from_millis(1000), Load::IDLE)
+            .unwrap();
+        let r = gpu.report(Time::from_millis(3000));
+        assert!((r.own_busy.as_secs_f64() - 1.010).abs() < 1e-6, "{r:?}");
+    }
+
+    #[test]
+    fn probe_faults_and_loss_surface_as_classified_errors() {
+        let gpu = SimGpu::new(SimConfig {
+            probe_faults: vec![(Time::from_millis(100), Time::from_millis(200))],
+            lost_at: Some(Time::from_millis(500)),
+            ..SimConfig::default()
+        });
+        let mut p = gpu.probe();
+        assert!(p.foreign_processes(Time::from_millis(50)).is_ok());
+        let e = p.foreign_processes(Time::from_millis(150)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(p.utilization(Time::from_millis(250)).is_ok());
+        let e = gpu
+            .load()
+            .set_load(Time::from_millis(600), load(0.5))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Lost);
+    }
+
+    #[test]
+    fn lists_a_job_from_its_listing_until_it_leaves() {
+        let gpu = SimGpu::new(SimConfig {
+            foreign: vec![ForeignJob::compute_bound(1.0, 2.0, 0.3)],
+            ..SimConfig::default()
+        });
+        let mut p = gpu.probe();
+        assert!(
+            p.foreign_processes(Time::from_millis(999))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            p.foreign_processes(Time::from_millis(1000)).unwrap().len(),
+            1
+        );
+        assert!(
+            p.foreign_processes(Time::from_millis(2000))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn sm_activity_scales_with_width() {
+        let gpu = SimGpu::new(SimConfig {
+            launch_overhead: Duration::ZERO,
+            ..SimConfig::default()
+        });
+        let wide = Load {
+            duty: Duty::FULL,
+            width: Width::blocks(66).unwrap(),
+        };
+        gpu.load().set_load(Time::ZERO, wide).unwrap();
+        let mut p = gpu.sm_probe();
+        p.utilization(Time::from_millis(300)).unwrap();
+        let u = p.utilization(Time::from_millis(500)).unwrap().unwrap();
+        assert!((u.percent() - 50.0).abs() < 0.6, "{u}");
+    }
+
+    #[test]
+    fn retiring_finished_jobs_returns_their_reports() {
+        let gpu = SimGpu::new(SimConfig::default());
+        gpu.add_foreign(ForeignJob::compute_bound(0.0, 1.0, 1.0));
+        gpu.add_foreign(ForeignJob::compute_bound(0.5, 5.0, 1.0));
+        let retired = gpu.retire_foreign(Time::from_millis(2000));
+        assert_eq!(retired.len(), 1);
+        assert_eq!(retired[0].pid, 1000);
+        assert_eq!(gpu.report(Time::from_millis(2000)).foreign.len(), 1);
+    }
+}
