@@ -196,10 +196,8 @@ impl Model {
     /// The earliest time after `now` at which something changes.
     fn next_breakpoint(&self, limit: Time) -> Time {
         let mut next = limit.min(self.next_sample);
-        if let Some((until, _, _)) = self.tail {
-            if until > self.now {
-                next = next.min(until);
-            }
+        if let Some((until, _, _)) = self.tail.filter(|&(until, _, _)| until > self.now) {
+            next = next.min(until);
         }
         for job in &self.cfg.foreign {
             for t in [job.first_kernel(), job.leaves_at] {
