@@ -3,5 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod own;
 
 pub use error::{ProbeError, classify};
+pub use own::{OwnProcess, identify_own};
