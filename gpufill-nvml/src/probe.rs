@@ -384,6 +384,14 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_can_move_to_its_gpu_thread_and_the_session_is_shared() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<NvmlProbe>();
+        send_sync::<Nvml>();
+    }
+
+    #[test]
     fn the_wall_clock_is_in_microseconds_since_1970() {
         // 2020-01-01 in microseconds; NVML timestamps are on this scale.
         assert!(wall_clock_us() > 1_577_836_800_000_000);
