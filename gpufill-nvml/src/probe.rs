@@ -1,0 +1,399 @@
+//! [`NvmlProbe`]: the [`Probe`] of one GPU, plus per-process, GPM and power readings.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use gpufill_core::{ErrorKind, Probe, ProcessInfo, Time, Utilization};
+use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml_wrapper::enums::gpm::GpmMetricId;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessUtilizationSample;
+use nvml_wrapper::{Device, GpmSample};
+
+use crate::error::{ProbeError, classify};
+use crate::own::OwnProcess;
+use crate::schedule::Schedule;
+use crate::session::{Nvml, compute_processes, mig_enabled, milliwatts_to_watts};
+
+/// NVML refreshes GPM data internally; samples closer than this give no metric
+/// (nvml.h, `nvmlGpmMetricsGet`: "should be greater than 100ms").
+const GPM_MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The MPS server's executable: infrastructure, listed as a compute process while
+/// MPS runs, never a workload to yield to.
+const MPS_SERVER: &str = "nvidia-cuda-mps-server";
+
+/// Measures one GPU through NVML: utilization once per NVML sample period, foreign
+/// compute processes every call. See the crate docs for the design.
+#[derive(Debug)]
+pub struct NvmlProbe {
+    nvml: Nvml,
+    device: Device<'static>,
+    uuid: String,
+    index: u32,
+    own: OwnProcess,
+    schedule: Schedule,
+    /// Cleared once the MPS process list proves unsupported.
+    try_mps: bool,
+    /// Whether each PID seen is the MPS server (names are looked up once per PID).
+    mps_server: HashMap<u32, bool>,
+    process_last_seen_us: u64,
+    gpm_supported: Option<bool>,
+    gpm_previous: Option<(GpmSample<'static>, Instant)>,
+}
+
+impl NvmlProbe {
+    /// A probe for the GPU `uuid`, where `own` are gpufill's own PIDs on it
+    /// ([`crate::identify_own`]).
+    ///
+    /// # Errors
+    /// [`ProbeError::NoSuchGpu`]; [`ProbeError::MigEnabled`]; an unsupported error
+    /// when the GPU has no utilization counter; or any classified NVML error.
+    pub fn new(nvml: Nvml, uuid: &str, own: OwnProcess) -> Result<Self, ProbeError> {
+        let device = nvml.device(uuid)?;
+        let nvml_err = |call| move |e| ProbeError::nvml(call, e);
+        let uuid = device.uuid().map_err(nvml_err("nvmlDeviceGetUUID"))?;
+        if mig_enabled(&device)? {
+            return Err(ProbeError::MigEnabled { uuid });
+        }
+        // Fail now rather than on the loop's first tick if there is no counter.
+        device
+            .utilization_rates()
+            .map_err(nvml_err("nvmlDeviceGetUtilizationRates"))?;
+        Ok(NvmlProbe {
+            index: device.index().map_err(nvml_err("nvmlDeviceGetIndex"))?,
+            nvml,
+            device,
+            uuid,
+            own,
+            schedule: Schedule::default(),
+            try_mps: true,
+            mps_server: HashMap::new(),
+            process_last_seen_us: 0,
+            gpm_supported: None,
+            gpm_previous: None,
+        })
+    }
+
+    /// The GPU's UUID.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// The GPU's NVML index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Our own PIDs on this GPU.
+    pub fn own(&self) -> &OwnProcess {
+        &self.own
+    }
+
+    /// The NVML sample period in use: learned from the device after the first
+    /// [`Probe::utilization`] call, 200 ms until then.
+    pub fn sample_period(&self) -> Duration {
+        self.schedule.period()
+    }
+
+    /// Whether reads are aligned to the device's sample times (else they are merely
+    /// one period apart: before the first resync, while idle, or where
+    /// `nvmlDeviceGetSamples` is unsupported).
+    pub fn sample_phase_known(&self) -> bool {
+        self.schedule.phase_known()
+    }
+
+    /// Per-process SM utilization since the previous call, as `(pid, percent)` sorted
+    /// by PID: the latest sample of each process. Processes with no kernel in that
+    /// time are absent; nothing new (NVML's `NotFound`) gives an empty list.
+    ///
+    /// # Errors
+    /// A classified NVML error (unsupported under MIG).
+    pub fn process_utilization(&mut self) -> Result<Vec<(u32, u32)>, ProbeError> {
+        let samples = match self
+            .device
+            .process_utilization_stats(self.process_last_seen_us)
+        {
+            Ok(samples) => samples,
+            Err(NvmlError::NotFound) => return Ok(Vec::new()),
+            Err(e) => return Err(ProbeError::nvml("nvmlDeviceGetProcessUtilization", e)),
+        };
+        let (fresh, last_seen) = fresh_process_utilization(&samples, self.process_last_seen_us);
+        self.process_last_seen_us = last_seen;
+        Ok(fresh)
+    }
+
+    /// GPM's SM utilization (the share of SMs with a warp resident, which sees kernel
+    /// width; NVML's utilization does not) between the previous GPM sample and one
+    /// taken now. `None` on the first call and when the previous sample is under
+    /// 100 ms old (GPM's refresh): call it again later.
+    ///
+    /// # Errors
+    /// [`ProbeError::GpmUnsupported`] without GPM (before Hopper, vGPU); NVML errors
+    /// otherwise, e.g. `NoPermission` in unprivileged containers (unsupported).
+    pub fn sm_activity(&mut self) -> Result<Option<Utilization>, ProbeError> {
+        if !self.gpm_supported()? {
+            return Err(ProbeError::GpmUnsupported {
+                uuid: self.uuid.clone(),
+            });
+        }
+        if let Some((_, taken)) = &self.gpm_previous
+            && taken.elapsed() < GPM_MIN_INTERVAL
+        {
+            return Ok(None);
+        }
+        let taken = Instant::now();
+        let sample = self
+            .device
+            .gpm_sample()
+            .map_err(|e| ProbeError::nvml("nvmlGpmSampleGet", e))?;
+        let activity = self
+            .gpm_previous
+            .take()
+            .map(|(previous, _)| sm_util_between(self.nvml, &previous, &sample));
+        self.gpm_previous = Some((sample, taken));
+        activity.transpose()
+    }
+
+    /// Device memory held by our own processes, bytes (for metrics); `None` when
+    /// none of them is listed with a size.
+    ///
+    /// # Errors
+    /// A classified NVML error.
+    pub fn own_memory_bytes(&self) -> Result<Option<u64>, ProbeError> {
+        let mut try_mps = self.try_mps;
+        let sizes = compute_processes(&self.device, &mut try_mps)?
+            .into_iter()
+            .filter(|p| self.own.contains(p.pid))
+            .filter_map(|p| p.used_memory_bytes);
+        Ok(sizes.reduce(|a, b| a + b))
+    }
+
+    /// Board power draw, watts.
+    ///
+    /// # Errors
+    /// A classified NVML error (unsupported on boards without a power sensor).
+    pub fn power_watts(&self) -> Result<f64, ProbeError> {
+        self.device
+            .power_usage()
+            .map(milliwatts_to_watts)
+            .map_err(|e| ProbeError::nvml("nvmlDeviceGetPowerUsage", e))
+    }
+
+    fn gpm_supported(&mut self) -> Result<bool, ProbeError> {
+        if let Some(supported) = self.gpm_supported {
+            return Ok(supported);
+        }
+        let supported = match self.device.gpm_support() {
+            Ok(supported) => supported,
+            Err(e) if classify(&e) == ErrorKind::Unsupported => false,
+            Err(e) => return Err(ProbeError::nvml("nvmlGpmQueryDeviceSupport", e)),
+        };
+        self.gpm_supported = Some(supported);
+        Ok(supported)
+    }
+
+    /// Reads the sample timestamps again to learn the period and phase (see
+    /// [`crate::schedule`]); `entered` is when the caller's `now` was current.
+    fn resync(&mut self, now: Time, entered: Instant) -> Result<(), ProbeError> {
+        let last_seen = self.schedule.last_seen_us();
+        match self.device.samples(Sampling::GpuUtilization, last_seen) {
+            Ok(samples) => {
+                let wall_now_us = wall_clock_us();
+                let at = now + entered.elapsed();
+                let stamps: Vec<u64> = samples.iter().map(|s| s.timestamp).collect();
+                self.schedule.learn(&stamps, wall_now_us, at);
+                tracing::debug!(
+                    gpu = %self.uuid,
+                    samples = stamps.len(),
+                    period_ms = self.schedule.period().as_secs_f64() * 1e3,
+                    phase_known = self.schedule.phase_known(),
+                    "utilization schedule resynced"
+                );
+            }
+            // Nothing newer than `last_seen`: the GPU is idle and reads 0 %.
+            Err(NvmlError::NotFound) => self.schedule.nothing_new(now),
+            Err(e) => match classify(&e) {
+                ErrorKind::Unsupported => {
+                    tracing::info!(gpu = %self.uuid, error = %e,
+                        "no utilization sample timestamps; polling every 200 ms");
+                    self.schedule.samples_unsupported();
+                }
+                ErrorKind::Lost => return Err(ProbeError::nvml("nvmlDeviceGetSamples", e)),
+                ErrorKind::Transient => {
+                    tracing::debug!(gpu = %self.uuid, error = %e, "sample timestamps unavailable");
+                    self.schedule.nothing_new(now);
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Whether `pid` is the MPS server, by name (once per PID). A PID whose name
+    /// NVML cannot resolve (a host PID seen from a container) counts as a workload.
+    fn is_mps_server(&mut self, pid: u32) -> bool {
+        if let Some(&known) = self.mps_server.get(&pid) {
+            return known;
+        }
+        let name = self.nvml.process_name(pid);
+        let server = name.as_deref().is_some_and(is_mps_server_name);
+        self.mps_server.insert(pid, server);
+        server
+    }
+}
+
+impl Probe for NvmlProbe {
+    type Error = ProbeError;
+
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, ProbeError> {
+        let entered = Instant::now();
+        if self.schedule.resync_due(now) {
+            self.resync(now, entered)?;
+        }
+        if !self.schedule.read_due(now) {
+            return Ok(None);
+        }
+        let rates = self
+            .device
+            .utilization_rates()
+            .map_err(|e| ProbeError::nvml("nvmlDeviceGetUtilizationRates", e))?;
+        self.schedule.mark_read(now);
+        Ok(Some(Utilization::saturating_from_fraction(
+            f64::from(rates.gpu) / 100.0,
+        )))
+    }
+
+    fn foreign_processes(&mut self, _now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {
+        let list = compute_processes(&self.device, &mut self.try_mps)?;
+        self.mps_server
+            .retain(|pid, _| list.iter().any(|p| p.pid == *pid));
+        let mut foreign = Vec::with_capacity(list.len());
+        for process in list {
+            if !self.own.contains(process.pid) && !self.is_mps_server(process.pid) {
+                foreign.push(process);
+            }
+        }
+        Ok(foreign)
+    }
+}
+
+/// GPM's SM utilization between two samples, oldest first.
+fn sm_util_between(
+    nvml: Nvml,
+    older: &GpmSample<'static>,
+    newer: &GpmSample<'static>,
+) -> Result<Utilization, ProbeError> {
+    let error = |e| ProbeError::nvml("nvmlGpmMetricsGet", e);
+    let results =
+        nvml_wrapper::gpm::gpm_metrics_get(nvml.raw(), older, newer, &[GpmMetricId::SmUtil])
+            .map_err(error)?;
+    let sm_util = results
+        .into_iter()
+        .next()
+        .unwrap_or(Err(NvmlError::Unknown))
+        .map_err(error)?;
+    Ok(Utilization::saturating_from_fraction(sm_util.value / 100.0))
+}
+
+/// Whether a process name (a path or a bare name) is the MPS server's.
+fn is_mps_server_name(name: &str) -> bool {
+    name.rsplit('/').next() == Some(MPS_SERVER)
+}
+
+/// Wall-clock microseconds since the Unix epoch, NVML's sample timestamp clock.
+fn wall_clock_us() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
+}
+
+/// The per-process samples worth believing, as nvtop does: only those newer than
+/// `last_seen_us` (some drivers return old ones again) with `sm_util <= 100` (some
+/// report garbage above), the latest per PID, as `(pid, sm %)` sorted by PID; and the
+/// newest timestamp seen, for the next query.
+pub(crate) fn fresh_process_utilization(
+    samples: &[ProcessUtilizationSample],
+    last_seen_us: u64,
+) -> (Vec<(u32, u32)>, u64) {
+    let mut latest: HashMap<u32, &ProcessUtilizationSample> = HashMap::new();
+    let mut newest = last_seen_us;
+    for sample in samples.iter().filter(|s| s.timestamp > last_seen_us) {
+        newest = newest.max(sample.timestamp);
+        if sample.sm_util > 100 {
+            continue;
+        }
+        let entry = latest.entry(sample.pid).or_insert(sample);
+        if sample.timestamp > entry.timestamp {
+            *entry = sample;
+        }
+    }
+    let mut fresh: Vec<(u32, u32)> = latest.values().map(|s| (s.pid, s.sm_util)).collect();
+    fresh.sort_unstable();
+    (fresh, newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pid: u32, timestamp: u64, sm_util: u32) -> ProcessUtilizationSample {
+        ProcessUtilizationSample {
+            pid,
+            timestamp,
+            sm_util,
+            mem_util: 0,
+            enc_util: 0,
+            dec_util: 0,
+        }
+    }
+
+    #[test]
+    fn stale_samples_are_dropped_and_the_latest_per_process_kept() {
+        let samples = [
+            sample(7, 100, 90), // older than last seen: stale
+            sample(7, 300, 40),
+            sample(7, 500, 45),
+            sample(9, 400, 10),
+        ];
+        let (fresh, newest) = fresh_process_utilization(&samples, 200);
+        assert_eq!(fresh, vec![(7, 45), (9, 10)]);
+        assert_eq!(newest, 500);
+    }
+
+    #[test]
+    fn readings_above_a_hundred_percent_are_ignored_but_advance_the_clock() {
+        let samples = [sample(3, 600, 4_294_967), sample(4, 550, 100)];
+        let (fresh, newest) = fresh_process_utilization(&samples, 0);
+        assert_eq!(fresh, vec![(4, 100)]);
+        assert_eq!(newest, 600);
+    }
+
+    #[test]
+    fn nothing_new_keeps_the_last_seen_timestamp() {
+        let (fresh, newest) = fresh_process_utilization(&[sample(1, 50, 5)], 80);
+        assert!(fresh.is_empty());
+        assert_eq!(newest, 80);
+    }
+
+    #[test]
+    fn the_mps_server_is_known_by_its_name_or_path() {
+        assert!(is_mps_server_name("nvidia-cuda-mps-server"));
+        assert!(is_mps_server_name("/usr/bin/nvidia-cuda-mps-server"));
+        assert!(!is_mps_server_name("nvidia-cuda-mps-control"));
+        assert!(!is_mps_server_name("python3"));
+    }
+
+    #[test]
+    fn a_probe_can_move_to_its_gpu_thread_and_the_session_is_shared() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<NvmlProbe>();
+        send_sync::<Nvml>();
+    }
+
+    #[test]
+    fn the_wall_clock_is_in_microseconds_since_1970() {
+        // 2020-01-01 in microseconds; NVML timestamps are on this scale.
+        assert!(wall_clock_us() > 1_577_836_800_000_000);
+    }
+}
