@@ -22,6 +22,13 @@ pub trait DeviceError: std::error::Error + Send + Sync + 'static {
     fn kind(&self) -> ErrorKind;
 }
 
+/// For devices that cannot fail (test doubles).
+impl DeviceError for std::convert::Infallible {
+    fn kind(&self) -> ErrorKind {
+        match *self {}
+    }
+}
+
 /// A compute process on the device that is not gpufill itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessInfo {

@@ -1,0 +1,69 @@
+//! CPU cost of one fill-loop step: bare (no-op device) and against the simulated GPU.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpufill_core::sim::{SimConfig, SimGpu};
+use gpufill_core::{
+    FillLoop, FillSettings, Load, LoadSource, PiController, Probe,
+    ProcessInfo, Time, Utilization, YieldPolicy,
+};
+
+/// A device that answers at once: isolates the loop's own cost.
+struct Instant;
+
+impl Probe for Instant {
+    type Error = Infallible;
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Infallible> {
+        let fresh = now.since_epoch().as_millis() % 200 == 0;
+        Ok(fresh.then(|| Utilization::saturating_from_fraction(0.49)))
+    }
+    fn foreign_processes(&mut self, _: Time) -> Result<Vec<ProcessInfo>, Infallible> {
+        Ok(Vec::new())
+    }
+}
+
+impl LoadSource for Instant {
+    type Error = Infallible;
+    fn set_load(&mut self, _: Time, load: Load) -> Result<(), Infallible> {
+        black_box(load);
+        Ok(())
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    c.bench_function("step/bare", |b| {
+        let mut fill = FillLoop::new(
+            Instant,
+            Instant,
+            PiController::default(),
+            YieldPolicy::default(),
+            FillSettings::default(),
+        );
+        let mut now = Time::ZERO;
+        b.iter(|| {
+            now += Duration::from_millis(10);
+            black_box(fill.step(now))
+        });
+    });
+    c.bench_function("step/simulated_gpu", |b| {
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = FillLoop::new(
+            gpu.probe(),
+            gpu.load(),
+            PiController::default(),
+            YieldPolicy::default(),
+            FillSettings::default(),
+        );
+        let mut now = Time::ZERO;
+        b.iter(|| {
+            now += Duration::from_millis(10);
+            black_box(fill.step(now))
+        });
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
