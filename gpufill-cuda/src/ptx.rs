@@ -1,0 +1,143 @@
+//! The spin kernels, embedded as PTX (`kernels/spin.ptx`, generated from `kernels/spin.cu`;
+//! `kernels/README.md` says how). The driver JIT-compiles it when the module loads.
+
+/// The PTX text of `kernels/spin.ptx`: `.target sm_70`, PTX ISA 7.0.
+pub const SPIN_PTX: &str = include_str!("../../kernels/spin.ptx");
+
+/// The entry gpufill launches: `spin(unsigned long long spin_ns)`, busy-waiting on
+/// `%globaltimer` for `spin_ns` nanoseconds in every thread.
+pub const SPIN: &str = "spin";
+
+/// The same wait with `__nanosleep(200)` in the loop: same residency, less power.
+pub const SPIN_SLEEP: &str = "spin_sleep";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    /// The parameter list of `.visible .entry name(...)`, whitespace-collapsed.
+    fn entry_params(ptx: &str, name: &str) -> Option<String> {
+        let start = ptx.find(&format!(".visible .entry {name}("))?;
+        let rest = &ptx[start..];
+        let open = rest.find('(')? + 1;
+        let close = rest.find(')')?;
+        Some(
+            rest[open..close]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    }
+
+    #[test]
+    fn embedded_ptx_targets_sm_70_at_a_low_isa_version() {
+        let lines: Vec<&str> = SPIN_PTX.lines().map(str::trim).collect();
+        assert!(lines.contains(&".target sm_70"), "PTX must target sm_70");
+        assert!(
+            lines.contains(&".version 7.0"),
+            "PTX ISA must stay at 7.0 for older drivers"
+        );
+        assert!(lines.contains(&".address_size 64"));
+    }
+
+    #[test]
+    fn spin_entries_take_exactly_one_u64() {
+        for name in [SPIN, SPIN_SLEEP] {
+            let params = entry_params(SPIN_PTX, name).unwrap_or_else(|| panic!("no entry {name}"));
+            assert_eq!(params.matches(".param").count(), 1, "{name}: {params}");
+            assert!(params.starts_with(".param .u64 "), "{name}: {params}");
+        }
+    }
+
+    #[test]
+    fn spin_ptx_uses_no_memory_beyond_its_argument() {
+        for forbidden in [
+            ".local",
+            "st.global",
+            "ld.global",
+            "vprintf",
+            "malloc",
+            ".shared",
+        ] {
+            assert!(!SPIN_PTX.contains(forbidden), "PTX contains {forbidden}");
+        }
+        assert!(SPIN_PTX.contains("%globaltimer"));
+    }
+
+    /// ptxas: `$PTXAS`, else `PATH`, else the `nvidia-cuda-nvcc-cu12` wheel.
+    fn find_ptxas() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("PTXAS").filter(|p| !p.is_empty()) {
+            return Some(PathBuf::from(path));
+        }
+        let on_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("ptxas"))
+                .find(|p| p.is_file())
+        });
+        on_path.or_else(|| {
+            // The wheel's `nvidia` is a namespace package: no __file__, but a __path__.
+            let script = "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])";
+            let out = Command::new("python3").args(["-c", script]).output().ok()?;
+            let dir = String::from_utf8(out.stdout).ok()?;
+            let ptxas = Path::new(dir.trim()).join("bin").join("ptxas");
+            (out.status.success() && ptxas.is_file()).then_some(ptxas)
+        })
+    }
+
+    /// The ptxas `-v` report for `arch`, after asserting that it assembled.
+    fn assemble(ptxas: &Path, arch: &str) -> String {
+        let dir = std::env::temp_dir().join(format!("gpufill-ptx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ptx = dir.join("spin.ptx");
+        std::fs::write(&ptx, SPIN_PTX).unwrap();
+        let out = Command::new(ptxas)
+            .arg("-v")
+            .arg(format!("-arch={arch}"))
+            .arg(&ptx)
+            .arg("-o")
+            .arg(dir.join(format!("spin_{arch}.cubin")))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", ptxas.display()));
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "ptxas -arch={arch} failed:\n{report}");
+        report
+    }
+
+    #[test]
+    fn ptxas_assembles_the_kernels_with_no_stack_and_no_local_memory() {
+        let Some(ptxas) = find_ptxas() else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "ptxas not found: pip install nvidia-cuda-nvcc-cu12 (or set PTXAS)"
+            );
+            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc-cu12, or set PTXAS)");
+            return;
+        };
+        for arch in ["sm_70", "sm_90"] {
+            let report = assemble(&ptxas, arch);
+            for name in [SPIN, SPIN_SLEEP] {
+                let props = report
+                    .split(&format!("Function properties for {name}\n"))
+                    .nth(1)
+                    .and_then(|rest| rest.lines().next())
+                    .unwrap_or_else(|| panic!("{arch}: no properties for {name}:\n{report}"));
+                assert!(
+                    props.trim()
+                        == "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
+                    "{arch} {name}: {props}"
+                );
+            }
+            assert!(
+                !report.contains("lmem"),
+                "{arch}: local memory used:\n{report}"
+            );
+        }
+    }
+}
