@@ -14,7 +14,10 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10);
     group.measurement_time(Duration::from_millis(500));
     group.warm_up_time(Duration::from_millis(100));
-    println!("{:<8} {:>9} {:>7} {:>10} {:>12}", "ctrl", "period_ms", "target", "settle_s", "mae_points");
+    println!(
+        "{:<8} {:>9} {:>7} {:>10} {:>12}",
+        "ctrl", "period_ms", "target", "settle_s", "mae_points"
+    );
     for (name, kind, run) in [
         ("pi", ControllerKind::Pi, Duration::from_secs(30)),
         ("window", ControllerKind::Window, Duration::from_secs(300)),
@@ -26,10 +29,15 @@ fn bench(c: &mut Criterion) {
                 name,
                 case.sample_period.as_millis(),
                 case.target,
-                t.settle.map_or("never".into(), |s| format!("{:.2}", s.as_secs_f64())),
+                t.settle
+                    .map_or("never".into(), |s| format!("{:.2}", s.as_secs_f64())),
                 t.mean_abs_error
             );
-            let id = format!("{name}/{}ms/{}pct", case.sample_period.as_millis(), case.target);
+            let id = format!(
+                "{name}/{}ms/{}pct",
+                case.sample_period.as_millis(),
+                case.target
+            );
             group.bench_function(id, |b| {
                 b.iter_custom(|iters| {
                     let settle = track(case, kind.build()).settle.unwrap_or(run);

@@ -7,8 +7,8 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpufill_core::sim::{SimConfig, SimGpu};
 use gpufill_core::{
-    FillLoop, FillSettings, Load, LoadSource, PiController, Probe,
-    ProcessInfo, Time, Utilization, YieldPolicy,
+    FillLoop, FillSettings, Load, LoadSource, PiController, Probe, ProcessInfo, Time, Utilization,
+    YieldPolicy,
 };
 
 /// A device that answers at once: isolates the loop's own cost.
@@ -17,7 +17,7 @@ struct Instant;
 impl Probe for Instant {
     type Error = Infallible;
     fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Infallible> {
-        let fresh = now.since_epoch().as_millis() % 200 == 0;
+        let fresh = now.since_epoch().as_millis().is_multiple_of(200);
         Ok(fresh.then(|| Utilization::saturating_from_fraction(0.49)))
     }
     fn foreign_processes(&mut self, _: Time) -> Result<Vec<ProcessInfo>, Infallible> {

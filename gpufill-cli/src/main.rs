@@ -1,1 +1,24 @@
-fn main() {}
+//! The `gpufill` binary: parses flags, installs logging, runs a subcommand, and maps
+//! failures onto exit codes (0 ok or stopped by a signal, 1 runtime failure, 2 usage
+//! or config error).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpufill_cli::{UsageError, cli::Cli};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    gpufill_cli::logging::init(cli.verbose, cli.quiet);
+    match gpufill_cli::dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("gpufill: {err:#}");
+            if err.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

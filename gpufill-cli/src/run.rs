@@ -1,0 +1,229 @@
+//! `gpufill run`: one worker thread per selected GPU, each running the fill loop on the
+//! real clock until SIGINT/SIGTERM (or `--duration`), then leaving its GPU idle.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use gpufill_core::{Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
+use gpufill_cuda::{CudaLoad, LauncherSettings};
+use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
+use tracing::{debug, error, info, info_span, trace, warn};
+
+use crate::UsageError;
+use crate::cli::RunArgs;
+use crate::config::{Config, GpuId, GpuSelector};
+
+/// A GPU chosen to fill, known to both NVML and CUDA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// NVML index (what `nvidia-smi` shows).
+    pub index: u32,
+    /// UUID, which matches NVML and CUDA devices.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// CUDA ordinal (may differ from the NVML index).
+    pub ordinal: usize,
+}
+
+/// The message for a machine without the NVIDIA driver.
+pub const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver; `gpufill simulate` runs without one)";
+
+/// Runs `gpufill run`.
+///
+/// # Errors
+/// [`UsageError`] for a GPU selection that names no GPU; a runtime error when the driver
+/// is missing or every worker failed.
+pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
+    if !gpufill_cuda::driver_present() {
+        bail!(NO_DRIVER);
+    }
+    let nvml = Nvml::init().context("cannot start NVML")?;
+    let targets = select(&nvml, &config.gpus)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .context("cannot install signal handlers")?;
+    }
+    let clock = SystemClock::new();
+    let deadline = args.duration.map(Time::from_secs_f64);
+    let workers: Vec<_> = targets
+        .into_iter()
+        .map(|target| {
+            let (config, stop) = (config.clone(), Arc::clone(&stop));
+            let index = target.index;
+            thread::Builder::new()
+                .name(format!("gpufill-gpu{index}"))
+                .spawn(move || worker(nvml, &target, &config, &stop, clock, deadline))
+                .map(|handle| (index, handle))
+        })
+        .collect::<Result<_, _>>()
+        .context("cannot start a worker thread")?;
+    let total = workers.len();
+    let mut failed = 0;
+    for (index, handle) in workers {
+        let result = handle
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("worker panicked")));
+        if let Err(e) = result {
+            error!(gpu = index, "{e:#}");
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} of {total} GPU workers failed (see the log above)");
+    }
+    info!("stopped; every GPU left idle");
+    Ok(())
+}
+
+/// Resolves the GPU selector against NVML's list, then finds each GPU's CUDA ordinal by UUID.
+fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
+    let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
+    let cuda = gpufill_cuda::devices().context("cannot list GPUs through CUDA")?;
+    let chosen: Vec<_> = match selector {
+        GpuSelector::All => gpus
+            .iter()
+            .filter(|g| {
+                if g.mig_enabled {
+                    warn!(gpu = g.index, uuid = %g.uuid, "skipping: MIG is enabled, NVML cannot measure its utilization");
+                }
+                !g.mig_enabled
+            })
+            .collect(),
+        GpuSelector::List(ids) => ids
+            .iter()
+            .map(|id| {
+                gpus.iter()
+                    .find(|g| match id {
+                        GpuId::Index(i) => g.index == *i,
+                        GpuId::Uuid(u) => g.uuid.eq_ignore_ascii_case(u),
+                    })
+                    .ok_or_else(|| {
+                        UsageError(anyhow!("gpus: no GPU {} on this machine ({} GPUs found)", describe(id), gpus.len()))
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if chosen.is_empty() {
+        bail!(
+            "no GPU to fill: NVML lists {} GPUs, none usable",
+            gpus.len()
+        );
+    }
+    chosen
+        .into_iter()
+        .map(|g| {
+            let ordinal = cuda
+                .iter()
+                .find(|c| c.uuid.eq_ignore_ascii_case(&g.uuid))
+                .map(|c| c.ordinal)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "GPU {} ({}) is not visible to CUDA (check CUDA_VISIBLE_DEVICES)",
+                        g.index,
+                        g.uuid
+                    )
+                })?;
+            Ok(Target {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                name: g.name.clone(),
+                ordinal,
+            })
+        })
+        .collect()
+}
+
+fn describe(id: &GpuId) -> String {
+    match id {
+        GpuId::Index(i) => format!("with index {i}"),
+        GpuId::Uuid(u) => format!("with UUID {u}"),
+    }
+}
+
+fn worker(
+    nvml: Nvml,
+    target: &Target,
+    config: &Config,
+    stop: &AtomicBool,
+    clock: SystemClock,
+    deadline: Option<Time>,
+) -> anyhow::Result<()> {
+    let span = info_span!("gpu", gpu = target.index);
+    let _entered = span.enter();
+    let launcher = LauncherSettings {
+        period: config.period(),
+        max_kernel: config.max_kernel(),
+        ..LauncherSettings::default()
+    };
+    // Our own entry in NVML's list is the PID that appears with our context: in a
+    // container NVML shows host PIDs, which differ from std::process::id().
+    let before = nvml.compute_pids(&target.uuid)?;
+    let load = CudaLoad::open(target.ordinal, launcher).context("cannot open the CUDA context")?;
+    let after = nvml.compute_pids(&target.uuid)?;
+    let own = identify_own(&before, &after, std::process::id());
+    if own.ambiguous {
+        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
+    }
+    info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
+    let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    let mut fill = FillLoop::new(
+        probe,
+        load,
+        config.controller_kind().build(),
+        YieldPolicy::new(config.yield_settings()),
+        config.fill_settings(),
+    );
+    let last = fill.run(&clock, config.tick(), |tick| {
+        log_tick(tick);
+        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
+    });
+    if !fill.load_source().quiesce(Duration::from_millis(100)) {
+        warn!("kernels still queued 100 ms after stopping");
+    }
+    if last.state == State::Stopped {
+        bail!("stopped filling: the GPU failed (see the log above)");
+    }
+    Ok(())
+}
+
+fn log_tick(tick: &Tick) {
+    let util = tick.util.map(|u| u.percent());
+    if let Some(sample) = tick.sample {
+        debug!(
+            util = sample.percent(),
+            target = tick.target.percent(),
+            duty = tick.duty.percent(),
+            state = tick.state.as_str(),
+            foreign = tick.foreign,
+            "sample"
+        );
+    } else {
+        trace!(
+            ?util,
+            duty = tick.duty.percent(),
+            state = tick.state.as_str(),
+            "tick"
+        );
+    }
+    for event in &tick.events {
+        match event {
+            Event::Filling => info!(target = tick.target.percent(), "filling"),
+            Event::Yielded { pids } if pids.is_empty() => info!("yielding (grace)"),
+            Event::Yielded { pids } => info!(foreign = ?pids, "yielding"),
+            Event::ProbeFault { message } => {
+                warn!("probe failed, holding the last load: {message}")
+            }
+            Event::ProbeRecovered => info!("probe recovered"),
+            Event::WentBlind => warn!("probe failing too long: idle until it recovers"),
+            Event::LoadFault { message } => warn!("cannot apply the load, retrying: {message}"),
+            Event::Stopped { kind, message } => {
+                error!(?kind, "GPU unusable, stopped with the GPU idle: {message}")
+            }
+        }
+    }
+}

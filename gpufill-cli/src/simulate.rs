@@ -1,0 +1,255 @@
+//! `gpufill simulate`: the real fill loop against the simulated GPU, in virtual time.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
+use gpufill_core::{Tick, Time};
+
+use crate::UsageError;
+use crate::cli::SimulateArgs;
+use crate::config::Config;
+
+/// One `--foreign START-END:LOAD`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForeignSpec {
+    /// When it appears, in seconds.
+    pub start_s: f64,
+    /// When it leaves, in seconds.
+    pub end_s: f64,
+    /// Share of time it wants the GPU, percent.
+    pub load_percent: f64,
+}
+
+/// Parses `START-END:LOAD`, e.g. `5-12:30`.
+///
+/// # Errors
+/// A message saying what is wrong, for clap to print.
+pub fn parse_foreign(s: &str) -> Result<ForeignSpec, String> {
+    let bad = || format!("expected START-END:LOAD in seconds and percent, e.g. 5-12:30, got {s:?}");
+    let (span, load) = s.split_once(':').ok_or_else(bad)?;
+    let (start, end) = span.split_once('-').ok_or_else(bad)?;
+    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+    let (start_s, end_s, load_percent) = match (num(start), num(end), num(load)) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => return Err(bad()),
+    };
+    if start_s < 0.0 || end_s <= start_s {
+        return Err(format!(
+            "foreign job {s:?}: END must be after START, both at least 0"
+        ));
+    }
+    if !(0.0..=100.0).contains(&load_percent) {
+        return Err(format!(
+            "foreign job {s:?}: LOAD must be a percent between 0 and 100"
+        ));
+    }
+    Ok(ForeignSpec {
+        start_s,
+        end_s,
+        load_percent,
+    })
+}
+
+fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
+    let fail = |m: String| Err(UsageError(anyhow::anyhow!(m)));
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 30.0 * 86400.0) {
+        return fail(format!(
+            "--duration must be between 0 and 2592000 seconds, got {}",
+            args.duration
+        ));
+    }
+    if !(args.every.is_finite() && args.every > 0.0) {
+        return fail(format!(
+            "--every must be a positive number of seconds, got {}",
+            args.every
+        ));
+    }
+    if !(1..=10_000).contains(&args.sample_ms) {
+        return fail(format!(
+            "--sample-ms must be between 1 and 10000, got {}",
+            args.sample_ms
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the simulation described by `args` and `config`, printing a table to `out`.
+///
+/// # Errors
+/// [`UsageError`] for bad flags; I/O errors writing the CSV.
+pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
+    check_args(args)?;
+    let sim_cfg = SimConfig {
+        sample_period: Duration::from_millis(args.sample_ms),
+        mps: args.mps,
+        foreign: args
+            .foreign
+            .iter()
+            .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
+            .collect(),
+        ..SimConfig::default()
+    };
+    let settings = config.fill_settings();
+    let mut sim = Simulation::new(
+        sim_cfg,
+        settings,
+        config.yield_settings(),
+        config.controller_kind().build(),
+        config.tick(),
+    );
+    let mut csv = match &args.csv {
+        Some(path) => {
+            let file =
+                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+            let mut w = BufWriter::new(file);
+            writeln!(w, "t_s,target,util,duty,state")?;
+            Some((w, path))
+        }
+        None => None,
+    };
+    writeln!(
+        out,
+        "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
+        "t_s", "target", "util", "duty", "state"
+    )?;
+    let every = Time::from_secs_f64(args.every).since_epoch();
+    let mut next_row = Time::ZERO;
+    let mut ticks = Vec::new();
+    let mut io_result = Ok(());
+    sim.run_until(Time::from_secs_f64(args.duration), |tick| {
+        if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
+            io_result = write_csv_row(w, tick);
+        }
+        if tick.at >= next_row {
+            let _ = write_row(out, tick);
+            next_row += every;
+        }
+        ticks.push(tick.clone());
+    });
+    io_result.context("cannot write the CSV file")?;
+    if let Some((mut w, path)) = csv {
+        w.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    summarize(out, &sim, &ticks, settings.target, args)
+}
+
+fn percent(u: Option<gpufill_core::Utilization>) -> String {
+    u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
+}
+
+fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{:.3},{:.1},{},{:.2},{}",
+        t.at.as_secs_f64(),
+        t.target.percent(),
+        percent(t.util),
+        t.duty.percent(),
+        t.state.as_str()
+    )
+}
+
+fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>8.2} {:>7.1} {:>6} {:>6.1}  {:<9} {}",
+        t.at.as_secs_f64(),
+        t.target.percent(),
+        percent(t.util),
+        t.duty.percent(),
+        t.state.as_str(),
+        t.foreign
+    )
+}
+
+fn summarize(
+    out: &mut dyn Write,
+    sim: &Simulation,
+    ticks: &[Tick],
+    target: gpufill_core::Utilization,
+    args: &SimulateArgs,
+) -> anyhow::Result<()> {
+    let end = Time::from_secs_f64(args.duration);
+    // Judge tracking up to the first foreign arrival, where the target stops being ours to hold.
+    let first_foreign = args
+        .foreign
+        .iter()
+        .map(|f| f.start_s)
+        .fold(args.duration, f64::min);
+    let t = tracking(
+        ticks,
+        Time::ZERO,
+        Time::from_secs_f64(first_foreign),
+        target,
+        2.0,
+    );
+    writeln!(out)?;
+    match t.settle {
+        Some(s) => writeln!(
+            out,
+            "settled within 2 points of {:.1}% after {:.2} s; mean absolute error after that {:.2} points over {} samples",
+            target.percent(),
+            s.as_secs_f64(),
+            t.mean_abs_error,
+            t.samples
+        )?,
+        None => writeln!(
+            out,
+            "did not settle within 2 points of {:.1}%",
+            target.percent()
+        )?,
+    }
+    let report = sim.gpu().report(end);
+    for (spec, job) in args.foreign.iter().zip(&report.foreign) {
+        writeln!(
+            out,
+            "foreign job {}-{} s at {:.0}%: slowed by {:.2}%, our kernels resident beside it for {:.1} ms",
+            spec.start_s,
+            spec.end_s,
+            spec.load_percent,
+            job.slowdown * 100.0,
+            job.overlap.as_secs_f64() * 1000.0
+        )?;
+    }
+    if let Some(last) = ticks
+        .last()
+        .filter(|t| t.state == gpufill_core::State::Stopped)
+    {
+        bail!(
+            "the simulated loop stopped at {:.2} s",
+            last.at.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_foreign_job_spec() {
+        assert_eq!(
+            parse_foreign("5-12:30").unwrap(),
+            ForeignSpec {
+                start_s: 5.0,
+                end_s: 12.0,
+                load_percent: 30.0
+            }
+        );
+        assert_eq!(parse_foreign("0.5-1.5:100").unwrap().end_s, 1.5);
+    }
+
+    #[test]
+    fn rejects_malformed_foreign_job_specs() {
+        for bad in [
+            "", "5-12", "5:30", "12-5:30", "5-12:130", "a-b:c", "5-12:nan", "-1-3:10",
+        ] {
+            assert!(parse_foreign(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The `gpufill` binary end to end: exit codes, error messages, and `simulate`'s output.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::str::contains;
+
+fn gpufill() -> Command {
+    Command::cargo_bin("gpufill").unwrap()
+}
+
+struct Row {
+    t: f64,
+    target: f64,
+    util: Option<f64>,
+    duty: f64,
+    state: String,
+}
+
+fn read_csv(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("t_s,target,util,duty,state"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Row {
+                t: f[0].parse().unwrap(),
+                target: f[1].parse().unwrap(),
+                util: f[2].parse().ok(),
+                duty: f[3].parse().unwrap(),
+                state: f[4].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Settle time and mean absolute error over the util changes (new samples) in `[from, to)`.
+fn judge(rows: &[Row], from: f64, to: f64) -> (f64, f64) {
+    let mut samples: Vec<(f64, f64)> = Vec::new();
+    let mut last = None;
+    for r in rows.iter().filter(|r| r.t >= from && r.t < to) {
+        if r.util != last {
+            if let Some(u) = r.util {
+                samples.push((r.t, u - r.target));
+            }
+            last = r.util;
+        }
+    }
+    let first_good = samples
+        .iter()
+        .rposition(|(_, e)| e.abs() > 2.0)
+        .map_or(0, |i| i + 1);
+    let held = &samples[first_good..];
+    let mae = held.iter().map(|(_, e)| e.abs()).sum::<f64>() / held.len() as f64;
+    (held[0].0 - from, mae)
+}
+
+#[test]
+fn simulate_settles_within_a_second_and_holds_within_a_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let csv = dir.join("t.csv");
+    gpufill()
+        .args(["simulate", "--target", "50", "--duration", "20", "--csv"])
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(contains("settled within 2 points of 50.0%"));
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), 2000, "one row per 10 ms tick");
+    let (settle, mae) = judge(&rows, 0.0, 20.0);
+    assert!(settle <= 1.0, "settle {settle}");
+    assert!(mae <= 1.0, "mae {mae}");
+}
+
+#[test]
+fn simulate_yields_to_a_foreign_job_and_fills_again_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let csv = dir.join("t.csv");
+    gpufill()
+        .args([
+            "simulate",
+            "--target",
+            "50",
+            "--duration",
+            "25",
+            "--foreign",
+            "5-12:30",
+            "--csv",
+        ])
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(contains("slowed by 0.00%"));
+    let rows = read_csv(&csv);
+    for r in rows.iter().filter(|r| r.t >= 5.0 && r.t < 12.0) {
+        assert_eq!(r.state, "yielding", "at {}", r.t);
+        assert_eq!(r.duty, 0.0, "at {}", r.t);
+    }
+    // Default grace 5 s after the job leaves at 12 s, then back at target.
+    assert!(rows.iter().any(|r| r.t >= 17.0 && r.state == "filling"));
+    let (settle, mae) = judge(&rows, 17.0, 25.0);
+    assert!(settle <= 1.5 && mae <= 1.0, "settle {settle}, mae {mae}");
+}
+
+#[test]
+fn a_bad_config_value_exits_2_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "target_percent = 50\n[load]\nwidth_blocks = 0\n").unwrap();
+    gpufill()
+        .args(["simulate", "--config"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "bad.toml:3:16: load.width_blocks: must be between 1 and 65535, got 0",
+        ));
+}
+
+#[test]
+fn config_check_accepts_the_example_and_rejects_unknown_keys() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpufill.example.toml");
+    gpufill()
+        .args(["config", "check"])
+        .arg(&example)
+        .assert()
+        .success()
+        .stdout(contains("target_percent = 50.0"));
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let path = dir.join("typo.toml");
+    std::fs::write(&path, "[yield]\ngrace = 3\n").unwrap();
+    gpufill()
+        .args(["config", "check"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(contains("yield.grace: unknown field"));
+}
+
+#[test]
+fn a_bad_flag_exits_2_naming_the_flag() {
+    gpufill()
+        .args(["simulate", "--target", "150"])
+        .assert()
+        .code(2)
+        .stderr(contains("invalid --target"));
+    gpufill()
+        .args(["simulate", "--foreign", "12-5:30"])
+        .assert()
+        .code(2)
+        .stderr(contains("END must be after START"));
+    gpufill().args(["run", "--gpus", "none"]).assert().code(2);
+}
+
+#[test]
+fn without_a_driver_run_and_status_say_so_and_exit_1() {
+    if gpufill_cuda::driver_present() {
+        eprintln!(
+            "skipped: this machine has the NVIDIA driver (the GPU machine runs the hardware tests)"
+        );
+        return;
+    }
+    for cmd in ["run", "status"] {
+        gpufill().arg(cmd).assert().code(1).stderr(contains(
+            "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver",
+        ));
+    }
+}
