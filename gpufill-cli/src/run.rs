@@ -7,7 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use gpufill_core::{Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
+use gpufill_core::{Clock, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
 use gpufill_cuda::{CudaLoad, LauncherSettings};
 use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
@@ -182,7 +182,11 @@ fn worker(
         log_tick(tick);
         !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
     });
-    if !fill.load_source().quiesce(Duration::from_millis(100)) {
+    let stopping = clock.now();
+    if fill.load_source().quiesce(Duration::from_millis(100)) {
+        let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+        info!(ms, "GPU idle: no kernel of ours queued or running");
+    } else {
         warn!("kernels still queued 100 ms after stopping");
     }
     if last.state == State::Stopped {
