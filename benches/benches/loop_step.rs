@@ -33,36 +33,28 @@ impl LoadSource for Instant {
     }
 }
 
+/// Times one step of a loop over `probe` and `load`, ticking every 10 ms of virtual time.
+fn bench_step<P: Probe, L: LoadSource>(c: &mut Criterion, name: &str, probe: P, load: L) {
+    let mut fill = FillLoop::new(
+        probe,
+        load,
+        PiController::default(),
+        YieldPolicy::default(),
+        FillSettings::default(),
+    );
+    let mut now = Time::ZERO;
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            now += Duration::from_millis(10);
+            black_box(fill.step(now))
+        });
+    });
+}
+
 fn bench(c: &mut Criterion) {
-    c.bench_function("step/bare", |b| {
-        let mut fill = FillLoop::new(
-            Instant,
-            Instant,
-            PiController::default(),
-            YieldPolicy::default(),
-            FillSettings::default(),
-        );
-        let mut now = Time::ZERO;
-        b.iter(|| {
-            now += Duration::from_millis(10);
-            black_box(fill.step(now))
-        });
-    });
-    c.bench_function("step/simulated_gpu", |b| {
-        let gpu = SimGpu::new(SimConfig::default());
-        let mut fill = FillLoop::new(
-            gpu.probe(),
-            gpu.load(),
-            PiController::default(),
-            YieldPolicy::default(),
-            FillSettings::default(),
-        );
-        let mut now = Time::ZERO;
-        b.iter(|| {
-            now += Duration::from_millis(10);
-            black_box(fill.step(now))
-        });
-    });
+    bench_step(c, "step/bare", Instant, Instant);
+    let gpu = SimGpu::new(SimConfig::default());
+    bench_step(c, "step/simulated_gpu", gpu.probe(), gpu.load());
 }
 
 criterion_group!(benches, bench);
