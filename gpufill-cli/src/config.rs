@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use gpufill_core::{ControllerKind, Duty, FillSettings, Utilization, Width, YieldSettings};
+use gpufill_core::{
+    ControllerKind, Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings,
+};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 use toml::de::{DeTable, DeValue};
@@ -124,9 +126,15 @@ pub struct YieldConfig {
     /// Seconds to stay idle after the last foreign process has gone, `[0, 86400]`.
     #[serde(deserialize_with = "number")]
     pub grace_s: f64,
+    /// `activity` only: seconds a listed process must have run no kernel before
+    /// gpufill fills beside it, `[0, 86400]`.
+    #[serde(deserialize_with = "number")]
+    pub idle_grace_s: f64,
     /// PIDs that never count as foreign.
     #[serde(deserialize_with = "pids")]
     pub ignore_pids: Vec<u32>,
+    /// Process names (last path component) that never count as foreign.
+    pub ignore_names: Vec<String>,
 }
 
 impl Default for YieldConfig {
@@ -134,7 +142,9 @@ impl Default for YieldConfig {
         YieldConfig {
             policy: YieldPolicyChoice::Presence,
             grace_s: 5.0,
+            idle_grace_s: 30.0,
             ignore_pids: Vec::new(),
+            ignore_names: Vec::new(),
         }
     }
 }
@@ -209,6 +219,9 @@ pub enum YieldPolicyChoice {
     /// `"presence"`: idle while any other compute process is on the GPU.
     #[default]
     Presence,
+    /// `"activity"`: idle while another process works, and until it has been quiet
+    /// for `idle_grace_s`.
+    Activity,
 }
 
 impl YieldPolicyChoice {
@@ -216,6 +229,7 @@ impl YieldPolicyChoice {
     pub fn as_str(self) -> &'static str {
         match self {
             YieldPolicyChoice::Presence => "presence",
+            YieldPolicyChoice::Activity => "activity",
         }
     }
 }
@@ -226,7 +240,10 @@ impl TryFrom<String> for YieldPolicyChoice {
     fn try_from(name: String) -> Result<Self, String> {
         match name.as_str() {
             "presence" => Ok(YieldPolicyChoice::Presence),
-            _ => Err(format!("expected \"presence\", got {name:?}")),
+            "activity" => Ok(YieldPolicyChoice::Activity),
+            _ => Err(format!(
+                "expected \"presence\" or \"activity\", got {name:?}"
+            )),
         }
     }
 }
@@ -823,6 +840,11 @@ impl Config {
                 float_problem(self.yielding.grace_s, 0.0, 86400.0),
             ),
             (
+                "yield.idle_grace_s",
+                float_problem(self.yielding.idle_grace_s, 0.0, 86400.0),
+            ),
+            ("yield.ignore_names", self.empty_name()),
+            (
                 "probe.fault_hold_s",
                 float_problem(self.probe.fault_hold_s, 0.0, 3600.0),
             ),
@@ -840,6 +862,15 @@ impl Config {
                 self.load.period_ms, self.load.max_kernel_us
             )
         })
+    }
+
+    fn empty_name(&self) -> Option<String> {
+        let bad = self
+            .yielding
+            .ignore_names
+            .iter()
+            .any(|n| n.is_empty() || n.contains('/'));
+        bad.then(|| "names must be non-empty and without '/' (the last path component)".to_string())
     }
 
     /// Lays the flags over the file's values. Validate afterwards.
@@ -874,9 +905,17 @@ impl Config {
 
     /// The yield policy's settings.
     pub fn yield_settings(&self) -> YieldSettings {
+        let mode = match self.yielding.policy {
+            YieldPolicyChoice::Presence => YieldMode::Presence,
+            YieldPolicyChoice::Activity => YieldMode::Activity {
+                idle_grace: seconds(self.yielding.idle_grace_s),
+            },
+        };
         YieldSettings {
+            mode,
             grace: seconds(self.yielding.grace_s),
             ignore_pids: self.yielding.ignore_pids.clone(),
+            ignore_names: self.yielding.ignore_names.clone(),
         }
     }
 
@@ -1186,7 +1225,7 @@ mod tests {
         );
         let flag = <ControllerChoice as clap::ValueEnum>::from_str("window", false);
         assert_eq!(flag, Ok(ControllerChoice::Window));
-        let e = error("[yield]\npolicy = \"activity\"");
+        let e = error("[yield]\npolicy = \"never\"");
         assert_eq!(e.key(), Some("yield.policy"));
         assert_eq!(
             parse("controller = \"window\"").unwrap().controller,
@@ -1544,5 +1583,25 @@ mod tests {
             }
             check_without_panic(&bytes);
         }
+    }
+
+    #[test]
+    fn activity_policy_resolves_with_its_idle_grace_and_ignored_names() {
+        let config = parse(
+            "[yield]\npolicy = \"activity\"\nidle_grace_s = 12\nignore_names = [\"dcgm-exporter\"]\n",
+        )
+        .unwrap();
+        let y = config.yield_settings();
+        assert_eq!(
+            y.mode,
+            YieldMode::Activity {
+                idle_grace: Duration::from_secs(12)
+            }
+        );
+        assert_eq!(y.ignore_names, vec!["dcgm-exporter".to_string()]);
+        assert!(parse("[yield]\nidle_grace_s = -1\n").is_err());
+        assert!(parse("[yield]\nignore_names = [\"\"]\n").is_err());
+        assert!(parse("[yield]\nignore_names = [\"/usr/bin/x\"]\n").is_err());
+        assert!(parse("[yield]\npolicy = \"never\"\n").is_err());
     }
 }

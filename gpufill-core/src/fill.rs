@@ -143,6 +143,7 @@ pub struct FillLoop<P, L, C> {
 struct Measured {
     foreign: Vec<ProcessInfo>,
     sample: Option<Utilization>,
+    active: Vec<u32>,
 }
 
 impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
@@ -254,7 +255,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     fn measure(&mut self, now: Time) -> Result<Measured, (ErrorKind, String)> {
         let foreign = self.probe.foreign_processes(now).map_err(classify)?;
         let sample = self.probe.utilization(now).map_err(classify)?;
-        Ok(Measured { foreign, sample })
+        // Per-process activity is costly to read: only when the policy uses it.
+        let active = if self.policy.needs_activity() && !foreign.is_empty() {
+            self.probe
+                .active_processes(now)
+                .map_err(classify)?
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        Ok(Measured {
+            foreign,
+            sample,
+            active,
+        })
     }
 
     fn decide(&mut self, now: Time, measured: Measured, tick: &mut Tick) -> (State, Load) {
@@ -266,7 +280,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             self.last_util = measured.sample;
             tick.util = measured.sample;
         }
-        match self.policy.decide(now, &measured.foreign) {
+        match self.policy.decide(now, &measured.foreign, &measured.active) {
             Decision::Yield { pids } => {
                 tick.foreign = pids.len();
                 if self.state != Some(State::Yielding) {

@@ -30,6 +30,6 @@ pub mod units;
 pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
-pub use policy::{Decision, YieldPolicy, YieldSettings};
+pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};

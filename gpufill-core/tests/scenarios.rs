@@ -273,3 +273,85 @@ fn the_ten_second_window_rule_takes_over_a_minute_to_settle() {
     let late = tracking(&ticks, secs(120.0), secs(240.0), pct(50.0), 10.0);
     assert!(late.settle.is_some(), "{late:?}");
 }
+
+fn notebook() -> ForeignJob {
+    // Holds a context from 2 s to 30 s, works only from 10 s to 15 s.
+    ForeignJob {
+        work: Some((secs(10.0), secs(15.0))),
+        ..ForeignJob::compute_bound(2.0, 30.0, 1.0)
+    }
+}
+
+fn activity_settings() -> YieldSettings {
+    YieldSettings {
+        mode: gpufill_core::YieldMode::Activity {
+            idle_grace: Duration::from_secs(3),
+        },
+        ..YieldSettings::default()
+    }
+}
+
+#[test]
+fn activity_mode_fills_beside_an_idle_notebook_and_yields_when_it_works() {
+    let cfg = SimConfig {
+        foreign: vec![notebook()],
+        ..SimConfig::default()
+    };
+    let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, activity_settings());
+    let ticks = s.collect_until(secs(30.0));
+    let state_at = |t: f64| first_tick_at_or_after(&ticks, secs(t)).state;
+    // Appearing counts as working: idle for the idle grace, then fill beside it.
+    assert_eq!(state_at(2.0), State::Yielding);
+    assert_eq!(state_at(4.9), State::Yielding);
+    assert_eq!(state_at(5.1), State::Filling);
+    assert_eq!(state_at(9.9), State::Filling);
+    // It starts working at 10 s: yield at the first sample that shows it (one period).
+    let yielded = ticks
+        .iter()
+        .find(|t| t.at >= secs(10.0) && t.state == State::Yielding)
+        .unwrap();
+    assert!(yielded.at <= secs(10.3), "{yielded:?}");
+    // Quiet again from 15 s: fill once it has been quiet for 3 s.
+    assert_eq!(state_at(17.9), State::Yielding);
+    assert_eq!(state_at(18.5), State::Filling);
+    let report = s.gpu().report(secs(30.0));
+    assert!(report.foreign[0].slowdown < 0.05, "{report:?}");
+    assert!(report.foreign[0].overlap > Duration::ZERO, "{report:?}");
+}
+
+#[test]
+fn presence_mode_stays_idle_beside_an_idle_notebook() {
+    let cfg = SimConfig {
+        foreign: vec![notebook()],
+        ..SimConfig::default()
+    };
+    let mut s = sim(cfg, 50.0);
+    let ticks = s.collect_until(secs(30.0));
+    for t in ticks
+        .iter()
+        .filter(|t| t.at >= secs(2.0) && t.at < secs(30.0))
+    {
+        assert_eq!(t.state, State::Yielding, "{t:?}");
+    }
+    assert_eq!(
+        s.gpu().report(secs(30.0)).foreign[0].overlap,
+        Duration::ZERO
+    );
+}
+
+#[test]
+fn ignored_process_names_never_make_it_yield() {
+    let mut job = ForeignJob::compute_bound(5.0, 12.0, 0.2);
+    job.name = Some("/usr/bin/dcgm-exporter".into());
+    let cfg = SimConfig {
+        foreign: vec![job],
+        ..SimConfig::default()
+    };
+    let y = YieldSettings {
+        ignore_names: vec!["dcgm-exporter".into()],
+        ..YieldSettings::default()
+    };
+    let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, y);
+    let ticks = s.collect_until(secs(15.0));
+    assert!(ticks.iter().all(|t| t.state == State::Filling));
+}

@@ -36,7 +36,8 @@ pub struct NvmlProbe {
     /// Cleared once the MPS process list proves unsupported.
     try_mps: bool,
     /// Whether each PID seen is the MPS server (names are looked up once per PID).
-    mps_server: HashMap<u32, bool>,
+    names: HashMap<u32, Option<String>>,
+    next_activity_read: Option<Time>,
     process_last_seen_us: u64,
     gpm_supported: Option<bool>,
     gpm_previous: Option<(GpmSample<'static>, Instant)>,
@@ -68,7 +69,8 @@ impl NvmlProbe {
             own,
             schedule: Schedule::default(),
             try_mps: true,
-            mps_server: HashMap::new(),
+            names: HashMap::new(),
+            next_activity_read: None,
             process_last_seen_us: 0,
             gpm_supported: None,
             gpm_previous: None,
@@ -231,14 +233,15 @@ impl NvmlProbe {
 
     /// Whether `pid` is the MPS server, by name (once per PID). A PID whose name
     /// NVML cannot resolve (a host PID seen from a container) counts as a workload.
-    fn is_mps_server(&mut self, pid: u32) -> bool {
-        if let Some(&known) = self.mps_server.get(&pid) {
-            return known;
+    /// The process name, looked up once per PID (NVML cannot resolve host PIDs from
+    /// inside a container: then `None`).
+    fn name_of(&mut self, pid: u32) -> Option<String> {
+        if let Some(known) = self.names.get(&pid) {
+            return known.clone();
         }
         let name = self.nvml.process_name(pid);
-        let server = name.as_deref().is_some_and(is_mps_server_name);
-        self.mps_server.insert(pid, server);
-        server
+        self.names.insert(pid, name.clone());
+        name
     }
 }
 
@@ -265,15 +268,35 @@ impl Probe for NvmlProbe {
 
     fn foreign_processes(&mut self, _now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {
         let list = compute_processes(&self.device, &mut self.try_mps)?;
-        self.mps_server
+        self.names
             .retain(|pid, _| list.iter().any(|p| p.pid == *pid));
         let mut foreign = Vec::with_capacity(list.len());
-        for process in list {
-            if !self.own.contains(process.pid) && !self.is_mps_server(process.pid) {
+        for mut process in list {
+            if self.own.contains(process.pid) {
+                continue;
+            }
+            process.name = self.name_of(process.pid);
+            if !process.name.as_deref().is_some_and(is_mps_server_name) {
                 foreign.push(process);
             }
         }
         Ok(foreign)
+    }
+
+    fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, ProbeError> {
+        // About 1.4 ms a call: at most once per sample period.
+        if self.next_activity_read.is_some_and(|due| now < due) {
+            return Ok(None);
+        }
+        self.next_activity_read = Some(now + self.sample_period());
+        let samples = self.process_utilization()?;
+        Ok(Some(
+            samples
+                .into_iter()
+                .filter(|&(pid, sm)| sm > 0 && !self.own.contains(pid))
+                .map(|(pid, _)| pid)
+                .collect(),
+        ))
     }
 }
 

@@ -226,6 +226,7 @@ pub(crate) fn compute_processes(
         .map(|p| ProcessInfo {
             pid: p.pid,
             used_memory_bytes: used_bytes(&p.used_gpu_memory),
+            name: None,
         })
         .collect();
     if *try_mps {
@@ -235,6 +236,7 @@ pub(crate) fn compute_processes(
                 clients.into_iter().map(|p| ProcessInfo {
                     pid: p.pid,
                     used_memory_bytes: used_bytes(&p.used_gpu_memory),
+                    name: None,
                 }),
             ),
             Err(e) if classify(&e) == ErrorKind::Unsupported => {
@@ -279,6 +281,7 @@ mod tests {
         ProcessInfo {
             pid,
             used_memory_bytes: Some(mib << 20),
+            name: None,
         }
     }
 

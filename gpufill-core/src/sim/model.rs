@@ -25,6 +25,11 @@ pub struct ForeignJob {
     pub sm_share: f64,
     /// Loss of progress per unit of our duty while it runs (0.42: the 8192^3 matmul loop).
     pub interference: f64,
+    /// Its process name, as the probe reports it.
+    pub name: Option<String>,
+    /// When set, it runs kernels only in `[from, to)` and merely holds its context
+    /// otherwise (a notebook); when unset, from its first kernel until it leaves.
+    pub work: Option<(Time, Time)>,
 }
 
 impl ForeignJob {
@@ -41,6 +46,8 @@ impl ForeignJob {
             load: load.clamp(0.0, 1.0),
             sm_share: 1.0,
             interference: 0.42,
+            name: Some("python3".into()),
+            work: None,
         }
     }
 
@@ -53,7 +60,8 @@ impl ForeignJob {
     }
 
     fn running(&self, t: Time) -> bool {
-        self.first_kernel() <= t && t < self.leaves_at
+        let working = self.work.is_none_or(|(from, to)| from <= t && t < to);
+        working && self.first_kernel() <= t && t < self.leaves_at
     }
 }
 
@@ -161,6 +169,9 @@ struct Model {
     own_busy: f64,
     samples: u64,
     requested: Load,
+    window_active: Vec<bool>,
+    active: Vec<u32>,
+    active_published: bool,
 }
 
 impl Model {
@@ -182,6 +193,9 @@ impl Model {
             own_busy: 0.0,
             samples: 0,
             requested: Load::IDLE,
+            window_active: vec![false; n],
+            active: Vec::new(),
+            active_published: false,
         }
     }
 
@@ -200,7 +214,8 @@ impl Model {
             next = next.min(until);
         }
         for job in &self.cfg.foreign {
-            for t in [job.first_kernel(), job.leaves_at] {
+            let (from, to) = job.work.unwrap_or((job.leaves_at, job.leaves_at));
+            for t in [job.first_kernel(), job.leaves_at, from, to] {
                 if t > self.now {
                     next = next.min(t);
                 }
@@ -240,6 +255,7 @@ impl Model {
             self.wanted[i] += job.load * dt;
             self.got[i] += progress * dt;
             self.overlap[i] += own * dt;
+            self.window_active[i] |= progress > 0.0;
             idle *= 1.0 - progress;
             time_sliced += progress;
             sm += progress * job.sm_share;
@@ -261,6 +277,12 @@ impl Model {
         let util = (self.window_busy / period * 100.0).round() / 100.0;
         let sm = (self.window_sm / period * 100.0).round() / 100.0;
         self.published.push_back((util, sm));
+        for (i, job) in self.cfg.foreign.iter().enumerate() {
+            if std::mem::take(&mut self.window_active[i]) && !self.active.contains(&job.pid) {
+                self.active.push(job.pid);
+            }
+        }
+        self.active_published = true;
         self.samples += 1;
         self.window_busy = 0.0;
         self.window_sm = 0.0;
@@ -381,6 +403,7 @@ impl SimGpu {
         m.wanted.push(0.0);
         m.got.push(0.0);
         m.overlap.push(0.0);
+        m.window_active.push(false);
     }
 
     /// Drops foreign jobs that left before `t`, keeping memory bounded in long runs.
@@ -397,6 +420,7 @@ impl SimGpu {
                 m.wanted.remove(i);
                 m.got.remove(i);
                 m.overlap.remove(i);
+                m.window_active.remove(i);
                 retired.push(report.foreign[i + retired.len()].clone());
             } else {
                 i += 1;
@@ -441,8 +465,19 @@ impl Probe for SimProbe {
             .map(|job| ProcessInfo {
                 pid: job.pid,
                 used_memory_bytes: Some(600 << 20),
+                name: job.name.clone(),
             })
             .collect())
+    }
+
+    fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        m.check(true)?;
+        if !std::mem::take(&mut m.active_published) {
+            return Ok(None);
+        }
+        Ok(Some(std::mem::take(&mut m.active)))
     }
 }
 
