@@ -135,6 +135,12 @@ pub struct YieldConfig {
     pub ignore_pids: Vec<u32>,
     /// Process names (last path component) that never count as foreign.
     pub ignore_names: Vec<String>,
+    /// Drop the CUDA context after yielding for `release_after_s`, so a yielding
+    /// gpufill holds no GPU memory; it is created again on resume.
+    pub release_context: bool,
+    /// Seconds of yielding before the context is dropped, `[0, 86400]`.
+    #[serde(deserialize_with = "number")]
+    pub release_after_s: f64,
 }
 
 impl Default for YieldConfig {
@@ -145,6 +151,8 @@ impl Default for YieldConfig {
             idle_grace_s: 30.0,
             ignore_pids: Vec::new(),
             ignore_names: Vec::new(),
+            release_context: false,
+            release_after_s: 60.0,
         }
     }
 }
@@ -845,6 +853,10 @@ impl Config {
             ),
             ("yield.ignore_names", self.empty_name()),
             (
+                "yield.release_after_s",
+                float_problem(self.yielding.release_after_s, 0.0, 86400.0),
+            ),
+            (
                 "probe.fault_hold_s",
                 float_problem(self.probe.fault_hold_s, 0.0, 3600.0),
             ),
@@ -900,6 +912,10 @@ impl Config {
             width: Width::blocks(self.load.width_blocks).unwrap_or(Width::ONE_WARP),
             max_duty: Duty::clamped(self.load.max_duty_percent / 100.0),
             fault_hold: seconds(self.probe.fault_hold_s),
+            release_after: self
+                .yielding
+                .release_context
+                .then(|| seconds(self.yielding.release_after_s)),
         }
     }
 
@@ -1603,5 +1619,17 @@ mod tests {
         assert!(parse("[yield]\nignore_names = [\"\"]\n").is_err());
         assert!(parse("[yield]\nignore_names = [\"/usr/bin/x\"]\n").is_err());
         assert!(parse("[yield]\npolicy = \"never\"\n").is_err());
+    }
+
+    #[test]
+    fn release_context_sets_the_release_delay_only_when_on() {
+        assert_eq!(Config::default().fill_settings().release_after, None);
+        let config = parse("[yield]\nrelease_context = true\nrelease_after_s = 2.5\n").unwrap();
+        assert_eq!(
+            config.fill_settings().release_after,
+            Some(Duration::from_millis(2500))
+        );
+        assert!(parse("[yield]\nrelease_after_s = -1\n").is_err());
+        assert!(parse("[yield]\nrelease_context = 1\n").is_err());
     }
 }

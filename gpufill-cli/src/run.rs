@@ -7,6 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use gpufill_core::device::Reopening;
 use gpufill_core::{Clock, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
 use gpufill_cuda::{CudaLoad, LauncherSettings};
 use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
@@ -171,9 +172,16 @@ fn worker(
     }
     info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
     let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    // With yield.release_context the context is dropped while yielding and opened again
+    // on resume; our host PID stays the same, so `own` stays right.
+    let ordinal = target.ordinal;
+    let reopen = move || {
+        info!("opening a new CUDA context");
+        CudaLoad::open(ordinal, launcher)
+    };
     let mut fill = FillLoop::new(
         probe,
-        load,
+        Reopening::new(load, reopen),
         config.controller_kind().build(),
         YieldPolicy::new(config.yield_settings()),
         config.fill_settings(),
@@ -183,7 +191,11 @@ fn worker(
         !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
     });
     let stopping = clock.now();
-    if fill.load_source().quiesce(Duration::from_millis(100)) {
+    let quiet = fill
+        .load_source()
+        .current()
+        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
+    if quiet {
         let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
         info!(ms, "GPU idle: no kernel of ours queued or running");
     } else {
@@ -224,6 +236,9 @@ fn log_tick(tick: &Tick) {
             }
             Event::ProbeRecovered => info!("probe recovered"),
             Event::WentBlind => warn!("probe failing too long: idle until it recovers"),
+            Event::Released => {
+                info!("yielded long enough: CUDA context released, no GPU memory held")
+            }
             Event::LoadFault { message } => warn!("cannot apply the load, retrying: {message}"),
             Event::Stopped { kind, message } => {
                 error!(?kind, "GPU unusable, stopped with the GPU idle: {message}")

@@ -85,6 +85,65 @@ pub trait LoadSource {
     /// # Errors
     /// A classified device error.
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error>;
+
+    /// Frees what the source holds on the device while idle (for CUDA, the context), so
+    /// that a yielding gpufill holds no GPU memory; the next non-idle `set_load` takes
+    /// it again. Called only while the load is idle. The default keeps everything.
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn release(&mut self, now: Time) -> Result<(), Self::Error> {
+        let _ = now;
+        Ok(())
+    }
+}
+
+/// A [`LoadSource`] that can be dropped while idle and opened again on demand: the
+/// generic half of "no footprint while yielding". `open` makes a fresh source (a new
+/// CUDA context); [`LoadSource::release`] drops the current one.
+pub struct Reopening<L, F> {
+    open: F,
+    current: Option<L>,
+}
+
+impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
+    /// Wraps an open source; `open` makes the next one after a release.
+    pub fn new(first: L, open: F) -> Self {
+        Reopening {
+            open,
+            current: Some(first),
+        }
+    }
+
+    /// The source in use, `None` while released.
+    pub fn current(&self) -> Option<&L> {
+        self.current.as_ref()
+    }
+}
+
+impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<L, F> {
+    type Error = L::Error;
+
+    fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
+        if self.current.is_none() && load.is_idle() {
+            return Ok(());
+        }
+        if self.current.is_none() {
+            self.current = Some((self.open)()?);
+        }
+        match self.current.as_mut() {
+            Some(source) => source.set_load(now, load),
+            None => Ok(()),
+        }
+    }
+
+    fn release(&mut self, now: Time) -> Result<(), Self::Error> {
+        if let Some(mut source) = self.current.take() {
+            source.set_load(now, Load::IDLE)?;
+            source.release(now)?;
+        }
+        Ok(())
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -104,5 +163,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     type Error = L::Error;
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
         (**self).set_load(now, load)
+    }
+    fn release(&mut self, now: Time) -> Result<(), Self::Error> {
+        (**self).release(now)
     }
 }

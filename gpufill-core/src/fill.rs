@@ -29,6 +29,9 @@ pub struct FillSettings {
     pub max_duty: Duty,
     /// How long a failing probe is trusted: the last load holds this long, then the loop idles.
     pub fault_hold: Duration,
+    /// After yielding this long, release the load source (drop the CUDA context) so
+    /// gpufill holds no GPU memory; `None` keeps it.
+    pub release_after: Option<Duration>,
 }
 
 impl Default for FillSettings {
@@ -38,6 +41,7 @@ impl Default for FillSettings {
             width: Width::ONE_WARP,
             max_duty: Duty::FULL,
             fault_hold: Duration::from_secs(2),
+            release_after: None,
         }
     }
 }
@@ -91,6 +95,8 @@ pub enum Event {
     ProbeRecovered,
     /// The probe has failed for too long: idle until it recovers.
     WentBlind,
+    /// Yielded for `release_after`: the load source (the CUDA context) was released.
+    Released,
     /// Applying the load failed transiently; retried next tick.
     LoadFault {
         /// The adapter's message.
@@ -138,6 +144,8 @@ pub struct FillLoop<P, L, C> {
     last_util: Option<Utilization>,
     skip_next_sample: bool,
     fault_since: Option<Time>,
+    idle_since: Option<Time>,
+    released: bool,
 }
 
 struct Measured {
@@ -166,6 +174,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             last_util: None,
             skip_next_sample: true,
             fault_since: None,
+            idle_since: None,
+            released: false,
         }
     }
 
@@ -218,7 +228,32 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         self.state = Some(state);
         self.apply(now, desired, &mut tick);
+        self.release_if_idle_long(now, &mut tick);
         tick
+    }
+
+    fn release_if_idle_long(&mut self, now: Time, tick: &mut Tick) {
+        if tick.state != State::Yielding {
+            self.idle_since = None;
+            self.released = false;
+            return;
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        let due = self
+            .settings
+            .release_after
+            .is_some_and(|after| now.saturating_since(since) >= after);
+        if due && !self.released && self.applied.is_idle() {
+            match self.load.release(now) {
+                Ok(()) => {
+                    self.released = true;
+                    tick.events.push(Event::Released);
+                }
+                Err(e) => tick.events.push(Event::LoadFault {
+                    message: e.to_string(),
+                }),
+            }
+        }
     }
 
     /// Leaves the device idle (for a shutdown). The loop can be stepped again afterwards.

@@ -355,3 +355,70 @@ fn ignored_process_names_never_make_it_yield() {
     let ticks = s.collect_until(secs(15.0));
     assert!(ticks.iter().all(|t| t.state == State::Filling));
 }
+
+#[test]
+fn yielding_long_releases_the_context_and_resuming_takes_a_new_one() {
+    use gpufill_core::device::Reopening;
+    use gpufill_core::sim::SimGpu;
+    use gpufill_core::{FillLoop, YieldPolicy};
+
+    let gpu = SimGpu::new(SimConfig {
+        foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 1.0)],
+        ..SimConfig::default()
+    });
+    let opened = std::cell::Cell::new(1);
+    let reopen = || {
+        opened.set(opened.get() + 1);
+        Ok(gpu.load())
+    };
+    let settings = FillSettings {
+        target: pct(50.0),
+        release_after: Some(Duration::from_secs(2)),
+        ..FillSettings::default()
+    };
+    let mut fill = FillLoop::new(
+        gpu.probe(),
+        Reopening::new(gpu.load(), reopen),
+        ControllerKind::Pi.build(),
+        YieldPolicy::new(YieldSettings::default()),
+        settings,
+    );
+    let clock = gpufill_core::VirtualClock::default();
+    let mut ticks = Vec::new();
+    fill.run(&clock, TICK, |t| {
+        ticks.push(t.clone());
+        t.at < secs(25.0)
+    });
+    let released = ticks
+        .iter()
+        .find(|t| t.events.contains(&Event::Released))
+        .unwrap();
+    assert!(
+        released.at >= secs(7.0) && released.at < secs(7.02),
+        "{released:?}"
+    );
+    assert_eq!(
+        ticks
+            .iter()
+            .filter(|t| t.events.contains(&Event::Released))
+            .count(),
+        1
+    );
+    // Back to filling after the grace (12 s + 5 s) with a second context, at target.
+    assert_eq!(opened.get(), 2);
+    assert!(gpu.holds_context());
+    let t = tracking(&ticks, secs(17.0), secs(25.0), pct(50.0), 2.0);
+    assert!(t.settle.unwrap() <= Duration::from_millis(1500), "{t:?}");
+}
+
+#[test]
+fn without_release_after_the_context_is_kept_while_yielding() {
+    let cfg = SimConfig {
+        foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 1.0)],
+        ..SimConfig::default()
+    };
+    let mut s = sim(cfg, 50.0);
+    let ticks = s.collect_until(secs(11.0));
+    assert!(ticks.iter().all(|t| !t.events.contains(&Event::Released)));
+    assert!(s.gpu().holds_context());
+}

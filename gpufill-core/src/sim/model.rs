@@ -172,6 +172,7 @@ struct Model {
     window_active: Vec<bool>,
     active: Vec<u32>,
     active_published: bool,
+    holds_context: bool,
 }
 
 impl Model {
@@ -196,6 +197,7 @@ impl Model {
             window_active: vec![false; n],
             active: Vec::new(),
             active_published: false,
+            holds_context: true,
         }
     }
 
@@ -391,6 +393,12 @@ impl SimGpu {
         m.report()
     }
 
+    /// Whether our process holds a context on the device (false after a release until
+    /// the next non-idle load).
+    pub fn holds_context(&self) -> bool {
+        self.lock().holds_context
+    }
+
     /// The load most recently asked for.
     pub fn requested_load(&self) -> Load {
         self.lock().requested
@@ -496,7 +504,18 @@ impl LoadSource for SimLoad {
         // A lost device runs nothing whatever it is asked, so the load is recorded
         // (for tests to see what the loop asked for) before the error.
         m.set_load(load);
+        if !load.is_idle() {
+            m.holds_context = true;
+        }
         m.check(false)
+    }
+
+    fn release(&mut self, now: Time) -> Result<(), SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        m.check(false)?;
+        m.holds_context = false;
+        Ok(())
     }
 }
 
