@@ -117,12 +117,28 @@ impl Default for LoadConfig {
     }
 }
 
+/// `yield.mps`: whether to run beside others under MPS instead of yielding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MpsChoice {
+    /// MPS mode when an MPS control daemon is found at start.
+    #[default]
+    Auto,
+    /// Always MPS mode (never yield).
+    On,
+    /// Never MPS mode: the yield policy applies even under MPS.
+    Off,
+}
+
 /// The `[yield]` table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct YieldConfig {
     /// Which yield policy decides when to stand aside.
     pub policy: YieldPolicyChoice,
+    /// MPS co-residence: `auto` (when an MPS control daemon runs), `on` or `off`. Under
+    /// MPS gpufill never yields; it fills only the gap others leave.
+    pub mps: MpsChoice,
     /// Seconds to stay idle after the last foreign process has gone, `[0, 86400]`.
     #[serde(deserialize_with = "number")]
     pub grace_s: f64,
@@ -147,6 +163,7 @@ impl Default for YieldConfig {
     fn default() -> Self {
         YieldConfig {
             policy: YieldPolicyChoice::Presence,
+            mps: MpsChoice::Auto,
             grace_s: 5.0,
             idle_grace_s: 30.0,
             ignore_pids: Vec::new(),
@@ -919,9 +936,20 @@ impl Config {
         }
     }
 
-    /// The yield policy's settings.
+    /// The yield policy's settings when no MPS daemon runs.
     pub fn yield_settings(&self) -> YieldSettings {
+        self.yield_settings_with(false)
+    }
+
+    /// The yield policy's settings, given whether an MPS control daemon runs.
+    pub fn yield_settings_with(&self, mps_running: bool) -> YieldSettings {
+        let mps = match self.yielding.mps {
+            MpsChoice::Auto => mps_running,
+            MpsChoice::On => true,
+            MpsChoice::Off => false,
+        };
         let mode = match self.yielding.policy {
+            _ if mps => YieldMode::Mps,
             YieldPolicyChoice::Presence => YieldMode::Presence,
             YieldPolicyChoice::Activity => YieldMode::Activity {
                 idle_grace: seconds(self.yielding.idle_grace_s),
@@ -1631,5 +1659,18 @@ mod tests {
         );
         assert!(parse("[yield]\nrelease_after_s = -1\n").is_err());
         assert!(parse("[yield]\nrelease_context = 1\n").is_err());
+    }
+
+    #[test]
+    fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
+        let auto = Config::default();
+        assert_eq!(auto.yield_settings_with(true).mode, YieldMode::Mps);
+        assert_eq!(auto.yield_settings_with(false).mode, YieldMode::Presence);
+        let off = parse("[yield]\nmps = \"off\"\n").unwrap();
+        assert_eq!(off.yield_settings_with(true).mode, YieldMode::Presence);
+        let on = parse("[yield]\nmps = \"on\"\n").unwrap();
+        assert_eq!(on.yield_settings_with(false).mode, YieldMode::Mps);
+        let e = parse("[yield]\nmps = \"maybe\"\n").unwrap_err();
+        assert_eq!(e.key(), Some("yield.mps"), "{e}");
     }
 }

@@ -49,6 +49,10 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .context("cannot install signal handlers")?;
     }
+    let mps = mps_daemon_running();
+    if mps {
+        info!("MPS control daemon found");
+    }
     let clock = SystemClock::new();
     let deadline = args.duration.map(Time::from_secs_f64);
     let workers: Vec<_> = targets
@@ -58,7 +62,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
             let index = target.index;
             thread::Builder::new()
                 .name(format!("gpufill-gpu{index}"))
-                .spawn(move || worker(nvml, &target, &config, &stop, clock, deadline))
+                .spawn(move || worker(nvml, &target, &config, mps, &stop, clock, deadline))
                 .map(|handle| (index, handle))
         })
         .collect::<Result<_, _>>()
@@ -139,6 +143,19 @@ fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
         .collect()
 }
 
+/// Whether an MPS control daemon runs: its control pipe exists in
+/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`), where CUDA clients look for it.
+pub fn mps_daemon_running() -> bool {
+    let dir =
+        std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|| "/tmp/nvidia-mps".into());
+    mps_control_pipe_in(std::path::Path::new(&dir))
+}
+
+/// Whether `dir` holds an MPS control pipe.
+pub fn mps_control_pipe_in(dir: &std::path::Path) -> bool {
+    dir.join("control").exists()
+}
+
 fn describe(id: &GpuId) -> String {
     match id {
         GpuId::Index(i) => format!("with index {i}"),
@@ -150,6 +167,7 @@ fn worker(
     nvml: Nvml,
     target: &Target,
     config: &Config,
+    mps: bool,
     stop: &AtomicBool,
     clock: SystemClock,
     deadline: Option<Time>,
@@ -183,7 +201,7 @@ fn worker(
         probe,
         Reopening::new(load, reopen),
         config.controller_kind().build(),
-        YieldPolicy::new(config.yield_settings()),
+        YieldPolicy::new(config.yield_settings_with(mps)),
         config.fill_settings(),
     );
     let last = fill.run(&clock, config.tick(), |tick| {
@@ -244,5 +262,18 @@ fn log_tick(tick: &Tick) {
                 error!(?kind, "GPU unusable, stopped with the GPU idle: {message}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_mps_daemon_is_recognised_by_its_control_pipe() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!mps_control_pipe_in(dir.path()));
+        std::fs::write(dir.path().join("control"), b"").unwrap();
+        assert!(mps_control_pipe_in(dir.path()));
     }
 }

@@ -96,7 +96,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     let mut sim = Simulation::new(
         sim_cfg,
         settings,
-        config.yield_settings(),
+        config.yield_settings_with(args.mps),
         config.controller_kind().build(),
         config.tick(),
     );

@@ -50,6 +50,10 @@ pub enum YieldMode {
         /// How long a listed process must have run no kernel before gpufill fills beside it.
         idle_grace: Duration,
     },
+    /// Never: under MPS, kernels of different processes run together (a one-warp filler
+    /// cost a PyTorch job 1.5 %, gpu-facts.md), so gpufill stays on and its controller,
+    /// which reads total device utilization, fills only the gap others leave.
+    Mps,
 }
 
 /// Settings of [`YieldPolicy`].
@@ -117,6 +121,7 @@ impl YieldPolicy {
             .map(|p| p.pid)
             .collect();
         let pids = match self.settings.mode {
+            YieldMode::Mps => return Decision::Fill,
             YieldMode::Presence => listed.clone(),
             YieldMode::Activity { idle_grace } => self.working(now, &listed, active, idle_grace),
         };
@@ -260,5 +265,14 @@ mod tests {
         assert!(p.decide(Time::from_millis(2010), &[], &[]).is_fill());
         assert!(p.needs_activity());
         assert!(!YieldPolicy::default().needs_activity());
+    }
+
+    #[test]
+    fn mps_mode_never_yields() {
+        let mut p = YieldPolicy::new(YieldSettings {
+            mode: YieldMode::Mps,
+            ..YieldSettings::default()
+        });
+        assert!(p.decide(Time::ZERO, &procs(&[5, 6]), &[5]).is_fill());
     }
 }

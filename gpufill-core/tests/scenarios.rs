@@ -422,3 +422,29 @@ fn without_release_after_the_context_is_kept_while_yielding() {
     assert!(ticks.iter().all(|t| !t.events.contains(&Event::Released)));
     assert!(s.gpu().holds_context());
 }
+
+#[test]
+fn under_mps_it_fills_only_the_gap_and_costs_the_foreign_job_under_two_percent() {
+    let cfg = SimConfig {
+        mps: true,
+        foreign: vec![ForeignJob::compute_bound(5.0, 15.0, 0.3)],
+        ..SimConfig::default()
+    };
+    let y = YieldSettings {
+        mode: gpufill_core::YieldMode::Mps,
+        ..YieldSettings::default()
+    };
+    let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, y);
+    let ticks = s.collect_until(secs(20.0));
+    assert!(ticks.iter().all(|t| t.state == State::Filling));
+    // Total utilization stays at the target while the job runs beside us.
+    let t = tracking(&ticks, secs(5.0), secs(15.0), pct(50.0), 2.0);
+    assert!(t.settle.unwrap() <= Duration::from_millis(1500), "{t:?}");
+    assert!(t.mean_abs_error <= 1.0, "{t:?}");
+    // Our duty drops to fill only the gap the job leaves.
+    let during = first_tick_at_or_after(&ticks, secs(12.0)).duty.fraction();
+    let before = first_tick_at_or_after(&ticks, secs(4.0)).duty.fraction();
+    assert!(during < before - 0.15, "{during} vs {before}");
+    let report = s.gpu().report(secs(20.0));
+    assert!(report.foreign[0].slowdown < 0.02, "{report:?}");
+}
