@@ -8,6 +8,8 @@ Usage: python3 scripts/interference.py --gpufill carry/gpufill [--seconds 8] [--
 """
 import argparse, json, os, statistics, subprocess, sys, threading, time
 
+UTIL = None
+
 JOB = r'''
 import sys, time, torch
 kind, seconds = sys.argv[1], float(sys.argv[2])
@@ -47,8 +49,20 @@ def with_gpufill(args, kind):
     marks = []
     threading.Thread(target=lambda: [marks.append((time.time(), l)) for l in g.stderr], daemon=True).start()
     time.sleep(3)
+    utils, done = [], []
+
+    def poll():
+        import pynvml as N
+        N.nvmlInit(); h = N.nvmlDeviceGetHandleByIndex(0)
+        while not done:
+            utils.append(N.nvmlDeviceGetUtilizationRates(h).gpu); time.sleep(0.1)
+    threading.Thread(target=poll, daemon=True).start()
     start, rate, first = run_job(kind, args.seconds)
+    done.append(1)
     g.terminate(); g.wait()
+    # Drop the job's start-up (torch import, context) from the utilization summary.
+    global UTIL
+    UTIL = statistics.median(utils[len(utils) // 3:]) if utils else None
     yields = [t - start for t, l in marks if "yielding" in l and t >= start]
     fills_before = any("filling" in l for t, l in marks if t < start)
     return rate, first, (yields[0] if yields else None), fills_before, [l.strip() for _, l in marks][-6:]
@@ -71,7 +85,7 @@ def main():
         out[kind] = {"alone": alone, "with_gpufill": shared}
         print(f"{kind:9s} alone {ra:9.2f} it/s  with gpufill {rs:9.2f} it/s  ratio {rs / ra:.4f}  "
               f"first second {fa:.2f} -> {fs:.2f}  yield after job start (s): {[s[2] for s in shared]}  "
-              f"filled before job: {[s[3] for s in shared]}")
+              f"filled before job: {[s[3] for s in shared]}  median util during job (last 2/3): {UTIL}")
     with open(os.path.join(os.environ.get("OUT", "."), "interference.json"), "w") as f:
         json.dump(out, f, indent=1)
 
