@@ -125,16 +125,13 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
     type Error = L::Error;
 
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
-        if self.current.is_none() && load.is_idle() {
-            return Ok(());
-        }
-        if self.current.is_none() {
-            self.current = Some((self.open)()?);
-        }
-        match self.current.as_mut() {
-            Some(source) => source.set_load(now, load),
-            None => Ok(()),
-        }
+        let source = match &mut self.current {
+            Some(source) => source,
+            // Released and asked for nothing: stay released.
+            None if load.is_idle() => return Ok(()),
+            None => self.current.insert((self.open)()?),
+        };
+        source.set_load(now, load)
     }
 
     fn release(&mut self, now: Time) -> Result<(), Self::Error> {

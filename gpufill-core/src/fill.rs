@@ -8,7 +8,9 @@
 //! 3. ask the yield policy, which always wins over the controller;
 //! 4. only while filling, run the controller on a new sample, skipping the first sample
 //!    after idling (its window still holds idle time);
-//! 5. apply the load if it changed.
+//! 5. apply the load if it changed;
+//! 6. after yielding for `release_after` (when set), release the load source, so a
+//!    yielding gpufill holds no GPU memory.
 
 use std::time::Duration;
 
@@ -126,7 +128,8 @@ pub struct Tick {
     pub util: Option<Utilization>,
     /// The duty in force after the step.
     pub duty: Duty,
-    /// How many foreign processes count now.
+    /// How many foreign processes cause a yield now (0 while filling, also beside
+    /// quiet processes in activity mode and under MPS).
     pub foreign: usize,
     /// Changes in this step.
     pub events: Vec<Event>,

@@ -115,21 +115,26 @@ impl YieldPolicy {
     /// Decides from the foreign processes listed now and, in activity mode, the PIDs
     /// the device reported working since the last call (empty when nothing new).
     pub fn decide(&mut self, now: Time, foreign: &[ProcessInfo], active: &[u32]) -> Decision {
+        let idle_grace = match self.settings.mode {
+            YieldMode::Mps => return Decision::Fill,
+            YieldMode::Presence => None,
+            YieldMode::Activity { idle_grace } => Some(idle_grace),
+        };
         let listed: Vec<u32> = foreign
             .iter()
             .filter(|p| self.counts(p))
             .map(|p| p.pid)
             .collect();
-        let pids = match self.settings.mode {
-            YieldMode::Mps => return Decision::Fill,
-            YieldMode::Presence => listed.clone(),
-            YieldMode::Activity { idle_grace } => self.working(now, &listed, active, idle_grace),
+        let anyone_listed = !listed.is_empty();
+        let pids = match idle_grace {
+            None => listed,
+            Some(idle_grace) => self.working(now, &listed, active, idle_grace),
         };
         if !pids.is_empty() {
             self.last_seen = Some(now);
             return Decision::Yield { pids };
         }
-        if !listed.is_empty() {
+        if anyone_listed {
             // Activity mode, everyone quiet for the idle grace: fill, and owe no grace
             // when they leave.
             self.last_seen = None;
