@@ -1,0 +1,625 @@
+//! Tests of the configuration: parsing, errors, layering.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../gpufill.example.toml");
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, Some(Path::new("gpufill.toml")))
+}
+
+fn error(text: &str) -> ConfigError {
+    match parse(text) {
+        Ok(config) => panic!("{text:?} was accepted as {config:?}"),
+        Err(e) => e,
+    }
+}
+
+fn gpus(text: &str) -> Result<GpuSelector, ConfigError> {
+    parse(&format!("gpus = {text}")).map(|config| config.gpus)
+}
+
+fn list(ids: &[GpuId]) -> GpuSelector {
+    GpuSelector::List(ids.to_vec())
+}
+
+fn uuid(s: &str) -> GpuId {
+    GpuId::Uuid(s.to_owned())
+}
+
+#[test]
+fn shipped_example_equals_the_defaults() {
+    assert_eq!(parse(EXAMPLE).unwrap(), Config::default());
+}
+
+#[test]
+fn shipped_example_lists_every_key_with_its_default() {
+    let example: toml::Table = toml::from_str(EXAMPLE).unwrap();
+    let rendered: toml::Table = toml::from_str(&Config::default().to_toml_string()).unwrap();
+    assert_eq!(example, rendered);
+}
+
+#[test]
+fn empty_file_gives_the_defaults() {
+    assert_eq!(parse("").unwrap(), Config::default());
+    assert_eq!(parse("# nothing\n\n[load]\n").unwrap(), Config::default());
+}
+
+#[test]
+fn rendered_settings_parse_back_equal() {
+    let mut config = Config::default();
+    config.apply(&Overrides {
+        target_percent: Some(37.25),
+        gpus: Some(list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")])),
+        controller: Some(ControllerChoice::Window),
+        tick_ms: Some(50),
+        width_blocks: Some(132),
+        max_duty_percent: Some(80.5),
+        period_ms: Some(100),
+        max_kernel_us: Some(100_000),
+        grace_s: Some(0.25),
+        fault_hold_s: Some(0.0),
+    });
+    config.yielding.ignore_pids = vec![1, 4242];
+    for config in [Config::default(), config] {
+        assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
+    }
+}
+
+#[test]
+fn integer_values_are_accepted_for_decimal_keys() {
+    let config = parse("target_percent = 40\n[yield]\ngrace_s = 0\n").unwrap();
+    assert_eq!(config.target_percent, 40.0);
+    assert_eq!(config.yielding.grace_s, 0.0);
+}
+
+/// (key, TOML prefix for its table, values just inside, values just outside).
+const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
+    (
+        "target_percent",
+        "",
+        &["0", "100", "0.0"],
+        &["-0.001", "100.001"],
+    ),
+    ("tick_ms", "", &["1", "1000"], &["0", "1001", "-1"]),
+    (
+        "load.width_blocks",
+        "[load]\n",
+        &["1", "65535"],
+        &["0", "65536", "-1"],
+    ),
+    (
+        "load.max_duty_percent",
+        "[load]\n",
+        &["0", "100"],
+        &["-0.1", "100.1"],
+    ),
+    (
+        "load.period_ms",
+        "[load]\nmax_kernel_us = 10\n",
+        &["1", "1000"],
+        &["0", "1001"],
+    ),
+    (
+        "load.max_kernel_us",
+        "[load]\nperiod_ms = 1000\n",
+        &["10", "100000"],
+        &["9", "100001"],
+    ),
+    (
+        "load.max_kernel_us",
+        "[load]\nperiod_ms = 1\n",
+        &["1000"],
+        &["1001"],
+    ),
+    (
+        "yield.grace_s",
+        "[yield]\n",
+        &["0", "86400"],
+        &["-0.001", "86400.001"],
+    ),
+    (
+        "probe.fault_hold_s",
+        "[probe]\n",
+        &["0", "3600"],
+        &["-0.1", "3600.1"],
+    ),
+    (
+        "yield.ignore_pids",
+        "[yield]\n",
+        &["[1, 4294967295]"],
+        &["[0]", "[-5]", "[4294967296]"],
+    ),
+];
+
+fn with_value(key: &str, prefix: &str, value: &str) -> String {
+    let name = key.rsplit('.').next().unwrap();
+    format!("{prefix}{name} = {value}\n")
+}
+
+#[test]
+fn values_just_inside_every_range_are_accepted() {
+    for (key, prefix, inside, _) in BOUNDS {
+        for value in *inside {
+            let text = with_value(key, prefix, value);
+            assert!(parse(&text).is_ok(), "{text:?}: {}", error(&text));
+        }
+    }
+}
+
+#[test]
+fn values_just_outside_every_range_are_refused_naming_the_key() {
+    for (key, prefix, _, outside) in BOUNDS {
+        for value in *outside {
+            let e = error(&with_value(key, prefix, value));
+            assert_eq!(e.key(), Some(*key), "{e}");
+            assert!(e.to_string().contains(&format!(": {key}: ")), "{e}");
+            assert!(e.position().is_some(), "{e}");
+        }
+    }
+}
+
+#[test]
+fn nan_and_infinities_are_refused() {
+    for value in ["nan", "+nan", "-nan", "inf", "+inf", "-inf"] {
+        let e = error(&format!("target_percent = {value}"));
+        assert_eq!(e.key(), Some("target_percent"), "{e}");
+        let e = error(&format!("[yield]\ngrace_s = {value}"));
+        assert_eq!(e.key(), Some("yield.grace_s"), "{e}");
+    }
+    let mut config = Config::default();
+    config.probe.fault_hold_s = f64::INFINITY;
+    assert_eq!(
+        config.validate(None).unwrap_err().key(),
+        Some("probe.fault_hold_s")
+    );
+}
+
+#[test]
+fn a_kernel_longer_than_the_period_is_refused() {
+    let e = error("[load]\nperiod_ms = 1\nmax_kernel_us = 1001\n");
+    assert_eq!(
+        e.to_string(),
+        "gpufill.toml:3:17: load.max_kernel_us: must not exceed load.period_ms \
+         (1 ms = 1000 us), got 1001"
+    );
+    // The default kernel (2000 us) no longer fits: no position, as the file lacks it.
+    let e = error("[load]\nperiod_ms = 1\n");
+    assert_eq!(e.key(), Some("load.max_kernel_us"));
+    assert_eq!(e.position(), None);
+}
+
+#[test]
+fn wrong_types_are_refused_naming_the_key() {
+    for (text, key) in [
+        ("target_percent = \"50\"", "target_percent"),
+        ("tick_ms = 1.5", "tick_ms"),
+        ("controller = 1", "controller"),
+        ("load = 5", "load"),
+        ("[[load]]\nwidth_blocks = 1", "load"),
+        ("[load]\nwidth_blocks = true", "load.width_blocks"),
+        ("[yield]\nignore_pids = 5", "yield.ignore_pids"),
+        ("[yield]\nignore_pids = [\"a\"]", "yield.ignore_pids"),
+        ("[probe]\nfault_hold_s = 1979-05-27", "probe.fault_hold_s"),
+        ("probe = [1]", "probe"),
+    ] {
+        let e = error(text);
+        assert_eq!(e.key(), Some(key), "{text:?}: {e}");
+        assert!(e.position().is_some(), "{e}");
+    }
+}
+
+#[test]
+fn unknown_names_for_controller_and_policy_are_refused() {
+    let e = error("controller = \"PI\"");
+    assert_eq!(
+        e.to_string(),
+        "gpufill.toml:1:14: controller: expected \"pi\" or \"window\", got \"PI\""
+    );
+    let flag = <ControllerChoice as clap::ValueEnum>::from_str("window", false);
+    assert_eq!(flag, Ok(ControllerChoice::Window));
+    let e = error("[yield]\npolicy = \"never\"");
+    assert_eq!(e.key(), Some("yield.policy"));
+    assert_eq!(
+        parse("controller = \"window\"").unwrap().controller,
+        ControllerChoice::Window
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_at_the_top_level_and_in_tables() {
+    for (text, key) in [
+        ("colour = 1", "colour"),
+        ("[extra]\n", "extra"),
+        ("[load]\nspeed = 1", "load.speed"),
+        ("[yield]\ngrace_ms = 1", "yield.grace_ms"),
+        ("[probe]\nfault_hold = 1", "probe.fault_hold"),
+        ("load.widht_blocks = 2", "load.widht_blocks"),
+    ] {
+        let e = error(text);
+        assert_eq!(e.key(), Some(key), "{text:?}: {e}");
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+}
+
+#[test]
+fn syntax_errors_give_line_and_column() {
+    let e = error("target_percent = 50\n\n[load\n");
+    assert!(matches!(e, ConfigError::Syntax { .. }), "{e:?}");
+    assert_eq!(e.position(), Some(Position { line: 3, column: 6 }));
+    assert!(e.to_string().starts_with("gpufill.toml:3:6: "), "{e}");
+    let e = error("tick_ms = 10\ntick_ms = 20\n");
+    assert_eq!(e.position().map(|p| p.line), Some(2), "{e}");
+    assert!(error("a = \"unterminated").position().is_some());
+}
+
+#[test]
+fn error_messages_read_file_line_column_key_reason() {
+    assert_eq!(
+        error("[load]\nwidth_blocks = 0\n").to_string(),
+        "gpufill.toml:2:16: load.width_blocks: must be between 1 and 65535, got 0"
+    );
+    assert_eq!(
+        error("target_percent = \"x\"").to_string(),
+        "gpufill.toml:1:18: target_percent: invalid type: string \"x\", expected a number"
+    );
+    let e = Config::from_toml_str("tick_ms = 0", None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "line 1, column 11: tick_ms: must be between 1 and 1000, got 0"
+    );
+    let mut config = Config::default();
+    config.load.width_blocks = 0;
+    let e = config
+        .validate(Some(Path::new("gpufill.toml")))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "gpufill.toml: load.width_blocks: must be between 1 and 65535, got 0"
+    );
+    let e = config.validate(None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "load.width_blocks: must be between 1 and 65535, got 0"
+    );
+}
+
+#[test]
+fn columns_count_characters_not_bytes() {
+    let e = error("# é\n[load] # ü\nwidth_blocks = 0 # ß\n");
+    assert_eq!(
+        e.position(),
+        Some(Position {
+            line: 3,
+            column: 16
+        })
+    );
+    let e = error("load = { \"é\" = 1, width_blocks = 0 }");
+    assert_eq!(
+        e.position(),
+        Some(Position {
+            line: 1,
+            column: 34
+        })
+    );
+}
+
+#[test]
+fn gpus_accept_all_indices_and_uuids() {
+    assert_eq!(gpus("\"all\"").unwrap(), GpuSelector::All);
+    assert_eq!(
+        gpus("[0, 2, \"GPU-5f2c0a1b-aaaa\"]").unwrap(),
+        list(&[GpuId::Index(0), GpuId::Index(2), uuid("GPU-5f2c0a1b-aaaa")])
+    );
+    assert_eq!(gpus("[\"MIG-1234\"]").unwrap(), list(&[uuid("MIG-1234")]));
+    assert_eq!(gpus("3").unwrap(), list(&[GpuId::Index(3)]));
+    assert_eq!(gpus("\"GPU-abc\"").unwrap(), list(&[uuid("GPU-abc")]));
+    assert_eq!(
+        gpus("[4294967295]").unwrap(),
+        list(&[GpuId::Index(u32::MAX)])
+    );
+}
+
+#[test]
+fn gpus_refuse_other_strings_negatives_empty_lists_and_duplicates() {
+    for (text, reason) in [
+        ("\"none\"", "got \"none\""),
+        ("\"ALL\"", "got \"ALL\""),
+        ("\"gpu-abc\"", "got \"gpu-abc\""),
+        ("\"GPU-\"", "got \"GPU-\""),
+        ("[\"GPU-a b\"]", "got \"GPU-a b\""),
+        ("[0, \"1\"]", "got \"1\""),
+        ("[\"all\"]", "\"all\" cannot be part of a GPU list"),
+        ("[-1]", "must not be negative, got -1"),
+        ("-1", "must not be negative, got -1"),
+        ("[4294967296]", "must be at most 4294967295"),
+        ("[]", "the GPU list is empty"),
+        ("[0, 1, 0]", "GPU 0 is listed twice"),
+        ("[\"GPU-a\", \"GPU-a\"]", "GPU GPU-a is listed twice"),
+        ("[1.5]", "expected a GPU index or UUID"),
+        ("[[1]]", "expected a GPU index or UUID"),
+        ("true", "expected \"all\" or a list"),
+        ("{ a = 1 }", "expected \"all\" or a list"),
+    ] {
+        let e = gpus(text).unwrap_err();
+        assert_eq!(e.key(), Some("gpus"), "{text}: {e}");
+        assert!(e.to_string().contains(reason), "{text}: {e}");
+    }
+}
+
+#[test]
+fn gpus_flag_follows_the_same_rules() {
+    assert_eq!(GpuSelector::parse_flag("all"), Ok(GpuSelector::All));
+    assert_eq!(
+        GpuSelector::parse_flag(" 0, 1 ,GPU-abc"),
+        Ok(list(&[GpuId::Index(0), GpuId::Index(1), uuid("GPU-abc")]))
+    );
+    assert_eq!("MIG-x".parse(), Ok(list(&[uuid("MIG-x")])));
+    for (flag, reason) in [
+        ("", "empty item"),
+        ("0,,1", "empty item"),
+        ("0,", "empty item"),
+        ("-1", "must not be negative"),
+        ("99999999999999999999", "must be at most"),
+        ("x", "got \"x\""),
+        ("all,0", "got \"all\""),
+        ("0,0", "GPU 0 is listed twice"),
+    ] {
+        let e = GpuSelector::parse_flag(flag).unwrap_err();
+        assert!(e.contains(reason), "{flag:?}: {e}");
+    }
+}
+
+#[test]
+fn gpus_render_back_as_written() {
+    let selector = list(&[GpuId::Index(0), uuid("GPU-abc")]);
+    assert_eq!(selector.to_string(), "0,GPU-abc");
+    assert_eq!(GpuSelector::parse_flag(&selector.to_string()), Ok(selector));
+    assert_eq!(GpuSelector::All.to_string(), "all");
+}
+
+#[test]
+fn validate_refuses_gpu_lists_built_in_code() {
+    let mut config = Config::default();
+    for bad in [
+        list(&[]),
+        list(&[uuid("nope")]),
+        list(&[GpuId::Index(1), GpuId::Index(1)]),
+    ] {
+        config.gpus = bad;
+        assert_eq!(config.validate(None).unwrap_err().key(), Some("gpus"));
+    }
+}
+
+#[test]
+fn flags_override_file_values() {
+    let mut config = parse("target_percent = 30\ntick_ms = 20\n[load]\nperiod_ms = 50\n").unwrap();
+    config.apply(&Overrides {
+        target_percent: Some(70.0),
+        gpus: Some(list(&[GpuId::Index(1)])),
+        max_kernel_us: Some(5000),
+        ..Overrides::default()
+    });
+    config.validate(None).unwrap();
+    assert_eq!(config.target_percent, 70.0);
+    assert_eq!(config.gpus, list(&[GpuId::Index(1)]));
+    assert_eq!(
+        config.tick_ms, 20,
+        "a value without a flag keeps the file's"
+    );
+    assert_eq!(config.period(), Duration::from_millis(50));
+    assert_eq!(config.max_kernel(), Duration::from_micros(5000));
+}
+
+#[test]
+fn flags_are_validated_by_the_same_rules() {
+    let mut config = Config::default();
+    config.apply(&Overrides {
+        grace_s: Some(-1.0),
+        ..Overrides::default()
+    });
+    let e = config.validate(None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "yield.grace_s: must be between 0 and 86400, got -1"
+    );
+}
+
+#[test]
+fn defaults_resolve_to_the_core_defaults() {
+    let config = Config::default();
+    assert_eq!(config.fill_settings(), FillSettings::default());
+    assert_eq!(config.yield_settings(), YieldSettings::default());
+    assert_eq!(config.controller_kind(), ControllerKind::default());
+    assert_eq!(config.yield_policy(), YieldPolicyChoice::Presence);
+    assert_eq!(config.tick(), Duration::from_millis(10));
+    assert_eq!(config.period(), Duration::from_millis(20));
+    assert_eq!(config.max_kernel(), Duration::from_micros(2000));
+}
+
+#[test]
+fn settings_resolve_into_core_types() {
+    let text = "target_percent = 25\ncontroller = \"window\"\n\
+                [load]\nwidth_blocks = 8\nmax_duty_percent = 40\n\
+                [yield]\ngrace_s = 0.5\nignore_pids = [7]\n[probe]\nfault_hold_s = 1.5\n";
+    let config = parse(text).unwrap();
+    let fill = config.fill_settings();
+    assert_eq!(fill.target, Utilization::from_percent(25.0).unwrap());
+    assert_eq!(fill.width.get(), 8);
+    assert_eq!(fill.max_duty, Duty::from_percent(40.0).unwrap());
+    assert_eq!(fill.fault_hold, Duration::from_millis(1500));
+    let yielding = config.yield_settings();
+    assert_eq!(yielding.grace, Duration::from_millis(500));
+    assert_eq!(yielding.ignore_pids, vec![7]);
+    assert_eq!(config.controller_kind(), ControllerKind::Window);
+}
+
+#[test]
+fn resolving_an_unvalidated_config_clamps_instead_of_panicking() {
+    let mut config = Config {
+        target_percent: f64::NAN,
+        ..Config::default()
+    };
+    config.load.width_blocks = 0;
+    config.load.max_duty_percent = 1e9;
+    config.yielding.grace_s = f64::INFINITY;
+    config.probe.fault_hold_s = -3.0;
+    let fill = config.fill_settings();
+    assert_eq!(fill.target, Utilization::ZERO);
+    assert_eq!(fill.width, Width::ONE_WARP);
+    assert_eq!(fill.max_duty, Duty::FULL);
+    assert_eq!(fill.fault_hold, Duration::ZERO);
+    assert_eq!(config.yield_settings().grace, Duration::MAX);
+}
+
+fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpufill-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+#[test]
+fn load_reads_a_file_and_names_it_in_errors() {
+    let good = temp_file("good.toml", b"tick_ms = 100\n");
+    assert_eq!(Config::load(&good).unwrap().tick_ms, 100);
+    let bad = temp_file("bad.toml", b"tick_ms = 0\n");
+    let e = Config::load(&bad).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}:1:11: tick_ms: must be between 1 and 1000, got 0",
+            bad.display()
+        )
+    );
+}
+
+#[test]
+fn load_names_the_file_and_the_os_reason() {
+    let path = std::env::temp_dir().join("gpufill-no-such-dir/gpufill.toml");
+    let e = Config::load(&path).unwrap_err();
+    let message = e.to_string();
+    assert!(
+        message.starts_with(&format!("{}: cannot read: ", path.display())),
+        "{e}"
+    );
+    assert!(message.contains("os error"), "{e}");
+}
+
+#[test]
+fn load_refuses_text_that_is_not_utf8_with_its_position() {
+    let path = temp_file("latin1.toml", b"tick_ms = 10\n# caf\xe9\n");
+    let e = Config::load(&path).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("{}:2:6: not valid UTF-8", path.display())
+    );
+}
+
+#[test]
+fn positions_past_the_end_or_inside_a_character_do_not_panic() {
+    assert_eq!(Position::of_offset("", 5), Position { line: 1, column: 1 });
+    assert_eq!(Position::of_offset("é", 1), Position { line: 1, column: 1 });
+    assert_eq!(
+        Position::of_offset("a\nb", 99),
+        Position { line: 2, column: 2 }
+    );
+}
+
+/// A tiny linear congruential generator: deterministic, no dependency.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % below.max(1)
+    }
+}
+
+fn check_without_panic(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    if let Ok(config) = Config::from_toml_str(&text, Some(Path::new("fuzz.toml"))) {
+        // Whatever is accepted renders, parses back equal, and resolves.
+        assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
+        let _ = (
+            config.fill_settings(),
+            config.yield_settings(),
+            config.tick(),
+        );
+    }
+}
+
+#[test]
+fn mutated_examples_never_panic() {
+    let example = EXAMPLE.as_bytes();
+    for end in 0..=example.len() {
+        check_without_panic(&example[..end]);
+    }
+    const BYTES: &[u8] = b"\"'[]{}=.,-+#\n\r\t 019eEx_:\xff\xc3";
+    let mut rng = Lcg(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..600 {
+        let mut bytes = example.to_vec();
+        for _ in 0..=rng.next(4) {
+            let at = rng.next(bytes.len());
+            match rng.next(3) {
+                0 => bytes[at] = BYTES[rng.next(BYTES.len())],
+                1 => bytes.insert(at, BYTES[rng.next(BYTES.len())]),
+                _ => {
+                    bytes.remove(at);
+                }
+            }
+        }
+        check_without_panic(&bytes);
+    }
+}
+
+#[test]
+fn activity_policy_resolves_with_its_idle_grace_and_ignored_names() {
+    let config = parse(
+        "[yield]\npolicy = \"activity\"\nidle_grace_s = 12\nignore_names = [\"dcgm-exporter\"]\n",
+    )
+    .unwrap();
+    let y = config.yield_settings();
+    assert_eq!(
+        y.mode,
+        YieldMode::Activity {
+            idle_grace: Duration::from_secs(12)
+        }
+    );
+    assert_eq!(y.ignore_names, vec!["dcgm-exporter".to_string()]);
+    assert!(parse("[yield]\nidle_grace_s = -1\n").is_err());
+    assert!(parse("[yield]\nignore_names = [\"\"]\n").is_err());
+    assert!(parse("[yield]\nignore_names = [\"/usr/bin/x\"]\n").is_err());
+    assert!(parse("[yield]\npolicy = \"never\"\n").is_err());
+}
+
+#[test]
+fn release_context_sets_the_release_delay_only_when_on() {
+    assert_eq!(Config::default().fill_settings().release_after, None);
+    let config = parse("[yield]\nrelease_context = true\nrelease_after_s = 2.5\n").unwrap();
+    assert_eq!(
+        config.fill_settings().release_after,
+        Some(Duration::from_millis(2500))
+    );
+    assert!(parse("[yield]\nrelease_after_s = -1\n").is_err());
+    assert!(parse("[yield]\nrelease_context = 1\n").is_err());
+}
+
+#[test]
+fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
+    let auto = Config::default();
+    assert_eq!(auto.yield_settings_with(true).mode, YieldMode::Mps);
+    assert_eq!(auto.yield_settings_with(false).mode, YieldMode::Presence);
+    let off = parse("[yield]\nmps = \"off\"\n").unwrap();
+    assert_eq!(off.yield_settings_with(true).mode, YieldMode::Presence);
+    let on = parse("[yield]\nmps = \"on\"\n").unwrap();
+    assert_eq!(on.yield_settings_with(false).mode, YieldMode::Mps);
+    let e = parse("[yield]\nmps = \"maybe\"\n").unwrap_err();
+    assert_eq!(e.key(), Some("yield.mps"), "{e}");
+}
