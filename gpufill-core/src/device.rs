@@ -124,6 +124,9 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
 impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<L, F> {
     type Error = L::Error;
 
+    /// A source that fails for good (a CUDA context after a sticky launch error) is
+    /// dropped and replaced by a fresh one, once per call; if the fresh one fails too,
+    /// its error is returned (the loop stops, and its supervisor retries later).
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
         let source = match &mut self.current {
             Some(source) => source,
@@ -131,7 +134,17 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
             None if load.is_idle() => return Ok(()),
             None => self.current.insert((self.open)()?),
         };
-        source.set_load(now, load)
+        match source.set_load(now, load) {
+            Err(e) if e.kind() != ErrorKind::Transient => {
+                self.current = None;
+                if load.is_idle() {
+                    // Nothing to run: the dropped context is idle enough.
+                    return Ok(());
+                }
+                self.current.insert((self.open)()?).set_load(now, load)
+            }
+            other => other,
+        }
     }
 
     fn release(&mut self, now: Time) -> Result<(), Self::Error> {

@@ -9,6 +9,8 @@
 //!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
 //! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
+//! - [`supervise`]: reopens a stopped loop with exponential backoff (a lost GPU);
+//!   [`ratelimit`]: one warning line, then one summary a minute, for repeated faults;
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
 //!   every behaviour is tested in virtual time.
@@ -22,8 +24,10 @@ pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod policy;
+pub mod ratelimit;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod supervise;
 pub mod time;
 pub mod units;
 
@@ -31,5 +35,7 @@ pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRu
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
+pub use ratelimit::RateLimiter;
+pub use supervise::{Backoff, RetrySettings, Supervised, Supervisor, SupervisorEvent};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};

@@ -21,14 +21,20 @@
 //! - **MPS**: kernels run together; utilization is the union of the two, and the
 //!   foreign job loses `mps_interference x own_duty` (0.015: 1.5 % at full duty).
 //! - **Faults**: probe calls fail transiently inside configured intervals; after
-//!   `lost_at` every call fails with a lost device.
+//!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
+//!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
+//!   before it fail as a CUDA context does after a sticky launch error.
+//! - **Churn** ([`churn`]): random foreign arrivals from a seeded generator, added and
+//!   retired as a long run goes, so memory stays bounded.
 //! - **SM activity**: the share of SMs busy, `own_duty x width / sm_count` plus the
 //!   foreign jobs' own SM share, for the `sm` metric.
 
+pub mod churn;
 mod model;
 mod run;
 
+pub use churn::{Arrivals, LongRunStats, Period, Rng};
 pub use model::{
     ForeignJob, ForeignReport, SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport,
 };
-pub use run::{Simulation, Tracking, tracking};
+pub use run::{ChurnReport, Simulation, Tracking, tracking};

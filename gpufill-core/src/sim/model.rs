@@ -90,6 +90,13 @@ pub struct SimConfig {
     pub probe_faults: Vec<(Time, Time)>,
     /// From this time on the device is lost.
     pub lost_at: Option<Time>,
+    /// When set, the lost device comes back at this time (a reset GPU, a reloaded
+    /// driver): calls succeed again, and probes and load sources opened from then on work.
+    pub recovers_at: Option<Time>,
+    /// At each of these times the CUDA context in use breaks (a sticky launch error):
+    /// load sources opened before it fail with a lost context from then on, sources
+    /// opened later work.
+    pub context_breaks: Vec<Time>,
 }
 
 impl Default for SimConfig {
@@ -106,6 +113,8 @@ impl Default for SimConfig {
             foreign: Vec::new(),
             probe_faults: Vec::new(),
             lost_at: None,
+            recovers_at: None,
+            context_breaks: Vec::new(),
         }
     }
 }
@@ -141,13 +150,16 @@ pub enum SimError {
     /// The device is lost.
     #[error("simulated GPU lost")]
     Lost,
+    /// The load source's context broke (a sticky launch error); a new one works.
+    #[error("simulated CUDA context broken: launch failed")]
+    ContextBroken,
 }
 
 impl DeviceError for SimError {
     fn kind(&self) -> ErrorKind {
         match self {
             SimError::Transient => ErrorKind::Transient,
-            SimError::Lost => ErrorKind::Lost,
+            SimError::Lost | SimError::ContextBroken => ErrorKind::Lost,
         }
     }
 }
@@ -215,6 +227,11 @@ impl Model {
         if let Some((until, _, _)) = self.tail.filter(|&(until, _, _)| until > self.now) {
             next = next.min(until);
         }
+        for &t in &self.cfg.context_breaks {
+            if t > self.now {
+                next = next.min(t);
+            }
+        }
         for job in &self.cfg.foreign {
             let (from, to) = job.work.unwrap_or((job.leaves_at, job.leaves_at));
             for t in [job.first_kernel(), job.leaves_at, from, to] {
@@ -231,6 +248,12 @@ impl Model {
             let next = self.next_breakpoint(to);
             self.integrate(next - self.now);
             self.now = next;
+            if self.cfg.context_breaks.contains(&self.now) {
+                // The context in use stops running kernels; `requested` keeps what was asked.
+                let requested = self.requested;
+                self.set_load(Load::IDLE);
+                self.requested = requested;
+            }
             if self.now >= self.next_sample {
                 self.publish();
             }
@@ -291,8 +314,13 @@ impl Model {
         self.next_sample += self.cfg.sample_period;
     }
 
+    fn lost(&self) -> bool {
+        self.cfg.lost_at.is_some_and(|t| self.now >= t)
+            && self.cfg.recovers_at.is_none_or(|t| self.now < t)
+    }
+
     fn check(&self, probing: bool) -> Result<(), SimError> {
-        if self.cfg.lost_at.is_some_and(|t| self.now >= t) {
+        if self.lost() {
             return Err(SimError::Lost);
         }
         let faulty = self
@@ -381,9 +409,42 @@ impl SimGpu {
         }
     }
 
-    /// A load source on this GPU.
+    /// A load source on this GPU (a fresh context, opened at the model's current time).
     pub fn load(&self) -> SimLoad {
-        SimLoad { gpu: self.clone() }
+        let opened_at = self.lock().now;
+        SimLoad {
+            gpu: self.clone(),
+            opened_at,
+        }
+    }
+
+    /// Opens a probe and a load source at `now`, as a real adapter opens NVML and a CUDA
+    /// context: fails while the device is lost.
+    ///
+    /// # Errors
+    /// [`SimError::Lost`] while the device is lost.
+    pub fn open(&self, now: Time) -> Result<(SimProbe, SimLoad), SimError> {
+        {
+            let mut m = self.lock();
+            m.advance(now);
+            m.check(false)?;
+        }
+        Ok((self.probe(), self.load()))
+    }
+
+    /// How many foreign jobs are listed at `t` (the model must have reached `t`).
+    pub fn listed_count(&self, t: Time) -> usize {
+        self.lock()
+            .cfg
+            .foreign
+            .iter()
+            .filter(|j| j.listed(t))
+            .count()
+    }
+
+    /// How many foreign jobs the model keeps (grows with arrivals until retired).
+    pub fn foreign_len(&self) -> usize {
+        self.lock().cfg.foreign.len()
     }
 
     /// Runs the simulation up to `t` and reports.
@@ -493,6 +554,7 @@ impl Probe for SimProbe {
 #[derive(Clone, Debug)]
 pub struct SimLoad {
     gpu: SimGpu,
+    opened_at: Time,
 }
 
 impl LoadSource for SimLoad {
@@ -507,7 +569,18 @@ impl LoadSource for SimLoad {
         if !load.is_idle() {
             m.holds_context = true;
         }
-        m.check(false)
+        m.check(false)?;
+        let opened_at = self.opened_at;
+        if m.cfg
+            .context_breaks
+            .iter()
+            .any(|&t| opened_at < t && t <= m.now)
+        {
+            // A broken context runs nothing.
+            m.set_load(Load::IDLE);
+            return Err(SimError::ContextBroken);
+        }
+        Ok(())
     }
 
     fn release(&mut self, now: Time) -> Result<(), SimError> {

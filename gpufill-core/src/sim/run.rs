@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::churn::Arrivals;
 use super::model::{SimConfig, SimGpu, SimLoad, SimProbe};
 use crate::controller::Controller;
 use crate::fill::{FillLoop, FillSettings, Tick};
@@ -94,12 +95,81 @@ impl Simulation {
         }
     }
 
+    /// Like [`Simulation::run_until`], with foreign jobs from `arrivals` added shortly
+    /// before they are listed and retired after they leave, so memory stays bounded
+    /// however long the run and however many jobs come and go.
+    pub fn run_with_arrivals(
+        &mut self,
+        until: Time,
+        arrivals: &mut Arrivals,
+        mut on_tick: impl FnMut(&Tick),
+    ) -> ChurnReport {
+        const CHUNK: Duration = Duration::from_secs(1);
+        const RETIRE_EVERY: Duration = Duration::from_secs(10);
+        let mut report = ChurnReport::default();
+        let mut next_retire = self.now() + RETIRE_EVERY;
+        let mut stopped = false;
+        while self.now() < until && !stopped {
+            let chunk_end = (self.now() + CHUNK).min(until);
+            while let Some(job) = arrivals.next_before(chunk_end) {
+                report.arrived += 1;
+                self.gpu.add_foreign(job);
+            }
+            report.max_retained = report.max_retained.max(self.gpu.foreign_len());
+            while self.now() < chunk_end {
+                let now = self.now();
+                let tick = self.fill.step(now);
+                if !tick.duty.is_zero() && self.gpu.listed_count(now) > 0 {
+                    report.filling_while_listed += 1;
+                }
+                on_tick(&tick);
+                if tick.state == crate::fill::State::Stopped {
+                    stopped = true;
+                    break;
+                }
+                self.clock.sleep_until(now + self.tick);
+            }
+            if self.now() >= next_retire {
+                self.absorb(self.gpu.retire_foreign(self.now()), &mut report);
+                next_retire = self.now() + RETIRE_EVERY;
+            }
+        }
+        let rest = self.gpu.report(self.now()).foreign;
+        self.absorb(rest, &mut report);
+        report
+    }
+
+    fn absorb(&self, retired: Vec<super::ForeignReport>, report: &mut ChurnReport) {
+        for job in retired {
+            report.overlap += job.overlap;
+            report.worst_slowdown = report.worst_slowdown.max(job.slowdown);
+            report.retired += 1;
+        }
+    }
+
     /// Like [`Simulation::run_until`], collecting the ticks.
     pub fn collect_until(&mut self, until: Time) -> Vec<Tick> {
         let mut ticks = Vec::new();
         self.run_until(until, |t| ticks.push(t.clone()));
         ticks
     }
+}
+
+/// What happened to the foreign jobs of [`Simulation::run_with_arrivals`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ChurnReport {
+    /// Jobs that arrived.
+    pub arrived: u64,
+    /// Jobs accounted for (retired after leaving, or still there at the end).
+    pub retired: u64,
+    /// The most jobs the simulated GPU held at once (bounded by retiring).
+    pub max_retained: usize,
+    /// Ticks that ended with a non-zero duty while the GPU listed a foreign process.
+    pub filling_while_listed: u64,
+    /// Time our kernels were resident while a foreign job ran its kernels, summed.
+    pub overlap: Duration,
+    /// The largest share of its progress a foreign job lost.
+    pub worst_slowdown: f64,
 }
 
 /// How well a run held its target, judged from the device's own samples.

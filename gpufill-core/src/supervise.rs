@@ -1,0 +1,275 @@
+//! Keeping one GPU's loop alive across a lost device: [`Supervisor`].
+//!
+//! A [`FillLoop`] stops for good when its device is lost or unsupported (the GPU fell
+//! off the bus, the driver was unloaded, a CUDA context cannot be made again). The
+//! supervisor then drops the loop, which closes its probe and load source, and opens a
+//! fresh one through a factory after a delay that doubles on every failure
+//! ([`Backoff`]: 1 s, 2 s, 4 s ... up to 5 min by default). While it waits, its ticks
+//! say `stopped` with the device idle. A reopened loop that has run for
+//! `healthy_after` resets the delay, so a GPU that fails once a day is retried after
+//! 1 s again, while one that fails right after every reopen is retried ever less often.
+//!
+//! One supervisor runs per GPU, so a lost GPU never affects the others.
+
+use std::time::Duration;
+
+use crate::controller::Controller;
+use crate::device::{LoadSource, Probe};
+use crate::fill::{FillLoop, State, Tick};
+use crate::time::{Clock, Time};
+use crate::units::{Duty, Utilization};
+
+/// A delay that doubles on every failure, from `initial` up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    /// Starts at `initial` (at least 1 ms) and never exceeds `max` (at least `initial`).
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        let initial = initial.max(Duration::from_millis(1));
+        Backoff {
+            initial,
+            max: max.max(initial),
+            next: initial,
+        }
+    }
+
+    /// The delay before the next attempt; the one after it is twice as long (capped).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        delay
+    }
+
+    /// Back to the initial delay.
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+/// Settings of a [`Supervisor`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// The first delay after a loss.
+    pub initial: Duration,
+    /// The longest delay.
+    pub max: Duration,
+    /// A reopened loop that has run this long without stopping resets the delay.
+    pub healthy_after: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+            healthy_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the supervisor did in a step, besides the loop's own tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SupervisorEvent {
+    /// The loop stopped (its tick says why): it was dropped, to be reopened after `retry_in`.
+    Dropped {
+        /// Delay before the next attempt.
+        retry_in: Duration,
+    },
+    /// Opening a fresh probe and load source failed.
+    OpenFailed {
+        /// The factory's message.
+        message: String,
+        /// Delay before the next attempt.
+        retry_in: Duration,
+    },
+    /// A fresh probe and load source are open: the loop runs again.
+    Reopened {
+        /// Attempts it took since the loss.
+        attempts: u32,
+    },
+}
+
+/// One supervised step: the loop's tick (a synthetic `stopped` one while no loop is
+/// open) and what the supervisor did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Supervised {
+    /// The tick.
+    pub tick: Tick,
+    /// The supervisor's event in this step, if any.
+    pub event: Option<SupervisorEvent>,
+}
+
+/// Runs a [`FillLoop`] and reopens it through `open` after it stops (see the module docs).
+pub struct Supervisor<P, L, C, F> {
+    open: F,
+    fill: Option<FillLoop<P, L, C>>,
+    backoff: Backoff,
+    retry: RetrySettings,
+    retry_at: Time,
+    attempts: u32,
+    running_since: Option<Time>,
+    target: Utilization,
+}
+
+impl<P, L, C, E, F> Supervisor<P, L, C, F>
+where
+    P: Probe,
+    L: LoadSource,
+    C: Controller,
+    E: std::fmt::Display,
+    F: FnMut(Time) -> Result<FillLoop<P, L, C>, E>,
+{
+    /// Supervises `first`; `open` makes a fresh loop (new probe, new load source) at a time.
+    pub fn new(first: FillLoop<P, L, C>, open: F, retry: RetrySettings) -> Self {
+        Supervisor {
+            target: first.settings().target,
+            open,
+            fill: Some(first),
+            backoff: Backoff::new(retry.initial, retry.max),
+            retry,
+            retry_at: Time::ZERO,
+            attempts: 0,
+            running_since: None,
+        }
+    }
+
+    /// The loop, while one is open.
+    pub fn fill(&self) -> Option<&FillLoop<P, L, C>> {
+        self.fill.as_ref()
+    }
+
+    /// Changes the target, also for loops opened later.
+    pub fn set_target(&mut self, target: Utilization) {
+        self.target = target;
+        if let Some(fill) = &mut self.fill {
+            fill.set_target(target);
+        }
+    }
+
+    /// One tick: step the loop, or, while none is open, try to open one when due.
+    pub fn step(&mut self, now: Time) -> Supervised {
+        let mut event = None;
+        if self.fill.is_none() && now >= self.retry_at {
+            event = Some(self.reopen(now));
+        }
+        let Some(fill) = &mut self.fill else {
+            return Supervised {
+                tick: self.stopped_tick(now),
+                event,
+            };
+        };
+        let tick = fill.step(now);
+        if tick.state == State::Stopped {
+            // Dropping the loop closes its probe and load source (the CUDA context).
+            self.fill = None;
+            self.running_since = None;
+            let retry_in = self.backoff.next_delay();
+            self.retry_at = now + retry_in;
+            event = Some(SupervisorEvent::Dropped { retry_in });
+        } else {
+            let since = *self.running_since.get_or_insert(now);
+            if now.saturating_since(since) >= self.retry.healthy_after {
+                self.backoff.reset();
+            }
+        }
+        Supervised { tick, event }
+    }
+
+    fn reopen(&mut self, now: Time) -> SupervisorEvent {
+        self.attempts += 1;
+        match (self.open)(now) {
+            Ok(mut fill) => {
+                fill.set_target(self.target);
+                self.fill = Some(fill);
+                SupervisorEvent::Reopened {
+                    attempts: std::mem::take(&mut self.attempts),
+                }
+            }
+            Err(e) => {
+                let retry_in = self.backoff.next_delay();
+                self.retry_at = now + retry_in;
+                SupervisorEvent::OpenFailed {
+                    message: e.to_string(),
+                    retry_in,
+                }
+            }
+        }
+    }
+
+    fn stopped_tick(&self, now: Time) -> Tick {
+        Tick {
+            at: now,
+            state: State::Stopped,
+            target: self.target,
+            sample: None,
+            util: None,
+            duty: Duty::ZERO,
+            foreign: 0,
+            events: Vec::new(),
+        }
+    }
+
+    /// Leaves the device idle, if a loop is open (for a shutdown).
+    ///
+    /// # Errors
+    /// The load source's error if the idle load could not be applied.
+    pub fn idle(&mut self, now: Time) -> Result<(), L::Error> {
+        match &mut self.fill {
+            Some(fill) => fill.idle(now),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs a step every `period` on `clock` until `keep_going` returns false, then
+    /// leaves the device idle. Unlike [`FillLoop::run`] it does not end when the loop
+    /// stops: it keeps reopening. Returns the last step.
+    pub fn run<K: Clock>(
+        &mut self,
+        clock: &K,
+        period: Duration,
+        mut keep_going: impl FnMut(&Supervised) -> bool,
+    ) -> Supervised {
+        let mut next = clock.now();
+        loop {
+            let step = self.step(clock.now());
+            if !keep_going(&step) {
+                // Best effort: a failed idle on a lost device has nothing left to stop.
+                let _ = self.idle(clock.now());
+                return step;
+            }
+            next += period;
+            let now = clock.now();
+            if next < now {
+                // Overran (a slow reopen): do not try to catch up with a burst of ticks.
+                next = now;
+            }
+            clock.sleep_until(next);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+        let delays: Vec<u64> = (0..12).map(|_| b.next_delay().as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn backoff_never_waits_zero_or_below_its_start() {
+        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert_eq!(b.next_delay(), Duration::from_millis(1));
+        assert_eq!(b.next_delay(), Duration::from_millis(1));
+    }
+}
