@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod faultlog;
 pub mod logging;
 pub mod run;
 pub mod simulate;

@@ -8,14 +8,17 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
-use gpufill_core::{Clock, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
-use gpufill_cuda::{CudaLoad, LauncherSettings};
+use gpufill_core::{
+    Clock, Controller, Event, FillLoop, State, Supervisor, SystemClock, Tick, Time, YieldPolicy,
+};
+use gpufill_cuda::{CudaError, CudaLoad, LauncherSettings};
 use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::UsageError;
 use crate::cli::RunArgs;
 use crate::config::{Config, GpuId, GpuSelector};
+use crate::faultlog::FaultLog;
 
 /// A GPU chosen to fill, known to both NVML and CUDA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,6 +177,42 @@ fn worker(
 ) -> anyhow::Result<()> {
     let span = info_span!("gpu", gpu = target.index);
     let _entered = span.enter();
+    // A GPU that cannot be opened at start is an error; one lost later is reopened
+    // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
+    let first = open_loop(nvml, target, config, mps)?;
+    let reopen = |_now: Time| {
+        info!("reopening the GPU");
+        open_loop(nvml, target, config, mps).map_err(|e| format!("{e:#}"))
+    };
+    let mut supervisor = Supervisor::new(first, reopen, config.retry_settings());
+    let mut faults = FaultLog::default();
+    let last = supervisor.run(&clock, config.tick(), |step| {
+        log_tick(&step.tick, &mut faults);
+        faults.log(step);
+        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| step.tick.at < d)
+    });
+    let stopping = clock.now();
+    let quiet = supervisor
+        .fill()
+        .and_then(|fill| fill.load_source().current())
+        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
+    if quiet {
+        let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+        info!(ms, "GPU idle: no kernel of ours queued or running");
+    } else {
+        warn!("kernels still queued 100 ms after stopping");
+    }
+    if last.tick.state == State::Stopped {
+        bail!("stopped filling: the GPU failed and was not reopened (see the log above)");
+    }
+    Ok(())
+}
+
+type OpenCuda = Box<dyn FnMut() -> Result<CudaLoad, CudaError> + Send>;
+type GpuLoop = FillLoop<NvmlProbe, Reopening<CudaLoad, OpenCuda>, Box<dyn Controller + Send>>;
+
+/// Opens NVML's probe and a CUDA context for `target` and builds its loop.
+fn open_loop(nvml: Nvml, target: &Target, config: &Config, mps: bool) -> anyhow::Result<GpuLoop> {
     let launcher = LauncherSettings {
         period: config.period(),
         max_kernel: config.max_kernel(),
@@ -191,41 +230,23 @@ fn worker(
     info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
     let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
     // With yield.release_context the context is dropped while yielding and opened again
-    // on resume; our host PID stays the same, so `own` stays right.
+    // on resume, and a context broken by a launch error is replaced; our host PID stays
+    // the same, so `own` stays right.
     let ordinal = target.ordinal;
-    let reopen = move || {
+    let reopen: OpenCuda = Box::new(move || {
         info!("opening a new CUDA context");
         CudaLoad::open(ordinal, launcher)
-    };
-    let mut fill = FillLoop::new(
+    });
+    Ok(FillLoop::new(
         probe,
         Reopening::new(load, reopen),
         config.controller_kind().build(),
         YieldPolicy::new(config.yield_settings_with(mps)),
         config.fill_settings(),
-    );
-    let last = fill.run(&clock, config.tick(), |tick| {
-        log_tick(tick);
-        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
-    });
-    let stopping = clock.now();
-    let quiet = fill
-        .load_source()
-        .current()
-        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
-    if quiet {
-        let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
-        info!(ms, "GPU idle: no kernel of ours queued or running");
-    } else {
-        warn!("kernels still queued 100 ms after stopping");
-    }
-    if last.state == State::Stopped {
-        bail!("stopped filling: the GPU failed (see the log above)");
-    }
-    Ok(())
+    ))
 }
 
-fn log_tick(tick: &Tick) {
+fn log_tick(tick: &Tick, faults: &mut FaultLog) {
     let util = tick.util.map(|u| u.percent());
     if let Some(sample) = tick.sample {
         debug!(
@@ -244,7 +265,7 @@ fn log_tick(tick: &Tick) {
             "tick"
         );
     }
-    for event in &tick.events {
+    for event in tick.events.iter().filter(|e| faults.admit(tick.at, e)) {
         match event {
             Event::Filling => info!(target = tick.target.percent(), "filling"),
             Event::Yielded { pids } if pids.is_empty() => info!("yielding (grace)"),

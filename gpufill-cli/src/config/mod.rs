@@ -177,11 +177,22 @@ pub struct ProbeConfig {
     /// `[0, 3600]`.
     #[serde(deserialize_with = "number")]
     pub fault_hold_s: f64,
+    /// Seconds before the first attempt to reopen a lost GPU, `[0.01, 3600]`; doubles
+    /// after every failed attempt.
+    #[serde(deserialize_with = "number")]
+    pub retry_initial_s: f64,
+    /// The longest wait between attempts to reopen a lost GPU, `[retry_initial_s, 86400]`.
+    #[serde(deserialize_with = "number")]
+    pub retry_max_s: f64,
 }
 
 impl Default for ProbeConfig {
     fn default() -> Self {
-        ProbeConfig { fault_hold_s: 2.0 }
+        ProbeConfig {
+            fault_hold_s: 2.0,
+            retry_initial_s: 1.0,
+            retry_max_s: 300.0,
+        }
     }
 }
 /// Values given on the command line, one per flag; `None` leaves the file's value.
@@ -329,6 +340,14 @@ impl Config {
                 "probe.fault_hold_s",
                 float_problem(self.probe.fault_hold_s, 0.0, 3600.0),
             ),
+            (
+                "probe.retry_initial_s",
+                float_problem(self.probe.retry_initial_s, 0.01, 3600.0),
+            ),
+            (
+                "probe.retry_max_s",
+                float_problem(self.probe.retry_max_s, self.probe.retry_initial_s, 86400.0),
+            ),
         ];
         checks
             .into_iter()
@@ -385,6 +404,15 @@ impl Config {
                 .yielding
                 .release_context
                 .then(|| seconds(self.yielding.release_after_s)),
+        }
+    }
+
+    /// How a lost GPU is reopened.
+    pub fn retry_settings(&self) -> gpufill_core::RetrySettings {
+        gpufill_core::RetrySettings {
+            initial: seconds(self.probe.retry_initial_s),
+            max: seconds(self.probe.retry_max_s),
+            ..gpufill_core::RetrySettings::default()
         }
     }
 

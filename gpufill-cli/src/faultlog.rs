@@ -1,0 +1,99 @@
+//! Logging of faults that may repeat every tick, rate-limited: the first of a run is
+//! logged in full, then at most one summary line a minute says how many followed
+//! ([`gpufill_core::RateLimiter`]). Also the supervisor's lines about a lost GPU.
+
+use gpufill_core::{Event, RateLimiter, Supervised, SupervisorEvent, Time};
+use tracing::{info, warn};
+
+/// The rate limiters of one GPU's worker.
+#[derive(Debug)]
+pub struct FaultLog {
+    probe: RateLimiter,
+    load: RateLimiter,
+}
+
+impl Default for FaultLog {
+    fn default() -> Self {
+        FaultLog {
+            probe: RateLimiter::per_minute(),
+            load: RateLimiter::per_minute(),
+        }
+    }
+}
+
+impl FaultLog {
+    /// Whether a fault event of the loop should be logged in full now; false for
+    /// repeats that are only counted. Other events are always logged.
+    pub fn admit(&mut self, at: Time, event: &Event) -> bool {
+        match event {
+            Event::ProbeFault { .. } => self.probe.hit(at),
+            // A recovery is worth a line only when its fault was.
+            Event::ProbeRecovered => self.probe.held_back() == 0,
+            Event::LoadFault { .. } => self.load.hit(at),
+            _ => true,
+        }
+    }
+
+    /// Logs the summaries that are due and the supervisor's event. Call every tick.
+    pub fn log(&mut self, step: &Supervised) {
+        let at = step.tick.at;
+        if let Some(n) = self.probe.summary(at) {
+            warn!(
+                count = n,
+                "probe failed {n} more times in the last minute (transient; last load held each time)"
+            );
+        }
+        if let Some(n) = self.load.summary(at) {
+            warn!(
+                count = n,
+                "applying the load failed {n} more times in the last minute"
+            );
+        }
+        match &step.event {
+            None => {}
+            Some(SupervisorEvent::Dropped { retry_in }) => warn!(
+                retry_s = retry_in.as_secs_f64(),
+                state = "stopped",
+                "GPU lost: probe and CUDA context closed; reopening in {:.0} s",
+                retry_in.as_secs_f64()
+            ),
+            Some(SupervisorEvent::OpenFailed { message, retry_in }) => warn!(
+                retry_s = retry_in.as_secs_f64(),
+                state = "stopped",
+                "cannot reopen the GPU, next attempt in {:.0} s: {message}",
+                retry_in.as_secs_f64()
+            ),
+            Some(SupervisorEvent::Reopened { attempts }) => {
+                info!(attempts, "GPU reopened: probe and CUDA context ready")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_probe_faults_are_admitted_once_a_minute_with_their_recoveries() {
+        let mut log = FaultLog::default();
+        let fault = Event::ProbeFault {
+            message: "x".into(),
+        };
+        let mut admitted = 0;
+        // A probe flapping every other tick for two minutes.
+        for i in 0..12_000u64 {
+            let at = Time::from_millis(i * 10);
+            let event = if i % 2 == 0 {
+                &fault
+            } else {
+                &Event::ProbeRecovered
+            };
+            admitted += u32::from(log.admit(at, event));
+            log.probe.summary(at);
+        }
+        // The first fault and its recovery, then nothing but summaries.
+        assert!(admitted <= 4, "{admitted}");
+        assert!(log.admit(Time::from_millis(0), &Event::Filling));
+    }
+}
