@@ -143,4 +143,11 @@ pub struct SimulateArgs {
     /// Seconds between rows of the printed table.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub every: f64,
+    /// Random foreign jobs arriving at this mean rate per hour (Poisson), each staying
+    /// 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed.
+    #[arg(long, value_name = "PER_HOUR")]
+    pub random_foreign: Option<f64>,
+    /// Seed of --random-foreign.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
 }

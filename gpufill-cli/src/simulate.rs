@@ -5,8 +5,10 @@ use std::io::{BufWriter, Write};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
-use gpufill_core::{Tick, Time};
+use gpufill_core::sim::{
+    Arrivals, ChurnReport, ForeignJob, LongRunStats, Period, SimConfig, Simulation, tracking,
+};
+use gpufill_core::{State, Tick, Time};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
@@ -67,6 +69,11 @@ fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
             args.every
         ));
     }
+    if let Some(rate) = args.random_foreign.filter(|r| !(r.is_finite() && (0.0..=1e6).contains(r))) {
+        return fail(format!(
+            "--random-foreign must be between 0 and 1000000 per hour, got {rate}"
+        ));
+    }
     if !(1..=10_000).contains(&args.sample_ms) {
         return fail(format!(
             "--sample-ms must be between 1 and 10000, got {}",
@@ -117,9 +124,26 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     )?;
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
-    let mut ticks = Vec::new();
+    let end = Time::from_secs_f64(args.duration);
+    let mut arrivals = Arrivals::new(
+        args.seed,
+        args.random_foreign.unwrap_or(0.0),
+        (Duration::from_secs(10), Duration::from_secs(600)),
+        Time::ZERO,
+    );
+    // Tracking is judged up to the first foreign arrival; only those samples are kept,
+    // so memory does not grow with the duration.
+    let first_foreign = args
+        .foreign
+        .iter()
+        .map(|f| f.start_s)
+        .fold(args.duration.min(arrivals.next_at()), f64::min);
+    let judged_until = Time::from_secs_f64(first_foreign);
+    let mut judged = Vec::new();
+    let mut hours = LongRunStats::new(Duration::from_secs(3600), Duration::from_secs(3));
+    let mut last = None;
     let mut io_result = Ok(());
-    sim.run_until(Time::from_secs_f64(args.duration), |tick| {
+    let churn = sim.run_with_arrivals(end, &mut arrivals, |tick| {
         if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
             io_result = write_csv_row(w, tick);
         }
@@ -127,14 +151,49 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             let _ = write_row(out, tick);
             next_row += every;
         }
-        ticks.push(tick.clone());
+        if tick.at < judged_until && tick.sample.is_some() {
+            judged.push(tick.clone());
+        }
+        hours.record(tick);
+        last = Some((tick.at, tick.state));
     });
     io_result.context("cannot write the CSV file")?;
     if let Some((mut w, path)) = csv {
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &ticks, settings.target, args)
+    summarize(out, &sim, &judged, judged_until, settings.target, args)?;
+    if args.random_foreign.is_some() || args.duration >= 7200.0 {
+        write_long_run(out, &churn, hours.periods())?;
+    }
+    if let Some((at, State::Stopped)) = last {
+        bail!("the simulated loop stopped at {:.2} s", at.as_secs_f64());
+    }
+    Ok(())
+}
+
+fn write_long_run(out: &mut dyn Write, churn: &ChurnReport, hours: &[Period]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "random foreign jobs: {} arrived; ticks filling while one was listed: {}; our kernels beside them: {:.1} ms; most kept at once: {}",
+        churn.arrived,
+        churn.filling_while_listed,
+        churn.overlap.as_secs_f64() * 1e3,
+        churn.max_retained
+    )?;
+    writeln!(out, "{:>5} {:>9} {:>8} {:>7} {:>9}", "hour", "samples", "MAE", "events", "yielding")?;
+    for (i, p) in hours.iter().enumerate() {
+        writeln!(
+            out,
+            "{:>5} {:>9} {:>8.3} {:>7} {:>8.1}%",
+            i,
+            p.samples,
+            p.mean_abs_error,
+            p.events,
+            100.0 * p.yielding_ticks as f64 / p.ticks.max(1) as f64
+        )?;
+    }
+    Ok(())
 }
 
 fn percent(u: Option<gpufill_core::Utilization>) -> String {
@@ -169,24 +228,13 @@ fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
 fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
-    ticks: &[Tick],
+    judged: &[Tick],
+    judged_until: Time,
     target: gpufill_core::Utilization,
     args: &SimulateArgs,
 ) -> anyhow::Result<()> {
-    let end = Time::from_secs_f64(args.duration);
-    // Judge tracking up to the first foreign arrival, where the target stops being ours to hold.
-    let first_foreign = args
-        .foreign
-        .iter()
-        .map(|f| f.start_s)
-        .fold(args.duration, f64::min);
-    let t = tracking(
-        ticks,
-        Time::ZERO,
-        Time::from_secs_f64(first_foreign),
-        target,
-        2.0,
-    );
+    let end = sim.now().max(Time::from_secs_f64(args.duration));
+    let t = tracking(judged, Time::ZERO, judged_until, target, 2.0);
     writeln!(out)?;
     match t.settle {
         Some(s) => writeln!(
@@ -214,15 +262,6 @@ fn summarize(
             job.slowdown * 100.0,
             job.overlap.as_secs_f64() * 1000.0
         )?;
-    }
-    if let Some(last) = ticks
-        .last()
-        .filter(|t| t.state == gpufill_core::State::Stopped)
-    {
-        bail!(
-            "the simulated loop stopped at {:.2} s",
-            last.at.as_secs_f64()
-        );
     }
     Ok(())
 }

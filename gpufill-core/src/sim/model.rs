@@ -185,6 +185,8 @@ struct Model {
     active: Vec<u32>,
     active_published: bool,
     holds_context: bool,
+    /// The number of jobs in the configuration (never retired).
+    configured: usize,
 }
 
 impl Model {
@@ -210,6 +212,7 @@ impl Model {
             active: Vec::new(),
             active_published: false,
             holds_context: true,
+            configured: n,
         }
     }
 
@@ -475,14 +478,15 @@ impl SimGpu {
         m.window_active.push(false);
     }
 
-    /// Drops foreign jobs that left before `t`, keeping memory bounded in long runs.
-    /// Their reports are returned.
+    /// Drops foreign jobs added with [`SimGpu::add_foreign`] that left before `t`,
+    /// keeping memory bounded in long runs; the jobs of the [`SimConfig`] stay, so
+    /// their reports remain in [`SimGpu::report`]. The dropped jobs' reports are returned.
     pub fn retire_foreign(&self, t: Time) -> Vec<ForeignReport> {
         let mut m = self.lock();
         m.advance(t);
         let report = m.report();
         let mut retired = Vec::new();
-        let mut i = 0;
+        let mut i = m.configured;
         while i < m.cfg.foreign.len() {
             if m.cfg.foreign[i].leaves_at < t {
                 m.cfg.foreign.remove(i);
