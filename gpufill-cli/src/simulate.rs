@@ -69,7 +69,10 @@ fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
             args.every
         ));
     }
-    if let Some(rate) = args.random_foreign.filter(|r| !(r.is_finite() && (0.0..=1e6).contains(r))) {
+    if let Some(rate) = args
+        .random_foreign
+        .filter(|r| !(r.is_finite() && (0.0..=1e6).contains(r)))
+    {
         return fail(format!(
             "--random-foreign must be between 0 and 1000000 per hour, got {rate}"
         ));
@@ -172,7 +175,11 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     Ok(())
 }
 
-fn write_long_run(out: &mut dyn Write, churn: &ChurnReport, hours: &[Period]) -> std::io::Result<()> {
+fn write_long_run(
+    out: &mut dyn Write,
+    churn: &ChurnReport,
+    hours: &[Period],
+) -> std::io::Result<()> {
     writeln!(
         out,
         "random foreign jobs: {} arrived; ticks filling while one was listed: {}; our kernels beside them: {:.1} ms; most kept at once: {}",
@@ -181,7 +188,11 @@ fn write_long_run(out: &mut dyn Write, churn: &ChurnReport, hours: &[Period]) ->
         churn.overlap.as_secs_f64() * 1e3,
         churn.max_retained
     )?;
-    writeln!(out, "{:>5} {:>9} {:>8} {:>7} {:>9}", "hour", "samples", "MAE", "events", "yielding")?;
+    writeln!(
+        out,
+        "{:>5} {:>9} {:>8} {:>7} {:>9}",
+        "hour", "samples", "MAE", "events", "yielding"
+    )?;
     for (i, p) in hours.iter().enumerate() {
         writeln!(
             out,

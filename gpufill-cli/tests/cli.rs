@@ -171,3 +171,92 @@ fn without_a_driver_run_and_status_say_so_and_exit_1() {
         ));
     }
 }
+
+#[test]
+fn missing_unreadable_and_malformed_files_exit_2_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let missing = dir.join("missing.toml");
+    for sub in [&["simulate", "--config"][..], &["config", "check"][..]] {
+        gpufill()
+            .args(sub)
+            .arg(&missing)
+            .assert()
+            .code(2)
+            .stderr(contains("missing.toml"));
+    }
+    let binary = dir.join("binary.toml");
+    std::fs::write(&binary, b"target_percent = 5\n\xff\xfe").unwrap();
+    gpufill()
+        .args(["config", "check"])
+        .arg(&binary)
+        .assert()
+        .code(2)
+        .stderr(contains("binary.toml:2:1"))
+        .stderr(contains("not valid UTF-8"));
+    let syntax = dir.join("syntax.toml");
+    std::fs::write(&syntax, "[probe]\nretry_max_s = = 3\n").unwrap();
+    gpufill()
+        .args(["config", "check"])
+        .arg(&syntax)
+        .assert()
+        .code(2)
+        .stderr(contains("syntax.toml:2:"));
+    gpufill()
+        .args(["config", "check"])
+        .arg(dir)
+        .assert()
+        .code(2);
+}
+
+#[test]
+fn a_retry_max_below_the_initial_delay_exits_2_naming_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retry.toml");
+    std::fs::write(&path, "[probe]\nretry_initial_s = 10\nretry_max_s = 5\n").unwrap();
+    gpufill()
+        .args(["config", "check"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(contains("retry.toml:3:"))
+        .stderr(contains(
+            "probe.retry_max_s: must be between 10 and 86400, got 5",
+        ));
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    for args in [
+        &["simulate", "--no-such-flag"][..],
+        &["simulate", "--duration", "-5"],
+        &["simulate", "--duration", "nan"],
+        &["simulate", "--tick-ms", "0"],
+        &["simulate", "--random-foreign", "-1"],
+        &["simulate", "--seed", "x"],
+        &["run", "--duration", "0"],
+        &["frobnicate"],
+    ] {
+        gpufill().args(args).assert().code(2);
+    }
+}
+
+#[test]
+fn a_simulated_hour_with_random_arrivals_never_fills_beside_a_listed_process() {
+    gpufill()
+        .args([
+            "simulate",
+            "--duration",
+            "3600",
+            "--random-foreign",
+            "60",
+            "--seed",
+            "5",
+            "--every",
+            "600",
+        ])
+        .assert()
+        .success()
+        .stdout(contains("ticks filling while one was listed: 0;"))
+        .stdout(contains("our kernels beside them: 0.0 ms"));
+}

@@ -215,6 +215,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             events: Vec::new(),
         };
         if self.state == Some(State::Stopped) {
+            // Whatever the failed idle left recorded, a stopped loop asks for nothing.
+            tick.duty = Duty::ZERO;
             return tick;
         }
         let (state, desired) = match self.measure(now) {

@@ -27,6 +27,8 @@ mod de;
 mod error;
 mod gpus;
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 use std::path::Path;

@@ -1,0 +1,198 @@
+//! Property tests: arbitrary measurements, targets and settings never make a
+//! controller or the fill loop panic or ask for a duty outside `[0, max_duty]`, and a
+//! listed foreign process always means an idle load.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use gpufill_core::{
+    Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings, Load,
+    LoadSource, Probe, ProcessInfo, Time, Utilization, Width, YieldMode, YieldPolicy,
+    YieldSettings,
+};
+use proptest::prelude::*;
+
+/// One scripted tick of the device: a measurement (or none, or a fault) and who is there.
+#[derive(Clone, Debug)]
+struct Step {
+    dt_ms: u64,
+    sample: Option<f64>,
+    fault: Option<ErrorKind>,
+    foreign: bool,
+    active: bool,
+    load_fault: Option<ErrorKind>,
+}
+
+fn utilization() -> impl Strategy<Value = f64> {
+    prop_oneof![Just(0.0), Just(1.0), 0.0..=1.0f64]
+}
+
+fn fault() -> impl Strategy<Value = Option<ErrorKind>> {
+    prop_oneof![
+        8 => Just(None),
+        2 => Just(Some(ErrorKind::Transient)),
+        1 => Just(Some(ErrorKind::Lost)),
+        1 => Just(Some(ErrorKind::Unsupported)),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop_oneof![Just(0u64), Just(10), 1..=2_000u64],
+        proptest::option::of(utilization()),
+        fault(),
+        any::<bool>(),
+        any::<bool>(),
+        fault(),
+    )
+        .prop_map(|(dt_ms, sample, fault, foreign, active, load_fault)| Step {
+            dt_ms,
+            sample,
+            fault,
+            foreign,
+            active,
+            load_fault,
+        })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("scripted {0:?}")]
+struct Scripted(ErrorKind);
+
+impl DeviceError for Scripted {
+    fn kind(&self) -> ErrorKind {
+        self.0
+    }
+}
+
+struct ScriptProbe {
+    now: Rc<RefCell<Step>>,
+}
+
+impl Probe for ScriptProbe {
+    type Error = Scripted;
+    fn utilization(&mut self, _: Time) -> Result<Option<Utilization>, Scripted> {
+        let s = self.now.borrow();
+        match s.fault {
+            Some(kind) => Err(Scripted(kind)),
+            None => Ok(s.sample.map(Utilization::saturating_from_fraction)),
+        }
+    }
+    fn foreign_processes(&mut self, _: Time) -> Result<Vec<ProcessInfo>, Scripted> {
+        let s = self.now.borrow();
+        Ok(if s.foreign {
+            vec![ProcessInfo {
+                pid: 42,
+                ..ProcessInfo::default()
+            }]
+        } else {
+            Vec::new()
+        })
+    }
+    fn active_processes(&mut self, _: Time) -> Result<Option<Vec<u32>>, Scripted> {
+        let s = self.now.borrow();
+        Ok(Some(if s.active { vec![42] } else { Vec::new() }))
+    }
+}
+
+struct RecordingLoad {
+    now: Rc<RefCell<Step>>,
+    applied: Rc<RefCell<Vec<Load>>>,
+}
+
+impl LoadSource for RecordingLoad {
+    type Error = Scripted;
+    fn set_load(&mut self, _: Time, load: Load) -> Result<(), Scripted> {
+        self.applied.borrow_mut().push(load);
+        self.now
+            .borrow()
+            .load_fault
+            .map_or(Ok(()), |kind| Err(Scripted(kind)))
+    }
+}
+
+fn mode() -> impl Strategy<Value = YieldMode> {
+    prop_oneof![
+        Just(YieldMode::Presence),
+        Just(YieldMode::Mps),
+        (0..100_000u64).prop_map(|ms| YieldMode::Activity {
+            idle_grace: Duration::from_millis(ms)
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn controllers_stay_within_zero_and_one(
+        pi in any::<bool>(),
+        targets in proptest::collection::vec(utilization(), 1..4),
+        readings in proptest::collection::vec((proptest::option::of(utilization()), 0..5_000u64, any::<bool>()), 0..400),
+    ) {
+        let mut c: Box<dyn Controller + Send> =
+            if pi { ControllerKind::Pi.build() } else { ControllerKind::Window.build() };
+        let mut now = Time::ZERO;
+        for (i, (measured, dt_ms, reset)) in readings.into_iter().enumerate() {
+            now += Duration::from_millis(dt_ms);
+            if reset {
+                c.reset(now);
+            }
+            let target = Utilization::saturating_from_fraction(targets[i % targets.len()]);
+            let duty = c.update(now, measured.map(Utilization::saturating_from_fraction), target);
+            prop_assert!((0.0..=1.0).contains(&duty.fraction()), "{duty:?}");
+        }
+    }
+
+    #[test]
+    fn the_loop_never_exceeds_max_duty_and_idles_for_a_listed_process(
+        target in utilization(),
+        max_duty in utilization(),
+        width in 1..=65_535u32,
+        fault_hold_ms in 0..5_000u64,
+        grace_ms in 0..10_000u64,
+        mode in mode(),
+        pi in any::<bool>(),
+        steps in proptest::collection::vec(step(), 1..300),
+    ) {
+        let settings = FillSettings {
+            target: Utilization::saturating_from_fraction(target),
+            width: Width::blocks(width).unwrap(),
+            max_duty: Duty::clamped(max_duty),
+            fault_hold: Duration::from_millis(fault_hold_ms),
+            release_after: None,
+        };
+        let yielding = YieldSettings {
+            mode,
+            grace: Duration::from_millis(grace_ms),
+            ..YieldSettings::default()
+        };
+        let kind = if pi { ControllerKind::Pi } else { ControllerKind::Window };
+        let now_step = Rc::new(RefCell::new(steps[0].clone()));
+        let applied = Rc::new(RefCell::new(Vec::new()));
+        let probe = ScriptProbe { now: Rc::clone(&now_step) };
+        let load = RecordingLoad { now: Rc::clone(&now_step), applied: Rc::clone(&applied) };
+        let mut fill = FillLoop::new(probe, load, kind.build(), YieldPolicy::new(yielding), settings);
+        let mut now = Time::ZERO;
+        for s in steps {
+            now += Duration::from_millis(s.dt_ms);
+            *now_step.borrow_mut() = s.clone();
+            let tick = fill.step(now);
+            prop_assert!(tick.duty.fraction() <= settings.max_duty.fraction() + 1e-12, "{tick:?}");
+            prop_assert!((0.0..=1.0).contains(&tick.duty.fraction()));
+            // A transient failure to apply the idle load keeps the old one for a tick
+            // (it is retried next tick): the property holds whenever the load applies.
+            if s.foreign && mode == YieldMode::Presence && s.fault.is_none() && s.load_fault.is_none() {
+                prop_assert!(tick.duty.is_zero(), "{tick:?}");
+            }
+        }
+        for l in applied.borrow().iter() {
+            prop_assert!(l.duty.fraction() <= settings.max_duty.fraction() + 1e-12);
+        }
+    }
+}
