@@ -8,6 +8,7 @@ pub mod config;
 pub mod faultlog;
 pub mod logging;
 pub mod run;
+pub mod select;
 pub mod simulate;
 pub mod status;
 

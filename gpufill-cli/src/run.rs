@@ -15,9 +15,8 @@ use gpufill_cuda::{CudaError, CudaLoad, LauncherSettings};
 use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
-use crate::UsageError;
 use crate::cli::RunArgs;
-use crate::config::{Config, GpuId, GpuSelector};
+use crate::config::{Config, GpuSelector};
 use crate::faultlog::FaultLog;
 
 /// A GPU chosen to fill, known to both NVML and CUDA.
@@ -92,36 +91,11 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
 fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     let cuda = gpufill_cuda::devices().context("cannot list GPUs through CUDA")?;
-    let chosen: Vec<_> = match selector {
-        GpuSelector::All => gpus
-            .iter()
-            .filter(|g| {
-                if g.mig_enabled {
-                    warn!(gpu = g.index, uuid = %g.uuid, "skipping: MIG is enabled, NVML cannot measure its utilization");
-                }
-                !g.mig_enabled
-            })
-            .collect(),
-        GpuSelector::List(ids) => ids
-            .iter()
-            .map(|id| {
-                gpus.iter()
-                    .find(|g| match id {
-                        GpuId::Index(i) => g.index == *i,
-                        GpuId::Uuid(u) => g.uuid.eq_ignore_ascii_case(u),
-                    })
-                    .ok_or_else(|| {
-                        UsageError(anyhow!("gpus: no GPU {} on this machine ({} GPUs found)", describe(id), gpus.len()))
-                    })
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    if chosen.is_empty() {
-        bail!(
-            "no GPU to fill: NVML lists {} GPUs, none usable",
-            gpus.len()
-        );
+    let selection = crate::select::choose(&gpus, selector)?;
+    for g in &selection.skipped_mig {
+        warn!(gpu = g.index, uuid = %g.uuid, "skipping: MIG is enabled, NVML cannot measure its utilization");
     }
+    let chosen = selection.chosen;
     chosen
         .into_iter()
         .map(|g| {
@@ -157,13 +131,6 @@ pub fn mps_daemon_running() -> bool {
 /// Whether `dir` holds an MPS control pipe.
 pub fn mps_control_pipe_in(dir: &std::path::Path) -> bool {
     dir.join("control").exists()
-}
-
-fn describe(id: &GpuId) -> String {
-    match id {
-        GpuId::Index(i) => format!("with index {i}"),
-        GpuId::Uuid(u) => format!("with UUID {u}"),
-    }
 }
 
 fn worker(
