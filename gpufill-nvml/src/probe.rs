@@ -13,7 +13,9 @@ use nvml_wrapper::{Device, GpmSample};
 use crate::error::{ProbeError, classify};
 use crate::own::OwnProcess;
 use crate::schedule::Schedule;
-use crate::session::{Nvml, compute_processes, mig_enabled, milliwatts_to_watts};
+use crate::session::{
+    Nvml, add_mps_clients, compute_processes, mig_enabled, milliwatts_to_watts, running_processes,
+};
 
 /// NVML refreshes GPM data internally; samples closer than this give no metric
 /// (nvml.h, `nvmlGpmMetricsGet`: "should be greater than 100ms").
@@ -39,6 +41,7 @@ pub struct NvmlProbe {
     names: HashMap<u32, Option<String>>,
     next_activity_read: Option<Time>,
     process_last_seen_us: u64,
+    quiet: QuietList,
     gpm_supported: Option<bool>,
     gpm_previous: Option<(GpmSample<'static>, Instant)>,
 }
@@ -72,6 +75,7 @@ impl NvmlProbe {
             names: HashMap::new(),
             next_activity_read: None,
             process_last_seen_us: 0,
+            quiet: QuietList::default(),
             gpm_supported: None,
             gpm_previous: None,
         })
@@ -267,10 +271,35 @@ impl Probe for NvmlProbe {
     }
 
     fn foreign_processes(&mut self, _now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {
-        let list = compute_processes(&self.device, &mut self.try_mps)?;
+        if self.quiet.may_skip() {
+            // One NVML call instead of two (the list itself is a count query and a fill).
+            let count = self
+                .device
+                .running_compute_processes_count()
+                .map_err(|e| ProbeError::nvml("nvmlDeviceGetComputeRunningProcesses", e))?;
+            if self.quiet.unchanged(count) {
+                return Ok(Vec::new());
+            }
+        }
+        let mut list = running_processes(&self.device)?;
+        let listed = list.len();
+        // MPS clients are listed apart, and only exist while an MPS server is on the
+        // GPU: ask for them only when the list may hold one (a server, or a process
+        // whose name NVML cannot resolve). Usually only our own context is listed, so
+        // this saves one of the three NVML calls of every tick.
+        let mut may_hold_server = false;
+        for p in &list {
+            if !self.own.contains(p.pid) {
+                may_hold_server |= self.name_of(p.pid).is_none_or(|n| is_mps_server_name(&n));
+            }
+        }
+        if may_hold_server {
+            add_mps_clients(&self.device, &mut list, &mut self.try_mps)?;
+        }
         self.names
             .retain(|pid, _| list.iter().any(|p| p.pid == *pid));
-        let mut foreign = Vec::with_capacity(list.len());
+        // Usually empty: no allocation on the tick path.
+        let mut foreign = Vec::new();
         for mut process in list {
             if self.own.contains(process.pid) {
                 continue;
@@ -280,6 +309,8 @@ impl Probe for NvmlProbe {
                 foreign.push(process);
             }
         }
+        self.quiet
+            .full_read(listed, foreign.is_empty() && !may_hold_server);
         Ok(foreign)
     }
 
@@ -297,6 +328,42 @@ impl Probe for NvmlProbe {
                 .map(|(pid, _)| pid)
                 .collect(),
         ))
+    }
+}
+
+/// Full process-list reads at least this often (in ticks) even while the count is
+/// unchanged, as a backstop for the one change a count cannot see: one of our
+/// contexts leaving in the same tick as a newcomer arrives.
+const FULL_READ_EVERY: u32 = 10;
+
+/// Whether the per-tick process query can be a bare count: when the last full read
+/// listed only our own processes, an unchanged count means nobody came (nobody left
+/// either, and ours stay while we hold a context). Pure bookkeeping, no NVML.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct QuietList {
+    /// The count of the last full read, when it held only our own processes.
+    only_own: Option<u32>,
+    /// Count-only reads since the last full read.
+    skipped: u32,
+}
+
+impl QuietList {
+    /// Whether a count may replace the full read this tick.
+    fn may_skip(&self) -> bool {
+        self.only_own.is_some() && self.skipped < FULL_READ_EVERY
+    }
+
+    /// After a count: true when it matches (skip the full read this tick).
+    fn unchanged(&mut self, count: u32) -> bool {
+        let same = self.only_own == Some(count);
+        self.skipped += u32::from(same);
+        same
+    }
+
+    /// After a full read of `len` processes, of which none foreign when `only_own`.
+    fn full_read(&mut self, len: usize, only_own: bool) {
+        self.skipped = 0;
+        self.only_own = only_own.then(|| u32::try_from(len).unwrap_or(u32::MAX));
     }
 }
 
@@ -396,6 +463,28 @@ mod tests {
         let (fresh, newest) = fresh_process_utilization(&[sample(1, 50, 5)], 80);
         assert!(fresh.is_empty());
         assert_eq!(newest, 80);
+    }
+
+    #[test]
+    fn a_bare_count_stands_in_for_the_list_only_while_just_we_are_listed() {
+        let mut q = QuietList::default();
+        assert!(!q.may_skip(), "nothing known yet");
+        q.full_read(1, true);
+        // Nine ticks on a count, then a full read again.
+        for _ in 0..FULL_READ_EVERY {
+            assert!(q.may_skip());
+            assert!(q.unchanged(1));
+        }
+        assert!(!q.may_skip());
+        q.full_read(1, true);
+        assert!(q.may_skip());
+        // A newcomer changes the count: full read, which finds it; no skipping then.
+        assert!(!q.unchanged(2));
+        q.full_read(2, false);
+        assert!(!q.may_skip());
+        // It left: back to counting.
+        q.full_read(1, true);
+        assert!(q.may_skip() && q.unchanged(1));
     }
 
     #[test]

@@ -219,7 +219,14 @@ pub(crate) fn compute_processes(
     device: &Device<'_>,
     try_mps: &mut bool,
 ) -> Result<Vec<ProcessInfo>, ProbeError> {
-    let mut list: Vec<ProcessInfo> = device
+    let mut list = running_processes(device)?;
+    add_mps_clients(device, &mut list, try_mps)?;
+    Ok(list)
+}
+
+/// The compute processes NVML lists on `device` (an MPS server, not its clients).
+pub(crate) fn running_processes(device: &Device<'_>) -> Result<Vec<ProcessInfo>, ProbeError> {
+    Ok(device
         .running_compute_processes()
         .map_err(|e| ProbeError::nvml("nvmlDeviceGetComputeRunningProcesses", e))?
         .into_iter()
@@ -228,30 +235,40 @@ pub(crate) fn compute_processes(
             used_memory_bytes: used_bytes(&p.used_gpu_memory),
             name: None,
         })
-        .collect();
-    if *try_mps {
-        match device.mps_running_compute_processes() {
-            Ok(clients) => merge_processes(
-                &mut list,
-                clients.into_iter().map(|p| ProcessInfo {
-                    pid: p.pid,
-                    used_memory_bytes: used_bytes(&p.used_gpu_memory),
-                    name: None,
-                }),
-            ),
-            Err(e) if classify(&e) == ErrorKind::Unsupported => {
-                tracing::debug!(error = %e, "no MPS process list on this device");
-                *try_mps = false;
-            }
-            Err(e) => {
-                return Err(ProbeError::nvml(
-                    "nvmlDeviceGetMPSComputeRunningProcesses",
-                    e,
-                ));
-            }
+        .collect())
+}
+
+/// Adds the MPS clients on `device` to `list` while `try_mps` holds; a query that
+/// proves unsupported clears `try_mps`.
+pub(crate) fn add_mps_clients(
+    device: &Device<'_>,
+    list: &mut Vec<ProcessInfo>,
+    try_mps: &mut bool,
+) -> Result<(), ProbeError> {
+    if !*try_mps {
+        return Ok(());
+    }
+    match device.mps_running_compute_processes() {
+        Ok(clients) => merge_processes(
+            list,
+            clients.into_iter().map(|p| ProcessInfo {
+                pid: p.pid,
+                used_memory_bytes: used_bytes(&p.used_gpu_memory),
+                name: None,
+            }),
+        ),
+        Err(e) if classify(&e) == ErrorKind::Unsupported => {
+            tracing::debug!(error = %e, "no MPS process list on this device");
+            *try_mps = false;
+        }
+        Err(e) => {
+            return Err(ProbeError::nvml(
+                "nvmlDeviceGetMPSComputeRunningProcesses",
+                e,
+            ));
         }
     }
-    Ok(list)
+    Ok(())
 }
 
 fn used_bytes(used: &UsedGpuMemory) -> Option<u64> {
