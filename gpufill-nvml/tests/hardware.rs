@@ -90,6 +90,10 @@ fn nvml_call_costs() {
             mean_us(N, || device.running_compute_processes()),
         ),
         (
+            "running_compute_processes_count",
+            mean_us(N, || device.running_compute_processes_count()),
+        ),
+        (
             "mps_running_compute_processes",
             mean_us(N, || device.mps_running_compute_processes()),
         ),
