@@ -287,6 +287,14 @@ fn five_hundred_short_lived_processes_never_meet_our_kernels() {
         assert_eq!(report.filling_while_listed, 0, "{report:?}");
         assert_eq!(report.overlap, Duration::ZERO, "{report:?}");
         assert_eq!(report.worst_slowdown, 0.0, "{report:?}");
+        // Work: the load changes on new samples (one per 200 ms) and on each yield and
+        // resume, not per process or per tick.
+        let samples = sim.gpu().report(secs(600.0)).samples;
+        assert!(
+            sim.gpu().load_calls() <= samples + 2 * yields as u64 + 4,
+            "{} calls",
+            sim.gpu().load_calls()
+        );
         // Memory: jobs are retired as they go.
         assert!(report.max_retained <= 40, "{report:?}");
         // Log volume: a yield (and a resume) per quiet gap of at least the 5 s grace,

@@ -86,7 +86,7 @@ impl Arrivals {
 
     /// The next job if it is listed before `until`.
     pub fn next_before(&mut self, until: Time) -> Option<ForeignJob> {
-        if !(self.next_at < until.as_secs_f64()) {
+        if self.next_at >= until.as_secs_f64() {
             return None;
         }
         let start = self.next_at;

@@ -187,6 +187,8 @@ struct Model {
     holds_context: bool,
     /// The number of jobs in the configuration (never retired).
     configured: usize,
+    /// Calls of `SimLoad::set_load`.
+    load_calls: u64,
 }
 
 impl Model {
@@ -213,6 +215,7 @@ impl Model {
             active_published: false,
             holds_context: true,
             configured: n,
+            load_calls: 0,
         }
     }
 
@@ -435,6 +438,12 @@ impl SimGpu {
         Ok((self.probe(), self.load()))
     }
 
+    /// How many times a load source of this GPU was asked to change the load (the
+    /// loop's work on the device side, for churn tests).
+    pub fn load_calls(&self) -> u64 {
+        self.lock().load_calls
+    }
+
     /// How many foreign jobs are listed at `t` (the model must have reached `t`).
     pub fn listed_count(&self, t: Time) -> usize {
         self.lock()
@@ -567,6 +576,7 @@ impl LoadSource for SimLoad {
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), SimError> {
         let mut m = self.gpu.lock();
         m.advance(now);
+        m.load_calls += 1;
         // A lost device runs nothing whatever it is asked, so the load is recorded
         // (for tests to see what the loop asked for) before the error.
         m.set_load(load);
