@@ -161,13 +161,13 @@ impl Recording {
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let targets = check_args(args)?;
     let config = Config::default();
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut rig: Box<dyn Rig> = if args.sim {
         Box::new(sim::SimRig::new(&config))
     } else {
         Box::new(real::RealRig::open(args, &config)?)
     };
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("cannot create {}", args.out.display()))?;
     let bar = progress_bar(args, &targets, &config);
     let recorded = measure(rig.as_mut(), args, &targets, &config, &bar);
     rig.finish();
