@@ -78,7 +78,10 @@ fn bench_on_the_simulated_gpu_writes_the_table_plot_csv_and_summary() {
     for target in [10.0, 25.0, 50.0, 75.0] {
         assert_eq!(rows.iter().filter(|r| r.1 == target).count(), 500);
     }
-    assert_eq!(rows.iter().filter(|r| r.1 == 90.0).count(), rows.len() - 2000);
+    assert_eq!(
+        rows.iter().filter(|r| r.1 == 90.0).count(),
+        rows.len() - 2000
+    );
 
     // The plot: valid XML, one point per NVML sample in the CSV, a shaded yield window.
     let svg = std::fs::read_to_string(out.join("bench.svg")).unwrap();

@@ -61,8 +61,10 @@ pub(crate) trait Rig {
     fn name(&self) -> String;
     /// The rig's time now.
     fn now(&self) -> Time;
-    /// Steps the fill loop once at `target`, then waits for the next tick.
+    /// Steps the fill loop once at `target`.
     fn step(&mut self, target: Utilization) -> anyhow::Result<Tick>;
+    /// Waits until the next tick is due.
+    fn wait(&mut self);
     /// Board power now, W.
     fn power_watts(&mut self) -> Option<f64>;
     /// Board power measured before the fill loop started, W.
@@ -143,6 +145,7 @@ impl Recording {
         let mut memory = None;
         while rig.now() < end {
             self.step(rig, target, &mut memory)?;
+            rig.wait();
             bar.set_position(self.elapsed_ms(rig));
         }
         Ok(memory)
@@ -289,6 +292,7 @@ fn yield_test(
     loop {
         let tick = rec.step(rig, target, &mut memory)?;
         bar.set_position(rec.elapsed_ms(rig));
+        // Right after the step that went idle, before waiting for the next tick.
         if tick.state == State::Yielding && !yielded {
             yielded = true;
             obs.quiesced = rig.quiesce();
@@ -307,6 +311,7 @@ fn yield_test(
         if back || rig.now() >= deadline {
             break;
         }
+        rig.wait();
     }
     obs.kernels = at_quiesce.zip(at_gone);
     obs.overlap = rig.overlap();
@@ -406,5 +411,144 @@ fn plot(gpu: &str, rec: &Recording) -> svg::Plot {
             .iter()
             .map(|(_, _, from, to)| (secs(*from), secs(*to), "yield test".to_owned()))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The simulated GPU, with a launcher counter that can misbehave and a foreign
+    /// process that can fail: the parts of the real rig the simulation lacks.
+    struct Scripted {
+        sim: sim::SimRig,
+        kernels: u64,
+        launches_while_yielding: bool,
+        foreign_fails: bool,
+    }
+
+    impl Rig for Scripted {
+        fn name(&self) -> String {
+            "scripted".into()
+        }
+        fn now(&self) -> Time {
+            self.sim.now()
+        }
+        fn step(&mut self, target: Utilization) -> anyhow::Result<Tick> {
+            let tick = self.sim.step(target)?;
+            if tick.state.fills() || self.launches_while_yielding {
+                self.kernels += 5;
+            }
+            Ok(tick)
+        }
+        fn wait(&mut self) {}
+        fn power_watts(&mut self) -> Option<f64> {
+            Some(100.0)
+        }
+        fn idle_power_watts(&self) -> Option<f64> {
+            Some(60.0)
+        }
+        fn own_memory_mib(&mut self) -> Option<f64> {
+            Some(254.0)
+        }
+        fn yield_unsupported(&self) -> Option<String> {
+            None
+        }
+        fn start_foreign(&mut self, run: Duration) -> anyhow::Result<()> {
+            self.sim.start_foreign(run)
+        }
+        fn foreign(&mut self) -> ForeignSeen {
+            let mut seen = self.sim.foreign();
+            if self.foreign_fails && seen.listed.is_some() {
+                seen.failure = Some("exit status: 1: cannot open a CUDA context".into());
+            }
+            seen
+        }
+        fn quiesce(&mut self) -> Option<Time> {
+            self.sim.quiesce()
+        }
+        fn kernels_launched(&self) -> Option<u64> {
+            Some(self.kernels)
+        }
+        fn overlap(&mut self) -> Option<Duration> {
+            None
+        }
+        fn finish(&mut self) {}
+    }
+
+    fn scripted(launches_while_yielding: bool, foreign_fails: bool) -> Scripted {
+        Scripted {
+            sim: sim::SimRig::new(&Config::default()),
+            kernels: 0,
+            launches_while_yielding,
+            foreign_fails,
+        }
+    }
+
+    fn args() -> BenchArgs {
+        BenchArgs {
+            gpu: None,
+            targets: vec![50.0],
+            seconds: 3.0,
+            out: "unused".into(),
+            no_yield: false,
+            sim: true,
+            force: false,
+        }
+    }
+
+    fn bench(rig: &mut Scripted) -> anyhow::Result<BenchSummary> {
+        let (args, config) = (args(), Config::default());
+        let targets = check_args(&args)?;
+        let (rec, skipped) = measure(rig, &args, &targets, &config, &ProgressBar::hidden())?;
+        Ok(summarize(rig, &args, &config, &rec, skipped))
+    }
+
+    #[test]
+    fn a_launcher_quiet_while_yielding_passes_and_power_memory_reach_the_summary() {
+        let summary = bench(&mut scripted(false, false)).unwrap();
+        let y = summary.yield_test.as_ref().unwrap();
+        assert_eq!(y.own_kernels_while_yielding, Some(0));
+        assert!(y.passed());
+        let t = &summary.targets[0];
+        assert_eq!(
+            (t.mean_power_w, t.own_memory_mib),
+            (Some(100.0), Some(254.0))
+        );
+        assert_eq!(summary.idle_power_w, Some(60.0));
+    }
+
+    #[test]
+    fn kernels_launched_while_yielding_fail_the_yield_test() {
+        let summary = bench(&mut scripted(true, false)).unwrap();
+        let y = summary.yield_test.unwrap();
+        assert!(y.own_kernels_while_yielding.unwrap() > 0);
+        assert!(!y.passed());
+    }
+
+    #[test]
+    fn a_failed_foreign_process_is_reported() {
+        let err = bench(&mut scripted(false, true)).unwrap_err();
+        assert!(
+            format!("{err:#}")
+                .contains("the foreign process of the yield test failed: exit status: 1"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn targets_and_seconds_are_checked() {
+        let mut a = args();
+        a.targets = vec![50.0, 100.0];
+        assert_eq!(check_args(&a).unwrap().len(), 2);
+        for bad in [vec![], vec![0.0], vec![-5.0], vec![101.0], vec![f64::NAN]] {
+            a.targets = bad;
+            assert!(check_args(&a).is_err(), "{:?}", a.targets);
+        }
+        a.targets = vec![50.0];
+        for bad in [0.0, 0.9, 3601.0, f64::INFINITY] {
+            a.seconds = bad;
+            assert!(check_args(&a).is_err(), "{bad}");
+        }
     }
 }

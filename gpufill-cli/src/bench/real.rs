@@ -132,11 +132,13 @@ impl Rig for RealRig {
 
     fn step(&mut self, target: Utilization) -> anyhow::Result<Tick> {
         self.fill.set_target(target);
-        let tick = self.fill.step(self.clock.now());
-        // A late tick (the yield test's quiesce waits) does not cause a burst of catch-up ticks.
+        Ok(self.fill.step(self.clock.now()))
+    }
+
+    fn wait(&mut self) {
+        // A late tick (the yield test's quiesce waits) causes no burst of catch-up ticks.
         self.next = (self.next + self.tick).max(self.clock.now());
         self.clock.sleep_until(self.next);
-        Ok(tick)
     }
 
     fn power_watts(&mut self) -> Option<f64> {
@@ -288,25 +290,34 @@ impl Watch {
         let _ = child.wait();
     }
 
-    /// Records what this poll saw; true once it has been listed, left and exited.
     fn record(&self, now: Time, listed: bool, exited: bool) -> bool {
-        let mut s = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if listed && s.listed.is_none() {
-            s.listed = Some(now);
-        }
-        if !listed && s.listed.is_some() && s.unlisted.is_none() {
-            s.unlisted = Some(now);
-        }
-        if exited && s.exited.is_none() {
-            s.exited = Some(now);
-        }
-        // A process that exits unlisted never will be: stop waiting for it.
-        s.exited.is_some() && (s.unlisted.is_some() || s.listed.is_none())
+        observe(
+            &mut self.seen.lock().unwrap_or_else(PoisonError::into_inner),
+            now,
+            listed,
+            exited,
+        )
     }
 
     fn update(&self, f: impl FnOnce(&mut ForeignSeen)) {
         f(&mut self.seen.lock().unwrap_or_else(PoisonError::into_inner));
     }
+}
+
+/// Records what one poll at `now` saw; true once the process has exited and, if it was
+/// ever listed, left the list.
+fn observe(s: &mut ForeignSeen, now: Time, listed: bool, exited: bool) -> bool {
+    if listed && s.listed.is_none() {
+        s.listed = Some(now);
+    }
+    if !listed && s.listed.is_some() && s.unlisted.is_none() {
+        s.unlisted = Some(now);
+    }
+    if exited && s.exited.is_none() {
+        s.exited = Some(now);
+    }
+    // A process that exits unlisted never will be: stop waiting for it.
+    s.exited.is_some() && (s.unlisted.is_some() || s.listed.is_none())
 }
 
 fn stderr_of(child: &mut Child) -> String {
@@ -319,5 +330,32 @@ fn stderr_of(child: &mut Child) -> String {
         "no message".into()
     } else {
         text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watcher_keeps_the_first_listing_leaving_and_exit() {
+        let mut s = ForeignSeen::default();
+        let ms = Time::from_millis;
+        assert!(!observe(&mut s, ms(1), false, false));
+        assert!(!observe(&mut s, ms(2), true, false));
+        assert!(!observe(&mut s, ms(3), true, false));
+        assert!(!observe(&mut s, ms(4), true, true));
+        assert!(observe(&mut s, ms(5), false, true));
+        assert_eq!(
+            (s.listed, s.unlisted, s.exited),
+            (Some(ms(2)), Some(ms(5)), Some(ms(4)))
+        );
+    }
+
+    #[test]
+    fn the_watcher_stops_for_a_process_that_exits_without_being_listed() {
+        let mut s = ForeignSeen::default();
+        assert!(observe(&mut s, Time::from_millis(7), false, true));
+        assert_eq!(s.listed, None);
     }
 }

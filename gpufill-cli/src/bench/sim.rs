@@ -62,6 +62,9 @@ impl Rig for SimRig {
         Ok(tick)
     }
 
+    /// The virtual clock moved on in [`Rig::step`].
+    fn wait(&mut self) {}
+
     fn power_watts(&mut self) -> Option<f64> {
         None
     }
