@@ -242,10 +242,10 @@ fn steps(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 }
 
 fn legend(svg: &mut String) {
-    let x = WIDTH - RIGHT - 230.0;
+    let x = WIDTH - RIGHT - 260.0;
     let _ = writeln!(
         svg,
-        r##"<g transform="translate({x} 8)"><line x1="0" y1="10" x2="24" y2="10" stroke="#1f77b4" stroke-width="1.5"/><text x="30" y="14">measured (NVML)</text><line x1="130" y1="10" x2="154" y2="10" stroke="#888888" stroke-width="1.5" stroke-dasharray="6 3"/><text x="160" y="14">target</text></g>"##
+        r##"<g transform="translate({x} 8)"><line x1="0" y1="10" x2="24" y2="10" stroke="#1f77b4" stroke-width="1.5"/><text x="30" y="14">measured (NVML)</text><line x1="150" y1="10" x2="174" y2="10" stroke="#888888" stroke-width="1.5" stroke-dasharray="6 3"/><text x="180" y="14">target</text></g>"##
     );
 }
 
