@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod config;
 pub mod logging;
+pub mod metrics;
 pub mod run;
 pub mod simulate;
 pub mod status;

@@ -405,8 +405,9 @@ impl Config {
 
     /// The schedule: `target_percent` as the default, with the `[schedule]` rules.
     pub fn schedule(&self) -> gpufill_core::Schedule {
-        self.schedule
-            .resolve(Utilization::saturating_from_fraction(self.target_percent / 100.0))
+        self.schedule.resolve(Utilization::saturating_from_fraction(
+            self.target_percent / 100.0,
+        ))
     }
 
     /// The yield policy's settings when no MPS daemon runs.

@@ -167,6 +167,8 @@ fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
         return Ok(None);
     }
     s.parse().map(Some).map_err(|_| {
-        format!("expected IP:PORT, e.g. 127.0.0.1:9401 or [::]:9401 (port 0: any free port), got {s:?}")
+        format!(
+            "expected IP:PORT, e.g. 127.0.0.1:9401 or [::]:9401 (port 0: any free port), got {s:?}"
+        )
     })
 }
