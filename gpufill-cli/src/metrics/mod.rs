@@ -10,9 +10,12 @@
 pub mod render;
 pub mod server;
 
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use anyhow::Context;
 use gpufill_core::{Event, State, Tick};
+use tracing::info;
 
 /// The labels dcgm-exporter puts on per-GPU series.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +108,26 @@ impl Registry {
     pub fn render(&self) -> String {
         render::render(&self.snapshots(), env!("CARGO_PKG_VERSION"))
     }
+}
+
+/// Starts the endpoint for `gpus` when `addr` is set and logs the address it bound
+/// (`metrics listening on http://IP:PORT/metrics`). Returns one publisher per GPU, in
+/// order, or `None`s when there is no endpoint.
+///
+/// # Errors
+/// When the address cannot be bound (in use, not of this host).
+pub fn start_endpoint(
+    addr: Option<SocketAddr>,
+    gpus: Vec<GpuLabels>,
+) -> anyhow::Result<Vec<Option<Publisher>>> {
+    let Some(addr) = addr else {
+        return Ok(gpus.iter().map(|_| None).collect());
+    };
+    let (registry, publishers) = Registry::new(gpus);
+    let bound =
+        server::start(addr, registry).with_context(|| format!("cannot serve metrics on {addr}"))?;
+    info!("metrics listening on http://{bound}/metrics");
+    Ok(publishers.into_iter().map(Some).collect())
 }
 
 /// One worker's side: counts events and publishes without waiting.
