@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use gpufill_core::{
-    Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, Tick, Time, TimeOfDay,
+    Clock, Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, State, Tick, Time,
+    TimeOfDay,
 };
 use tracing::info;
 
@@ -19,11 +20,39 @@ pub type Loop<P, L> = FillLoop<P, L, Box<dyn Controller + Send>>;
 
 /// Where the time of day comes from.
 #[derive(Clone, Copy, Debug)]
-pub enum Clock {
+pub enum DayClock {
     /// The host's local time (read at most once a second).
     Local,
     /// Virtual: this time of day at loop time zero (`simulate --start-time`).
     StartingAt(TimeOfDay),
+}
+
+/// Like [`FillLoop::run`], with `live`'s extras around each step: runs ticks every
+/// `period` on `clock` until `keep_going` returns false or the loop stops, then leaves
+/// the device idle. `device` reads memory and power for metrics (at most once a second,
+/// and only with an endpoint). Returns the last tick.
+pub fn drive<P: Probe, L: LoadSource, K: Clock>(
+    fill: &mut Loop<P, L>,
+    clock: &K,
+    period: Duration,
+    live: &mut Live,
+    device: impl Fn(&P) -> DeviceReadings,
+    mut keep_going: impl FnMut(&Tick) -> bool,
+) -> Tick {
+    let mut next = clock.now();
+    loop {
+        live.before_step(fill, clock.now());
+        let tick = fill.step(clock.now());
+        let width = fill.settings().width.get();
+        live.after_step(&tick, width, || device(fill.probe()));
+        if tick.state == State::Stopped || !keep_going(&tick) {
+            // Best effort: a failed idle on a lost device has nothing left to stop.
+            let _ = fill.idle(clock.now());
+            return tick;
+        }
+        next += period;
+        clock.sleep_until(next);
+    }
 }
 
 /// Device readings for metrics (own memory, board power), refreshed at most once a second.
@@ -36,7 +65,7 @@ pub struct Live {
     schedule: Schedule,
     controller: ControllerKind,
     mps: bool,
-    clock: Clock,
+    clock: DayClock,
     time_of_day: Option<(Time, Option<TimeOfDay>)>,
     updates: Option<Receiver<Arc<Config>>>,
     publisher: Option<Publisher>,
@@ -46,7 +75,7 @@ pub struct Live {
 impl Live {
     /// Extras for a loop started from `config`; `mps` says whether an MPS daemon was
     /// found at start (it decides `yield.mps = "auto"` on reloads too).
-    pub fn new(config: &Config, mps: bool, clock: Clock) -> Self {
+    pub fn new(config: &Config, mps: bool, clock: DayClock) -> Self {
         Live {
             schedule: config.schedule(),
             controller: config.controller_kind(),
@@ -57,6 +86,11 @@ impl Live {
             publisher: None,
             device_read: None,
         }
+    }
+
+    /// Whether an MPS daemon was found at start.
+    pub fn mps(&self) -> bool {
+        self.mps
     }
 
     /// Takes reloaded settings from `updates` at each tick.
@@ -125,8 +159,8 @@ impl Live {
             return None;
         }
         match self.clock {
-            Clock::StartingAt(start) => Some(start.after(now.since_epoch())),
-            Clock::Local => match self.time_of_day {
+            DayClock::StartingAt(start) => Some(start.after(now.since_epoch())),
+            DayClock::Local => match self.time_of_day {
                 Some((at, tod)) if now.saturating_since(at) < SLOW_REFRESH => tod,
                 _ => {
                     let tod = crate::localtime::now();
@@ -135,5 +169,110 @@ impl Live {
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{GpuLabels, Registry};
+    use gpufill_core::sim::{SimConfig, SimGpu};
+    use gpufill_core::{VirtualClock, YieldPolicy};
+
+    fn sim_loop(
+        gpu: &SimGpu,
+        config: &Config,
+    ) -> Loop<gpufill_core::sim::SimProbe, gpufill_core::sim::SimLoad> {
+        FillLoop::new(
+            gpu.probe(),
+            gpu.load(),
+            config.controller_kind().build(),
+            YieldPolicy::new(config.yield_settings()),
+            config.fill_settings(),
+        )
+    }
+
+    #[test]
+    fn a_reload_sent_mid_run_applies_at_the_next_tick_and_shows_in_metrics() {
+        let config = Config::default();
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = sim_loop(&gpu, &config);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (registry, mut publishers) = Registry::new(vec![GpuLabels {
+            index: 0,
+            uuid: "GPU-x".into(),
+            model: "m".into(),
+        }]);
+        let mut live = Live::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT))
+            .with_updates(rx)
+            .with_publisher(publishers.pop());
+        let mut reloaded = config.clone();
+        reloaded.target_percent = 30.0;
+        reloaded.controller = crate::config::ControllerChoice::Window;
+        let mut sent_at = None;
+        let mut targets = Vec::new();
+        let clock = VirtualClock::default();
+        let last = drive(
+            &mut fill,
+            &clock,
+            config.tick(),
+            &mut live,
+            |_| (Some(1), Some(2.0)),
+            |tick| {
+                targets.push((tick.at, tick.target.percent()));
+                if tick.at >= Time::from_secs_f64(2.0) && sent_at.is_none() {
+                    tx.send(Arc::new(reloaded.clone())).unwrap();
+                    sent_at = Some(tick.at);
+                }
+                tick.at < Time::from_secs_f64(4.0)
+            },
+        );
+        let sent_at = sent_at.unwrap();
+        for (at, target) in targets {
+            let expected = if at > sent_at { 30.0 } else { 50.0 };
+            assert_eq!(target, expected, "at {at:?}");
+        }
+        assert_eq!(last.target.percent(), 30.0);
+        let snapshot = &registry.snapshots()[0];
+        assert_eq!(snapshot.target_percent, 30.0);
+        assert_eq!(
+            (snapshot.memory_used_bytes, snapshot.power_watts),
+            (Some(1), Some(2.0))
+        );
+        assert!(gpu.requested_load().is_idle(), "left idle");
+    }
+
+    #[test]
+    fn a_window_crossed_in_virtual_time_changes_the_target() {
+        let mut config = Config::default();
+        config.schedule.window = vec![crate::config::WindowConfig {
+            start: "22:00".into(),
+            end: "06:00".into(),
+            target_percent: 0.0,
+        }];
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = sim_loop(&gpu, &config);
+        let start = TimeOfDay::parse("21:59").unwrap();
+        let mut live = Live::new(&config, false, DayClock::StartingAt(start));
+        let mut ticks = Vec::new();
+        drive(
+            &mut fill,
+            &VirtualClock::default(),
+            config.tick(),
+            &mut live,
+            |_| (None, None),
+            |tick| {
+                ticks.push((
+                    tick.at.as_secs_f64(),
+                    tick.target.percent(),
+                    tick.duty.percent(),
+                ));
+                tick.at < Time::from_secs_f64(65.0)
+            },
+        );
+        assert!(ticks.iter().filter(|t| t.0 < 60.0).all(|t| t.1 == 50.0));
+        assert!(ticks.iter().filter(|t| t.0 >= 60.0).all(|t| t.1 == 0.0));
+        let (_, _, duty) = ticks.last().unwrap();
+        assert!(*duty < 1.0, "off inside the window, duty {duty}");
     }
 }

@@ -11,7 +11,7 @@ use gpufill_core::{Tick, Time, TimeOfDay};
 use crate::UsageError;
 use crate::cli::SimulateArgs;
 use crate::config::Config;
-use crate::live::{Clock, Live};
+use crate::live::{DayClock, Live};
 use crate::metrics::{self, GpuLabels};
 use crate::reload::Reloader;
 
@@ -118,7 +118,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         .start_time
         .or_else(crate::localtime::now)
         .unwrap_or(TimeOfDay::MIDNIGHT);
-    let mut live = Live::new(config, args.mps, Clock::StartingAt(start_time))
+    let mut live = Live::new(config, args.mps, DayClock::StartingAt(start_time))
         .with_publisher(publisher.flatten());
     let mut reloader = match &args.flags.config {
         Some(path) => Some(Reloader::install(
