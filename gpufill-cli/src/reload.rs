@@ -162,8 +162,10 @@ mod tests {
     #[test]
     fn live_keys_pass_and_restart_keys_keep_their_old_values() {
         let old = Config::default();
-        let mut new = Config::default();
-        new.target_percent = 70.0;
+        let mut new = Config {
+            target_percent: 70.0,
+            ..Config::default()
+        };
         new.load.max_duty_percent = 80.0;
         new.yielding.grace_s = 1.0;
         new.schedule.idle_after_s = 60.0;
