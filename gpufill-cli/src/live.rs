@@ -10,7 +10,7 @@ use gpufill_core::{
     Clock, Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, State, Tick, Time,
     TimeOfDay,
 };
-use tracing::info;
+use tracing::debug;
 
 use crate::config::Config;
 use crate::metrics::Publisher;
@@ -116,7 +116,7 @@ impl Live {
             fill.set_controller(kind.build());
             self.controller = kind;
         }
-        info!(target = config.target_percent, "new settings applied");
+        debug!(target = config.target_percent, "new settings applied");
     }
 
     /// Before a step at `now`: any reloaded settings, then the scheduled target.

@@ -289,3 +289,38 @@ fn a_bad_metrics_address_exits_2_and_a_taken_port_exits_1() {
         .code(1)
         .stderr(contains(format!("cannot serve metrics on {addr}")));
 }
+
+#[test]
+fn simulate_honours_the_idle_rule_and_drops_it_while_a_job_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idle.toml");
+    std::fs::write(
+        &config,
+        "target_percent = 50\n[schedule]\nidle_after_s = 5\nidle_target_percent = 60\n",
+    )
+    .unwrap();
+    let csv = dir.path().join("t.csv");
+    Command::cargo_bin("gpufill")
+        .unwrap()
+        .args(["simulate", "--duration", "30", "--foreign", "10-12:30"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--csv")
+        .arg(&csv)
+        .assert_success();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let target_at = |t: f64| -> f64 {
+        text.lines()
+            .skip(1)
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|f| f[0].parse::<f64>().unwrap() >= t)
+            .map(|f| f[1].parse().unwrap())
+            .unwrap()
+    };
+    assert_eq!(target_at(4.9), 50.0);
+    assert_eq!(target_at(5.1), 60.0);
+    // The job is there 10-12 s: default target; quiet again from 12 s, so 60 % from 17 s.
+    assert_eq!(target_at(10.1), 50.0);
+    assert_eq!(target_at(16.9), 50.0);
+    assert_eq!(target_at(17.1), 60.0);
+}
