@@ -109,7 +109,8 @@ while time.time() - t_hup < 10 and held is None:
     time.sleep(0.2)
 res["C"] = {"endpoint_shows_30_after_s": seen, "nvml_holds_30_after_s": held,
             "same_context": sorted(p.pid for p in N.nvmlDeviceGetComputeRunningProcesses(h)) == pids_before,
-            "reload_logged": bool(wait_log("config reloaded", 1))}
+            "reload_logged": bool(wait_log("config reloaded", 1)),
+            "no_new_context": not any("opening a new CUDA context" in l for l in log)}
 # D. broken file.
 open(cfg.name, "w").write("target_percent = 20\n[load]\nwidth_blocks = 0\n")
 g.send_signal(signal.SIGHUP)

@@ -8,9 +8,9 @@ use std::time::Duration;
 use crossbeam_channel::Receiver;
 use gpufill_core::{
     Clock, Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, State, Tick, Time,
-    TimeOfDay,
+    TimeOfDay, Utilization,
 };
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::config::Config;
 use crate::metrics::Publisher;
@@ -70,6 +70,7 @@ pub struct Live {
     updates: Option<Receiver<Arc<Config>>>,
     publisher: Option<Publisher>,
     device_read: Option<Time>,
+    scheduled: Option<Utilization>,
 }
 
 impl Live {
@@ -85,6 +86,7 @@ impl Live {
             updates: None,
             publisher: None,
             device_read: None,
+            scheduled: None,
         }
     }
 
@@ -130,6 +132,10 @@ impl Live {
         if target != fill.settings().target {
             fill.set_target(target);
         }
+        if self.scheduled.is_some_and(|before| before != target) {
+            info!(target = target.percent(), "scheduled target");
+        }
+        self.scheduled = Some(target);
     }
 
     /// After a step: publish it; `device` is called at most once a second for the

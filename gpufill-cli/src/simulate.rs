@@ -182,7 +182,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &ticks, settings.target, args)
+    summarize(out, &sim, &ticks, args)
 }
 
 fn percent(u: Option<gpufill_core::Utilization>) -> String {
@@ -218,7 +218,6 @@ fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
     ticks: &[Tick],
-    target: gpufill_core::Utilization,
     args: &SimulateArgs,
 ) -> anyhow::Result<()> {
     let end = Time::from_secs_f64(args.duration);
@@ -228,14 +227,28 @@ fn summarize(
         .iter()
         .map(|f| f.start_s)
         .fold(args.duration, f64::min);
-    let t = tracking(
-        ticks,
-        Time::ZERO,
-        Time::from_secs_f64(first_foreign),
-        target,
-        2.0,
-    );
+    let until = Time::from_secs_f64(first_foreign);
+    // A schedule may change the target: judge from its last change before `until`.
+    let (from, target) = ticks
+        .iter()
+        .take_while(|t| t.at < until)
+        .fold(
+            None,
+            |last: Option<(Time, gpufill_core::Utilization)>, t| match last {
+                Some((_, target)) if target == t.target => last,
+                _ => Some((t.at, t.target)),
+            },
+        )
+        .unwrap_or((Time::ZERO, gpufill_core::Utilization::ZERO));
+    let t = tracking(ticks, from, until, target, 2.0);
     writeln!(out)?;
+    if from > Time::ZERO {
+        writeln!(
+            out,
+            "the schedule last changed the target at {:.2} s: judged from there",
+            from.as_secs_f64()
+        )?;
+    }
     match t.settle {
         Some(s) => writeln!(
             out,

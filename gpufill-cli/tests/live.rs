@@ -300,14 +300,18 @@ fn simulate_honours_the_idle_rule_and_drops_it_while_a_job_is_there() {
     )
     .unwrap();
     let csv = dir.path().join("t.csv");
-    Command::cargo_bin("gpufill")
+    assert_cmd::Command::cargo_bin("gpufill")
         .unwrap()
         .args(["simulate", "--duration", "30", "--foreign", "10-12:30"])
         .arg("--config")
         .arg(&config)
         .arg("--csv")
         .arg(&csv)
-        .assert_success();
+        .assert()
+        .success()
+        // Tracking is judged from the schedule's last change before the job (5 s, to 60 %).
+        .stdout(contains("target at 5.00 s"))
+        .stdout(contains("settled within 2 points of 60.0%"));
     let text = std::fs::read_to_string(&csv).unwrap();
     let target_at = |t: f64| -> f64 {
         text.lines()
