@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
-use gpufill_core::{Clock, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
+use gpufill_core::{
+    Clock, Controller, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy,
+};
 use gpufill_cuda::{CudaLoad, LauncherSettings};
 use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
@@ -122,7 +124,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
 }
 
 /// Resolves the GPU selector against NVML's list, then finds each GPU's CUDA ordinal by UUID.
-fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
+pub(crate) fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     let cuda = gpufill_cuda::devices().context("cannot list GPUs through CUDA")?;
     let chosen: Vec<_> = match selector {
@@ -210,36 +212,7 @@ fn worker(
 ) -> anyhow::Result<()> {
     let span = info_span!("gpu", gpu = target.index);
     let _entered = span.enter();
-    let launcher = LauncherSettings {
-        period: config.period(),
-        max_kernel: config.max_kernel(),
-        ..LauncherSettings::default()
-    };
-    // Our own entry in NVML's list is the PID that appears with our context: in a
-    // container NVML shows host PIDs, which differ from std::process::id().
-    let before = nvml.compute_pids(&target.uuid)?;
-    let load = CudaLoad::open(target.ordinal, launcher).context("cannot open the CUDA context")?;
-    let after = nvml.compute_pids(&target.uuid)?;
-    let own = identify_own(&before, &after, std::process::id());
-    if own.ambiguous {
-        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
-    }
-    info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
-    let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
-    // With yield.release_context the context is dropped while yielding and opened again
-    // on resume; our host PID stays the same, so `own` stays right.
-    let ordinal = target.ordinal;
-    let reopen = move || {
-        info!("opening a new CUDA context");
-        CudaLoad::open(ordinal, launcher)
-    };
-    let mut fill = FillLoop::new(
-        probe,
-        Reopening::new(load, reopen),
-        config.controller_kind().build(),
-        YieldPolicy::new(config.yield_settings_with(live.mps())),
-        config.fill_settings(),
-    );
+    let mut fill = open_loop(nvml, target, config, live.mps())?;
     // NVML's process list and power reading cost CPU: `drive` reads them once a second,
     // and only with a metrics endpoint.
     let device = |probe: &NvmlProbe| {
@@ -272,6 +245,53 @@ fn worker(
         bail!("stopped filling: the GPU failed (see the log above)");
     }
     Ok(())
+}
+
+/// The load source `run` and `bench` fill with: the CUDA launcher, reopened on resume
+/// after a context release.
+pub(crate) type RealLoad =
+    Reopening<CudaLoad, Box<dyn FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError> + Send>>;
+
+/// The fill loop over one real GPU, as `run` builds it.
+pub(crate) type RealLoop = FillLoop<NvmlProbe, RealLoad, Box<dyn Controller + Send>>;
+
+/// Opens `target`'s CUDA context and NVML probe and builds its fill loop from `config`.
+pub(crate) fn open_loop(
+    nvml: Nvml,
+    target: &Target,
+    config: &Config,
+    mps: bool,
+) -> anyhow::Result<RealLoop> {
+    let launcher = LauncherSettings {
+        period: config.period(),
+        max_kernel: config.max_kernel(),
+        ..LauncherSettings::default()
+    };
+    // Our own entry in NVML's list is the PID that appears with our context: in a
+    // container NVML shows host PIDs, which differ from std::process::id().
+    let before = nvml.compute_pids(&target.uuid)?;
+    let load = CudaLoad::open(target.ordinal, launcher).context("cannot open the CUDA context")?;
+    let after = nvml.compute_pids(&target.uuid)?;
+    let own = identify_own(&before, &after, std::process::id());
+    if own.ambiguous {
+        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
+    }
+    info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
+    let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    // With yield.release_context the context is dropped while yielding and opened again
+    // on resume; our host PID stays the same, so `own` stays right.
+    let ordinal = target.ordinal;
+    let reopen: Box<dyn FnMut() -> _ + Send> = Box::new(move || {
+        info!("opening a new CUDA context");
+        CudaLoad::open(ordinal, launcher)
+    });
+    Ok(FillLoop::new(
+        probe,
+        Reopening::new(load, reopen),
+        config.controller_kind().build(),
+        YieldPolicy::new(config.yield_settings_with(mps)),
+        config.fill_settings(),
+    ))
 }
 
 fn log_tick(tick: &Tick) {
