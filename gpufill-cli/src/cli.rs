@@ -83,6 +83,10 @@ pub struct LoopFlags {
     /// Loop tick in milliseconds [config: tick_ms].
     #[arg(long, value_name = "MS")]
     pub tick_ms: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
+    /// picks a free port (logged) [config: metrics.listen].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// `--controller`.
@@ -107,6 +111,7 @@ impl LoopFlags {
             max_duty_percent: self.max_duty,
             grace_s: self.grace,
             tick_ms: self.tick_ms,
+            metrics_listen: self.metrics.clone(),
             ..Overrides::default()
         }
     }
@@ -155,6 +160,14 @@ pub struct SimulateArgs {
     /// Seconds between rows of the printed table.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub every: f64,
+    /// Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while
+    /// it runs).
+    #[arg(long)]
+    pub realtime: bool,
+    /// Local time of day at the start, HH:MM, for schedule windows (default: the
+    /// host's local time).
+    #[arg(long, value_name = "HH:MM", value_parser = gpufill_core::TimeOfDay::parse)]
+    pub start_time: Option<gpufill_core::TimeOfDay>,
 }
 
 /// `gpufill bench`.

@@ -6,7 +6,11 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod live;
+pub mod localtime;
 pub mod logging;
+pub mod metrics;
+pub mod reload;
 pub mod run;
 pub mod simulate;
 pub mod status;
@@ -48,6 +52,7 @@ fn flag_for_key(key: &str) -> Option<&'static str> {
         "load.width_blocks" => "--width",
         "load.max_duty_percent" => "--max-duty",
         "yield.grace_s" => "--grace",
+        "metrics.listen" => "--metrics",
         _ => return None,
     })
 }

@@ -18,6 +18,9 @@ use tracing::{debug, error, info, info_span, trace, warn};
 use crate::UsageError;
 use crate::cli::RunArgs;
 use crate::config::{Config, GpuId, GpuSelector};
+use crate::live::{DayClock, Live, drive};
+use crate::metrics::{self, GpuLabels};
+use crate::reload::Reloader;
 
 /// A GPU chosen to fill, known to both NVML and CUDA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +33,17 @@ pub struct Target {
     pub name: String,
     /// CUDA ordinal (may differ from the NVML index).
     pub ordinal: usize,
+}
+
+impl Target {
+    /// The labels of this GPU's metrics.
+    pub fn labels(&self) -> GpuLabels {
+        GpuLabels {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            model: self.name.clone(),
+        }
+    }
 }
 
 /// The message for a machine without the NVIDIA driver.
@@ -57,18 +71,40 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     let clock = SystemClock::new();
     let deadline = args.duration.map(Time::from_secs_f64);
+    let labels = targets.iter().map(Target::labels).collect();
+    let publishers = metrics::start_endpoint(config.metrics.addr(), labels)?;
+    let mut flags = args.flags.overrides();
+    flags.gpus = args.gpus.clone();
+    let mut reloader = Reloader::install(args.flags.config.clone(), flags, config.clone())?;
+    let mut senders = Vec::new();
     let workers: Vec<_> = targets
         .into_iter()
-        .map(|target| {
+        .zip(publishers)
+        .map(|(target, publisher)| {
             let (config, stop) = (config.clone(), Arc::clone(&stop));
+            let (tx, rx) = crossbeam_channel::unbounded();
+            senders.push(tx);
+            let live = Live::new(&config, mps, DayClock::Local)
+                .with_updates(rx)
+                .with_publisher(publisher);
             let index = target.index;
             thread::Builder::new()
                 .name(format!("gpufill-gpu{index}"))
-                .spawn(move || worker(nvml, &target, &config, mps, &stop, clock, deadline))
+                .spawn(move || worker(nvml, &target, &config, live, &stop, clock, deadline))
                 .map(|handle| (index, handle))
         })
         .collect::<Result<_, _>>()
         .context("cannot start a worker thread")?;
+    // The main thread only forwards reloads; each worker applies them at its next tick.
+    while !workers.iter().all(|(_, handle)| handle.is_finished()) {
+        if let Some(new) = reloader.poll() {
+            for tx in &senders {
+                // A worker that has ended has dropped its receiver: nothing to update.
+                let _ = tx.send(Arc::clone(&new));
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
     let total = workers.len();
     let mut failed = 0;
     for (index, handle) in workers {
@@ -169,18 +205,31 @@ fn worker(
     nvml: Nvml,
     target: &Target,
     config: &Config,
-    mps: bool,
+    mut live: Live,
     stop: &AtomicBool,
     clock: SystemClock,
     deadline: Option<Time>,
 ) -> anyhow::Result<()> {
     let span = info_span!("gpu", gpu = target.index);
     let _entered = span.enter();
-    let mut fill = open_loop(nvml, target, config, mps)?;
-    let last = fill.run(&clock, config.tick(), |tick| {
-        log_tick(tick);
-        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
-    });
+    let mut fill = open_loop(nvml, target, config, live.mps())?;
+    // NVML's process list and power reading cost CPU: `drive` reads them once a second,
+    // and only with a metrics endpoint.
+    let device = |probe: &NvmlProbe| {
+        let memory = probe.own_memory_bytes().ok().flatten();
+        (memory, probe.power_watts().ok())
+    };
+    let last = drive(
+        &mut fill,
+        &clock,
+        config.tick(),
+        &mut live,
+        device,
+        |tick| {
+            log_tick(tick);
+            !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
+        },
+    );
     let stopping = clock.now();
     let quiet = fill
         .load_source()

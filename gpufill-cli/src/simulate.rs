@@ -2,15 +2,27 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
-use gpufill_core::{Tick, Time};
+use gpufill_core::{Tick, Time, TimeOfDay};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
 use crate::config::Config;
+use crate::live::{DayClock, Live};
+use crate::metrics::{self, GpuLabels};
+use crate::reload::Reloader;
+
+/// The labels of the simulated GPU's series.
+fn sim_labels() -> GpuLabels {
+    GpuLabels {
+        index: 0,
+        uuid: "GPU-00000000-0000-0000-0000-000000000000".to_owned(),
+        model: "simulated GPU".to_owned(),
+    }
+}
 
 /// One `--foreign START-END:LOAD`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,6 +112,22 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         config.controller_kind().build(),
         config.tick(),
     );
+    let publisher = metrics::start_endpoint(config.metrics.addr(), vec![sim_labels()])?.pop();
+    // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
+    let start_time = args
+        .start_time
+        .or_else(crate::localtime::now)
+        .unwrap_or(TimeOfDay::MIDNIGHT);
+    let mut live = Live::new(config, args.mps, DayClock::StartingAt(start_time))
+        .with_publisher(publisher.flatten());
+    let mut reloader = match &args.flags.config {
+        Some(path) => Some(Reloader::install(
+            Some(path.clone()),
+            args.flags.overrides(),
+            config.clone(),
+        )?),
+        None => None,
+    };
     let mut csv = match &args.csv {
         Some(path) => {
             let file =
@@ -110,6 +138,9 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         }
         None => None,
     };
+    if !config.schedule.window.is_empty() {
+        writeln!(out, "time of day at the start: {start_time}")?;
+    }
     writeln!(
         out,
         "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
@@ -119,22 +150,39 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     let mut next_row = Time::ZERO;
     let mut ticks = Vec::new();
     let mut io_result = Ok(());
-    sim.run_until(Time::from_secs_f64(args.duration), |tick| {
-        if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
-            io_result = write_csv_row(w, tick);
+    let end = Time::from_secs_f64(args.duration);
+    let wall_start = Instant::now();
+    let mut stopped = false;
+    while sim.now() < end && !stopped {
+        if let Some(new) = reloader.as_mut().and_then(Reloader::poll) {
+            live.apply(sim.fill_mut(), &new);
         }
-        if tick.at >= next_row {
-            let _ = write_row(out, tick);
-            next_row += every;
+        let now = sim.now();
+        live.before_step(sim.fill_mut(), now);
+        let width = sim.fill_mut().settings().width.get();
+        sim.run_until(now + config.tick(), |tick| {
+            if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
+                io_result = write_csv_row(w, tick);
+            }
+            if tick.at >= next_row {
+                let _ = write_row(out, tick);
+                next_row += every;
+            }
+            live.after_step(tick, width, || (None, None));
+            stopped = tick.state == gpufill_core::State::Stopped;
+            ticks.push(tick.clone());
+        });
+        if args.realtime {
+            let due = wall_start + sim.now().since_epoch();
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
-        ticks.push(tick.clone());
-    });
+    }
     io_result.context("cannot write the CSV file")?;
     if let Some((mut w, path)) = csv {
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &ticks, settings.target, args)
+    summarize(out, &sim, &ticks, args)
 }
 
 fn percent(u: Option<gpufill_core::Utilization>) -> String {
@@ -170,7 +218,6 @@ fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
     ticks: &[Tick],
-    target: gpufill_core::Utilization,
     args: &SimulateArgs,
 ) -> anyhow::Result<()> {
     let end = Time::from_secs_f64(args.duration);
@@ -180,14 +227,28 @@ fn summarize(
         .iter()
         .map(|f| f.start_s)
         .fold(args.duration, f64::min);
-    let t = tracking(
-        ticks,
-        Time::ZERO,
-        Time::from_secs_f64(first_foreign),
-        target,
-        2.0,
-    );
+    let until = Time::from_secs_f64(first_foreign);
+    // A schedule may change the target: judge from its last change before `until`.
+    let (from, target) = ticks
+        .iter()
+        .take_while(|t| t.at < until)
+        .fold(
+            None,
+            |last: Option<(Time, gpufill_core::Utilization)>, t| match last {
+                Some((_, target)) if target == t.target => last,
+                _ => Some((t.at, t.target)),
+            },
+        )
+        .unwrap_or((Time::ZERO, gpufill_core::Utilization::ZERO));
+    let t = tracking(ticks, from, until, target, 2.0);
     writeln!(out)?;
+    if from > Time::ZERO {
+        writeln!(
+            out,
+            "the schedule last changed the target at {:.2} s: judged from there",
+            from.as_secs_f64()
+        )?;
+    }
     match t.settle {
         Some(s) => writeln!(
             out,

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
-use crate::policy::{Decision, YieldPolicy};
+use crate::policy::{Decision, YieldPolicy, YieldSettings};
 use crate::time::{Clock, Time};
 use crate::units::{Duty, Load, Utilization, Width};
 
@@ -149,6 +149,8 @@ pub struct FillLoop<P, L, C> {
     fault_since: Option<Time>,
     idle_since: Option<Time>,
     released: bool,
+    quiet_since: Option<Time>,
+    fresh_controller: bool,
 }
 
 struct Measured {
@@ -179,6 +181,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             fault_since: None,
             idle_since: None,
             released: false,
+            quiet_since: None,
+            fresh_controller: false,
         }
     }
 
@@ -190,6 +194,30 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// Changes the target from the next step on.
     pub fn set_target(&mut self, target: Utilization) {
         self.settings.target = target;
+    }
+
+    /// Replaces the settings from the next step on (a config reload). Nothing restarts:
+    /// the controller keeps its state, and a new target or bound applies at the next step.
+    pub fn set_settings(&mut self, settings: FillSettings) {
+        self.settings = settings;
+    }
+
+    /// Replaces the yield policy's settings from the next step on.
+    pub fn set_yield_settings(&mut self, settings: YieldSettings) {
+        self.policy.set_settings(settings);
+    }
+
+    /// Replaces the controller; it starts afresh at the next filling step.
+    pub fn set_controller(&mut self, controller: C) {
+        self.controller = controller;
+        self.fresh_controller = true;
+    }
+
+    /// How long the GPU has been free of foreign processes that count (ignore lists
+    /// apply) at `now`: since the first step, or since the last one left. `None` while
+    /// one is there, before the first step, and while the probe fails.
+    pub fn quiet_for(&self, now: Time) -> Option<Duration> {
+        self.quiet_since.map(|since| now.saturating_since(since))
     }
 
     /// The probe (for adapters that expose more than the trait).
@@ -219,7 +247,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         let (state, desired) = match self.measure(now) {
             Ok(measured) => self.decide(now, measured, &mut tick),
-            Err((ErrorKind::Transient, message)) => self.hold_or_go_blind(now, message, &mut tick),
+            Err((ErrorKind::Transient, message)) => {
+                // Blind: whether anyone came cannot be known, so the quiet time restarts.
+                self.quiet_since = None;
+                self.hold_or_go_blind(now, message, &mut tick)
+            }
             Err((kind, message)) => {
                 self.stop(now, kind, message, &mut tick);
                 return tick;
@@ -313,6 +345,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         if self.fault_since.take().is_some() {
             tick.events.push(Event::ProbeRecovered);
         }
+        if self.policy.counts_any(&measured.foreign) {
+            self.quiet_since = None;
+        } else {
+            self.quiet_since.get_or_insert(now);
+        }
         tick.sample = measured.sample;
         if measured.sample.is_some() {
             self.last_util = measured.sample;
@@ -331,7 +368,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     }
 
     fn fill(&mut self, now: Time, sample: Option<Utilization>) -> Load {
-        if self.state != Some(State::Filling) {
+        // A new controller starts as after idling: reset, and skip the first sample.
+        if self.state != Some(State::Filling) || std::mem::take(&mut self.fresh_controller) {
             self.controller.reset(now);
             self.skip_next_sample = true;
         }

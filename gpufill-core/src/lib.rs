@@ -8,6 +8,7 @@
 //! - [`controller`]: pure arithmetic from measured and target utilization to duty
 //!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
+//! - [`schedule`]: the target by time of day and quiet time (pure, time passed in);
 //! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
@@ -22,6 +23,7 @@ pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod policy;
+pub mod schedule;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
@@ -31,5 +33,6 @@ pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRu
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
+pub use schedule::{IdleRule, Schedule, TimeOfDay, Window};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};

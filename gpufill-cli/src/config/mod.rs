@@ -20,12 +20,13 @@
 //!
 //! After validation the configuration resolves into core types without failing:
 //! [`Config::fill_settings`], [`Config::yield_settings`], [`Config::controller_kind`],
-//! [`Config::tick`], [`Config::period`], [`Config::max_kernel`].
+//! [`Config::tick`], [`Config::period`], [`Config::max_kernel`], [`Config::schedule`].
 
 mod choices;
 mod de;
 mod error;
 mod gpus;
+mod tables;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +44,7 @@ use de::{float_problem, int_in, int_problem, number, pids, table};
 pub use error::{ConfigError, Position};
 use error::{key_at, span_of_key};
 pub use gpus::{GpuId, GpuSelector};
+pub use tables::{MetricsConfig, ScheduleConfig, WindowConfig};
 
 // Integer bounds, shared by the deserializer (so a file gets the message with its
 // position) and `validate` (so flags get the same message).
@@ -80,6 +82,12 @@ pub struct Config {
     /// The `[probe]` table: how measurement faults are handled.
     #[serde(deserialize_with = "table")]
     pub probe: ProbeConfig,
+    /// The `[schedule]` table: the idle rule and time-of-day windows.
+    #[serde(deserialize_with = "table")]
+    pub schedule: ScheduleConfig,
+    /// The `[metrics]` table: the Prometheus endpoint.
+    #[serde(deserialize_with = "table")]
+    pub metrics: MetricsConfig,
 }
 
 impl Default for Config {
@@ -92,6 +100,8 @@ impl Default for Config {
             load: LoadConfig::default(),
             yielding: YieldConfig::default(),
             probe: ProbeConfig::default(),
+            schedule: ScheduleConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -207,6 +217,8 @@ pub struct Overrides {
     pub grace_s: Option<f64>,
     /// `--fault-hold-s`.
     pub fault_hold_s: Option<f64>,
+    /// `--metrics`.
+    pub metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -333,6 +345,8 @@ impl Config {
         checks
             .into_iter()
             .find_map(|(key, problem)| problem.map(|reason| (key, reason)))
+            .or_else(|| self.schedule.problem())
+            .or_else(|| self.metrics.problem())
     }
 
     fn kernel_longer_than_period(&self) -> Option<String> {
@@ -371,6 +385,7 @@ impl Config {
         set(&mut self.load.max_kernel_us, &flags.max_kernel_us);
         set(&mut self.yielding.grace_s, &flags.grace_s);
         set(&mut self.probe.fault_hold_s, &flags.fault_hold_s);
+        set(&mut self.metrics.listen, &flags.metrics_listen);
     }
 
     /// The fill loop's settings. Meant for a validated configuration; out-of-range
@@ -386,6 +401,13 @@ impl Config {
                 .release_context
                 .then(|| seconds(self.yielding.release_after_s)),
         }
+    }
+
+    /// The schedule: `target_percent` as the default, with the `[schedule]` rules.
+    pub fn schedule(&self) -> gpufill_core::Schedule {
+        self.schedule.resolve(Utilization::saturating_from_fraction(
+            self.target_percent / 100.0,
+        ))
     }
 
     /// The yield policy's settings when no MPS daemon runs.
@@ -454,7 +476,7 @@ impl Config {
 
 /// Seconds as a `Duration`, saturating instead of panicking on values that validation
 /// would have refused.
-fn seconds(s: f64) -> Duration {
+pub(crate) fn seconds(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(if s > 0.0 {
         Duration::MAX
     } else {
