@@ -9,6 +9,8 @@
 //!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
 //! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
+//! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
+//!   metric it picks the width by a [`PowerModel`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
 //!   every behaviour is tested in virtual time.
@@ -22,6 +24,7 @@ pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod policy;
+pub mod shaper;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
@@ -31,5 +34,6 @@ pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRu
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
+pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};
