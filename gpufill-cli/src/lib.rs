@@ -8,6 +8,7 @@ pub mod config;
 pub mod logging;
 pub mod run;
 pub mod simulate;
+pub mod sm;
 pub mod status;
 
 use std::path::Path;

@@ -8,14 +8,16 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
-use gpufill_core::{Clock, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy};
+use gpufill_core::{
+    Clock, Event, FillLoop, FillSettings, Probe, State, SystemClock, Tick, Time, YieldPolicy,
+};
 use gpufill_cuda::{CudaLoad, LauncherSettings};
-use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
+use gpufill_nvml::{Nvml, NvmlProbe, SmProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::UsageError;
 use crate::cli::RunArgs;
-use crate::config::{Config, GpuId, GpuSelector};
+use crate::config::{Config, GpuId, GpuSelector, MetricChoice};
 
 /// A GPU chosen to fill, known to both NVML and CUDA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +30,9 @@ pub struct Target {
     pub name: String,
     /// CUDA ordinal (may differ from the NVML index).
     pub ordinal: usize,
+    /// Streaming multiprocessors, from the CUDA device attribute: the widest kernel
+    /// the `sm` metric uses.
+    pub sm_count: u32,
 }
 
 /// The message for a machine without the NVIDIA driver.
@@ -44,6 +49,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     let nvml = Nvml::init().context("cannot start NVML")?;
     let targets = select(&nvml, &config.gpus)?;
+    if config.metric == MetricChoice::Sm {
+        crate::sm::check_targets(nvml, &targets)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -122,10 +130,9 @@ fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     chosen
         .into_iter()
         .map(|g| {
-            let ordinal = cuda
+            let device = cuda
                 .iter()
                 .find(|c| c.uuid.eq_ignore_ascii_case(&g.uuid))
-                .map(|c| c.ordinal)
                 .ok_or_else(|| {
                     anyhow!(
                         "GPU {} ({}) is not visible to CUDA (check CUDA_VISIBLE_DEVICES)",
@@ -137,7 +144,8 @@ fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 name: g.name.clone(),
-                ordinal,
+                ordinal: device.ordinal,
+                sm_count: device.sm_count,
             })
         })
         .collect()
@@ -177,6 +185,7 @@ fn worker(
     let launcher = LauncherSettings {
         period: config.period(),
         max_kernel: config.max_kernel(),
+        kernel: crate::sm::spin_kernel(config.load.kernel),
         ..LauncherSettings::default()
     };
     // Our own entry in NVML's list is the PID that appears with our context: in a
@@ -197,24 +206,25 @@ fn worker(
         info!("opening a new CUDA context");
         CudaLoad::open(ordinal, launcher)
     };
-    let mut fill = FillLoop::new(
-        probe,
-        Reopening::new(load, reopen),
-        config.controller_kind().build(),
-        YieldPolicy::new(config.yield_settings_with(mps)),
-        config.fill_settings(),
-    );
-    let last = fill.run(&clock, config.tick(), |tick| {
+    let settings = FillSettings {
+        shaping: config.metric.shaping(target.sm_count),
+        ..config.fill_settings()
+    };
+    let policy = YieldPolicy::new(config.yield_settings_with(mps));
+    let load = Reopening::new(load, reopen);
+    let keep_going = |tick: &Tick| {
         log_tick(tick);
         !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
-    });
-    let stopping = clock.now();
-    let quiet = fill
-        .load_source()
-        .current()
-        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
-    if quiet {
-        let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+    };
+    let (last, quiet) = match config.metric {
+        MetricChoice::Util => drive(probe, load, config, settings, policy, clock, keep_going),
+        MetricChoice::Sm => {
+            info!(sm_count = target.sm_count, "holding GPM SM utilization");
+            let probe = SmProbe::new(probe, clock.now()).context("cannot read GPM")?;
+            drive(probe, load, config, settings, policy, clock, keep_going)
+        }
+    };
+    if let Some(ms) = quiet {
         info!(ms, "GPU idle: no kernel of ours queued or running");
     } else {
         warn!("kernels still queued 100 ms after stopping");
@@ -225,6 +235,29 @@ fn worker(
     Ok(())
 }
 
+/// Runs the loop until `keep_going` says stop, then quiesces; returns the last tick and,
+/// when the GPU was left free of our kernels within 100 ms, how long that took in ms.
+fn drive<P: Probe, F: FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError>>(
+    probe: P,
+    load: Reopening<CudaLoad, F>,
+    config: &Config,
+    settings: FillSettings,
+    policy: YieldPolicy,
+    clock: SystemClock,
+    keep_going: impl FnMut(&Tick) -> bool,
+) -> (Tick, Option<f64>) {
+    let controller = config.controller_kind().build();
+    let mut fill = FillLoop::new(probe, load, controller, policy, settings);
+    let last = fill.run(&clock, config.tick(), keep_going);
+    let stopping = clock.now();
+    let quiet = fill
+        .load_source()
+        .current()
+        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
+    let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+    (last, quiet.then_some(ms))
+}
+
 fn log_tick(tick: &Tick) {
     let util = tick.util.map(|u| u.percent());
     if let Some(sample) = tick.sample {
@@ -232,6 +265,7 @@ fn log_tick(tick: &Tick) {
             util = sample.percent(),
             target = tick.target.percent(),
             duty = tick.duty.percent(),
+            width = tick.width.get(),
             state = tick.state.as_str(),
             foreign = tick.foreign,
             "sample"

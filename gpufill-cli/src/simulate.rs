@@ -5,12 +5,12 @@ use std::io::{BufWriter, Write};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
+use gpufill_core::sim::{ForeignJob, SimConfig, SimGpu, Simulation, tracking};
 use gpufill_core::{Tick, Time};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
-use crate::config::Config;
+use crate::config::{Config, MetricChoice};
 
 /// One `--foreign START-END:LOAD`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -92,9 +92,14 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             .collect(),
         ..SimConfig::default()
     };
-    let settings = config.fill_settings();
-    let mut sim = Simulation::new(
-        sim_cfg,
+    let sm = config.metric == MetricChoice::Sm;
+    let settings = gpufill_core::FillSettings {
+        shaping: config.metric.shaping(sim_cfg.sm_count),
+        ..config.fill_settings()
+    };
+    let mut sim = Simulation::with_gpu(
+        SimGpu::new(sim_cfg),
+        sm,
         settings,
         config.yield_settings_with(args.mps),
         config.controller_kind().build(),
@@ -105,26 +110,38 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             let file =
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut w = BufWriter::new(file);
-            writeln!(w, "t_s,target,util,duty,state")?;
+            if sm {
+                writeln!(w, "t_s,target,sm,duty,width,state")?;
+            } else {
+                writeln!(w, "t_s,target,util,duty,state")?;
+            }
             Some((w, path))
         }
         None => None,
     };
-    writeln!(
-        out,
-        "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
-        "t_s", "target", "util", "duty", "state"
-    )?;
+    if sm {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "sm", "duty", "width", "state"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "util", "duty", "state"
+        )?;
+    }
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
     let mut ticks = Vec::new();
     let mut io_result = Ok(());
     sim.run_until(Time::from_secs_f64(args.duration), |tick| {
         if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
-            io_result = write_csv_row(w, tick);
+            io_result = write_csv_row(w, tick, sm);
         }
         if tick.at >= next_row {
-            let _ = write_row(out, tick);
+            let _ = write_row(out, tick, sm);
             next_row += every;
         }
         ticks.push(tick.clone());
@@ -141,7 +158,19 @@ fn percent(u: Option<gpufill_core::Utilization>) -> String {
     u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
 }
 
-fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_csv_row(w: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            w,
+            "{:.3},{:.1},{},{:.2},{},{}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str()
+        );
+    }
     writeln!(
         w,
         "{:.3},{:.1},{},{:.2},{}",
@@ -153,7 +182,20 @@ fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
     )
 }
 
-fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_row(out: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            out,
+            "{:>8.2} {:>7.1} {:>6} {:>6.1} {:>6}  {:<9} {}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str(),
+            t.foreign
+        );
+    }
     writeln!(
         out,
         "{:>8.2} {:>7.1} {:>6} {:>6.1}  {:<9} {}",
