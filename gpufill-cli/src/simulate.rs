@@ -151,7 +151,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &ticks, settings.target, args)
+    summarize(out, &sim, &ticks, settings.target, args, sm)
 }
 
 fn percent(u: Option<gpufill_core::Utilization>) -> String {
@@ -208,12 +208,34 @@ fn write_row(out: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
     )
 }
 
+fn write_width_summary(
+    out: &mut dyn Write,
+    ticks: &[Tick],
+    settle: Option<Duration>,
+) -> std::io::Result<()> {
+    let from = Time::ZERO + settle.unwrap_or_default();
+    let filling: Vec<u32> = ticks
+        .iter()
+        .filter(|t| t.at >= from && t.state == gpufill_core::State::Filling)
+        .map(|t| t.width.get())
+        .collect();
+    let changes = filling.windows(2).filter(|w| w[0] != w[1]).count();
+    match (filling.iter().min(), filling.iter().max()) {
+        (Some(lo), Some(hi)) => writeln!(
+            out,
+            "width after settling: {lo}-{hi} blocks (one per SM), {changes} changes"
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
     ticks: &[Tick],
     target: gpufill_core::Utilization,
     args: &SimulateArgs,
+    sm: bool,
 ) -> anyhow::Result<()> {
     let end = Time::from_secs_f64(args.duration);
     // Judge tracking up to the first foreign arrival, where the target stops being ours to hold.
@@ -244,6 +266,9 @@ fn summarize(
             "did not settle within 2 points of {:.1}%",
             target.percent()
         )?,
+    }
+    if sm {
+        write_width_summary(out, ticks, t.settle)?;
     }
     let report = sim.gpu().report(end);
     for (spec, job) in args.foreign.iter().zip(&report.foreign) {

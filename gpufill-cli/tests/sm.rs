@@ -27,7 +27,10 @@ fn simulate_with_the_sm_metric_holds_the_target_and_shows_the_width() {
         .assert()
         .success()
         .stdout(contains("     sm   duty  width"))
-        .stdout(contains("settled within 2 points of 30.0%"));
+        .stdout(contains("settled within 2 points of 30.0%"))
+        .stdout(contains(
+            "width after settling: 132-132 blocks (one per SM), 0 changes",
+        ));
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("t_s,target,sm,duty,width,state"));
