@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use gpufill_core::sim::{ForeignJob, SimConfig, SimGpu, Simulation, tracking};
+use gpufill_core::sim::{ForeignJob, SimConfig, SimGpu, SimProbe, Simulation, tracking};
 use gpufill_core::{
-    ControllerKind, FillSettings, PowerModel, Shaping, SmShaping, State, Tick, Time, Utilization,
-    YieldSettings,
+    ControllerKind, FillLoop, FillSettings, PowerModel, Probe, ProcessInfo, Shaping, SmShaping,
+    State, Tick, Time, Utilization, YieldPolicy, YieldSettings,
 };
 
 const TICK: Duration = Duration::from_millis(10);
@@ -135,4 +135,76 @@ fn a_foreign_process_still_makes_it_yield_with_the_sm_metric() {
     assert_eq!(at(13.5).state, State::Filling);
     let t = tracking(&ticks, secs(13.1), secs(20.0), pct(50.0), 2.0);
     assert!(t.settle.unwrap() <= Duration::from_secs(2), "{t:?}");
+}
+
+/// The simulated SM reading with deterministic noise of up to `amplitude` points, as
+/// GPM's 200 ms readings wobble on a real GPU.
+struct Noisy {
+    inner: SimProbe,
+    amplitude: f64,
+    seed: u64,
+}
+
+impl Probe for Noisy {
+    type Error = <SimProbe as Probe>::Error;
+
+    fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Self::Error> {
+        Ok(self.inner.utilization(now)?.map(|u| {
+            self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let unit = (self.seed >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            Utilization::saturating_from_fraction(u.fraction() + unit * self.amplitude / 100.0)
+        }))
+    }
+
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Self::Error> {
+        self.inner.foreign_processes(now)
+    }
+}
+
+/// 30 s at `target` with readings noisy by 1.5 points; the ticks.
+fn noisy_run(target: f64, shaping: SmShaping) -> Vec<Tick> {
+    let gpu = SimGpu::new(SimConfig::default());
+    let probe = Noisy {
+        inner: gpu.sm_probe(),
+        amplitude: 1.5,
+        seed: 7,
+    };
+    let settings = FillSettings {
+        target: pct(target),
+        shaping: Shaping::Sm(shaping),
+        ..FillSettings::default()
+    };
+    let policy = YieldPolicy::new(YieldSettings::default());
+    let mut fill = FillLoop::new(
+        probe,
+        gpu.load(),
+        ControllerKind::Pi.build(),
+        policy,
+        settings,
+    );
+    (0..3000)
+        .map(|i| fill.step(Time::from_millis(i * 10)))
+        .collect()
+}
+
+#[test]
+fn noisy_readings_do_not_make_the_width_flap() {
+    // At 70 % the convex model's width is the narrowest that reaches the share at full
+    // duty, so every wobble of the controller's output asks for another width.
+    let ticks = noisy_run(70.0, convex());
+    // The noise alone crosses 2 points now and then, so judge every sample from 5 s on.
+    let t = tracking(&ticks, secs(5.0), secs(30.0), pct(70.0), 100.0);
+    assert!(t.mean_abs_error <= 2.0, "{t:?}");
+    assert!(
+        width_changes(&ticks, secs(5.0)) <= 2,
+        "{}",
+        width_changes(&ticks, secs(5.0))
+    );
+    // The control: without hysteresis the same noise moves the width again and again.
+    let loose = SmShaping {
+        hysteresis: 0.0,
+        ..convex()
+    };
+    let ticks = noisy_run(70.0, loose);
+    assert!(width_changes(&ticks, secs(5.0)) > 20);
 }
