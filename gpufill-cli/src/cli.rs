@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{ControllerChoice, GpuSelector, KernelChoice, MetricChoice, Overrides};
+use crate::config::{ControllerChoice, GpuId, GpuSelector, KernelChoice, MetricChoice, Overrides};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -35,6 +35,18 @@ pub enum Command {
     /// Work with config files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Measure tracking, memory, power and yielding on this machine's GPU.
+    Bench(BenchArgs),
+    /// The foreign CUDA process of `bench`'s yield test (internal).
+    #[command(hide = true)]
+    BenchForeign {
+        /// CUDA ordinal of the GPU.
+        #[arg(long)]
+        ordinal: usize,
+        /// Seconds to run.
+        #[arg(long)]
+        seconds: f64,
+    },
 }
 
 /// `gpufill config ...`
@@ -151,4 +163,42 @@ pub struct SimulateArgs {
     /// Seconds between rows of the printed table.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub every: f64,
+}
+
+/// `gpufill bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The GPU to measure: NVML index or UUID [default: the first GPU `run` would fill].
+    #[arg(long, value_name = "ID", value_parser = parse_gpu)]
+    pub gpu: Option<GpuId>,
+    /// Targets to hold one after the other, percent.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "10,25,50,75,90"
+    )]
+    pub targets: Vec<f64>,
+    /// Seconds per target.
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub seconds: f64,
+    /// Directory for bench.svg, bench.csv and bench.json (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "gpufill-bench")]
+    pub out: PathBuf,
+    /// Skip the yield test.
+    #[arg(long)]
+    pub no_yield: bool,
+    /// Run on the simulated GPU, in virtual time (no GPU needed).
+    #[arg(long)]
+    pub sim: bool,
+    /// Measure even while other processes use the GPU (they are ignored; the numbers will be off).
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn parse_gpu(s: &str) -> Result<GpuId, String> {
+    match s.trim().parse::<i64>() {
+        Ok(index) => GpuId::from_index(index),
+        Err(_) => GpuId::from_uuid(s.trim()),
+    }
 }

@@ -3,6 +3,7 @@
 //! log subscriber; the control logic lives in `gpufill-core`, the hardware in
 //! `gpufill-cuda` and `gpufill-nvml`.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod logging;
@@ -90,5 +91,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             run::run(&args, &config)
         }
         Command::Status => status::run(&mut std::io::stdout().lock()),
+        Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
+        Command::BenchForeign { ordinal, seconds } => bench::foreign::run(ordinal, seconds),
     }
 }

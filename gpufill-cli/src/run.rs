@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
 use gpufill_core::{
-    Clock, Event, FillLoop, FillSettings, Probe, State, SystemClock, Tick, Time, YieldPolicy,
+    Clock, Controller, Event, FillLoop, FillSettings, State, SystemClock, Tick, Time, YieldPolicy,
 };
 use gpufill_cuda::{CudaLoad, LauncherSettings};
-use gpufill_nvml::{Nvml, NvmlProbe, SmProbe, identify_own};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::UsageError;
@@ -94,7 +94,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
 }
 
 /// Resolves the GPU selector against NVML's list, then finds each GPU's CUDA ordinal by UUID.
-fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
+pub(crate) fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     let cuda = gpufill_cuda::devices().context("cannot list GPUs through CUDA")?;
     let chosen: Vec<_> = match selector {
@@ -182,6 +182,43 @@ fn worker(
 ) -> anyhow::Result<()> {
     let span = info_span!("gpu", gpu = target.index);
     let _entered = span.enter();
+    let mut fill = open_loop(nvml, target, config, mps)?;
+    let last = fill.run(&clock, config.tick(), |tick| {
+        log_tick(tick);
+        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
+    });
+    let stopping = clock.now();
+    let quiet = fill
+        .load_source()
+        .current()
+        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
+    if quiet {
+        let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+        info!(ms, "GPU idle: no kernel of ours queued or running");
+    } else {
+        warn!("kernels still queued 100 ms after stopping");
+    }
+    if last.state == State::Stopped {
+        bail!("stopped filling: the GPU failed (see the log above)");
+    }
+    Ok(())
+}
+
+/// The load source `run` and `bench` fill with: the CUDA launcher, reopened on resume
+/// after a context release.
+pub(crate) type RealLoad =
+    Reopening<CudaLoad, Box<dyn FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError> + Send>>;
+
+/// The fill loop over one real GPU, as `run` builds it.
+pub(crate) type RealLoop = FillLoop<MetricProbe, RealLoad, Box<dyn Controller + Send>>;
+
+/// Opens `target`'s CUDA context and NVML probe and builds its fill loop from `config`.
+pub(crate) fn open_loop(
+    nvml: Nvml,
+    target: &Target,
+    config: &Config,
+    mps: bool,
+) -> anyhow::Result<RealLoop> {
     let launcher = LauncherSettings {
         period: config.period(),
         max_kernel: config.max_kernel(),
@@ -199,63 +236,30 @@ fn worker(
     }
     info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
     let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    let probe = match config.metric {
+        MetricChoice::Util => MetricProbe::utilization(probe),
+        MetricChoice::Sm => {
+            info!(sm_count = target.sm_count, "holding GPM SM utilization");
+            MetricProbe::sm_activity(probe).context("cannot read GPM")?
+        }
+    };
     // With yield.release_context the context is dropped while yielding and opened again
     // on resume; our host PID stays the same, so `own` stays right.
     let ordinal = target.ordinal;
-    let reopen = move || {
+    let reopen: Box<dyn FnMut() -> _ + Send> = Box::new(move || {
         info!("opening a new CUDA context");
         CudaLoad::open(ordinal, launcher)
-    };
-    let settings = FillSettings {
-        shaping: config.metric.shaping(target.sm_count),
-        ..config.fill_settings()
-    };
-    let policy = YieldPolicy::new(config.yield_settings_with(mps));
-    let load = Reopening::new(load, reopen);
-    let keep_going = |tick: &Tick| {
-        log_tick(tick);
-        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| tick.at < d)
-    };
-    let (last, quiet) = match config.metric {
-        MetricChoice::Util => drive(probe, load, config, settings, policy, clock, keep_going),
-        MetricChoice::Sm => {
-            info!(sm_count = target.sm_count, "holding GPM SM utilization");
-            let probe = SmProbe::new(probe, clock.now()).context("cannot read GPM")?;
-            drive(probe, load, config, settings, policy, clock, keep_going)
-        }
-    };
-    if let Some(ms) = quiet {
-        info!(ms, "GPU idle: no kernel of ours queued or running");
-    } else {
-        warn!("kernels still queued 100 ms after stopping");
-    }
-    if last.state == State::Stopped {
-        bail!("stopped filling: the GPU failed (see the log above)");
-    }
-    Ok(())
-}
-
-/// Runs the loop until `keep_going` says stop, then quiesces; returns the last tick and,
-/// when the GPU was left free of our kernels within 100 ms, how long that took in ms.
-fn drive<P: Probe, F: FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError>>(
-    probe: P,
-    load: Reopening<CudaLoad, F>,
-    config: &Config,
-    settings: FillSettings,
-    policy: YieldPolicy,
-    clock: SystemClock,
-    keep_going: impl FnMut(&Tick) -> bool,
-) -> (Tick, Option<f64>) {
-    let controller = config.controller_kind().build();
-    let mut fill = FillLoop::new(probe, load, controller, policy, settings);
-    let last = fill.run(&clock, config.tick(), keep_going);
-    let stopping = clock.now();
-    let quiet = fill
-        .load_source()
-        .current()
-        .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
-    let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
-    (last, quiet.then_some(ms))
+    });
+    Ok(FillLoop::new(
+        probe,
+        Reopening::new(load, reopen),
+        config.controller_kind().build(),
+        YieldPolicy::new(config.yield_settings_with(mps)),
+        FillSettings {
+            shaping: config.metric.shaping(target.sm_count, config.load.kernel),
+            ..config.fill_settings()
+        },
+    ))
 }
 
 fn log_tick(tick: &Tick) {

@@ -94,7 +94,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     };
     let sm = config.metric == MetricChoice::Sm;
     let settings = gpufill_core::FillSettings {
-        shaping: config.metric.shaping(sim_cfg.sm_count),
+        shaping: config.metric.shaping(sim_cfg.sm_count, config.load.kernel),
         ..config.fill_settings()
     };
     let mut sim = Simulation::with_gpu(

@@ -11,58 +11,86 @@
 //! reads the same on GPM (within the launch overhead, which the controller's integral
 //! absorbs), so the choice between them is purely about cost.
 //!
-//! **The power model is the place to update from measurement.** Its defaults come from
-//! three H200 points at 100 % duty (docs/gpu-facts.md): 1 block x 32 threads 125 W,
-//! 132 x 128 166 W (GPM 90.8 %), idle about 80 W; so about 45 W for having any kernel
-//! resident and 45 W per 100 % of SMs busy. With exponent 1 that makes "widest, shortest"
-//! cheapest; a grid of width x duty x kernel measurements (`scripts/sm_check.py` and the
-//! lead's power grid) may show watts growing faster than linearly with width
-//! (`sm_exponent > 1`), and then the cheapest width is inside the range. The
-//! [`Shaper`]'s hysteresis keeps the width from flapping when the share jitters near a
-//! flat optimum.
+//! **The power model is the place to update from measurement.** Its constants come from
+//! the H200 power grid of width x duty x kernel (docs/benchmarks.md, "Power and GPM SM
+//! utilization over width x duty"; `docs/data/power_grid.txt`): any kernel at all costs a
+//! step of about 43 W over idle whatever its duty; beyond that, one warp per SM costs
+//! about 11 W per 100 % of SM time with `spin` and 1.5 W with `spin_sleep`, linear in the
+//! width. At a given SM share that makes every width cost about the same, the widest a
+//! little less (the duty term), so the shaper runs every SM for the shortest time, and
+//! breaks ties towards the widest shape: the shortest bursts get out of a newcomer's way
+//! soonest. Should a measurement show watts growing faster than linearly with width
+//! (`sm_exponent > 1`), the cheapest width moves inside the range; the [`Shaper`]'s
+//! hysteresis keeps it from flapping when the share jitters.
 
 use crate::units::{Duty, Load, Width};
 
-/// Modelled board power of our kernels, in watts:
-/// `idle_w + per_duty_w x d + per_sm_w x d x (w / sm_count)^sm_exponent`.
+/// Modelled board power of our kernels, in watts: `idle_w` with no kernel, else
+/// `idle_w + active_w + per_duty_w x d + per_sm_w x d x (w / sm_count)^sm_exponent`.
 ///
-/// `per_duty_w` is the cost of having any kernel resident (clocks up, one SM busy),
-/// paid per unit of time share; `per_sm_w` the cost of 100 % of the SMs busy at full
-/// duty. With `sm_exponent = 1` the last term is `per_sm_w x s`, the same for every
-/// width at a given SM share, so the cheapest shape is the widest (shortest duty).
+/// `active_w` is the step any kernel costs (the GPU leaves its idle clocks), the same for
+/// every shape, so it never decides one; `per_duty_w` is paid per unit of time share
+/// however narrow; `per_sm_w` is the cost of every SM busy all the time. With
+/// `sm_exponent = 1` the last term is `per_sm_w x s`, the same for every width at a
+/// given SM share `s`, so the duty term decides: the widest (shortest) shape.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PowerModel {
-    /// Board power with no kernel of ours (reported, not used in the choice).
+    /// Board power with no kernel of ours.
     pub idle_w: f64,
-    /// Watts per unit of duty (a kernel resident all the time, however narrow).
+    /// The step from idle to any kernel resident.
+    pub active_w: f64,
+    /// Watts per unit of duty beyond the step (a kernel resident all the time).
     pub per_duty_w: f64,
-    /// Watts for all SMs busy all the time, on top of `per_duty_w`.
+    /// Watts for all SMs busy all the time (one warp each), beyond the above.
     pub per_sm_w: f64,
     /// How the SM term grows with the width fraction: 1 linear, above 1 faster.
     pub sm_exponent: f64,
 }
 
-impl Default for PowerModel {
-    /// H200, `spin` kernel: 80 W idle, 125 W at one warp and 100 % duty, 166 W at
-    /// 90.8 % of the SMs (gpu-facts.md). To be refitted from the power grid.
-    fn default() -> Self {
-        PowerModel {
-            idle_w: 80.0,
-            per_duty_w: 45.0,
-            per_sm_w: 45.0,
-            sm_exponent: 1.0,
+impl PowerModel {
+    /// H200, `spin`, one warp per block (power grid of 2026-11-21): idle 78.3 W; 121.5 W
+    /// at one warp and 25 % duty, 121.9 W at 100 %; 127.6 W at 66 blocks and 133.2 W at
+    /// 132 blocks, both at 100 %.
+    pub const H200_SPIN: PowerModel = PowerModel {
+        idle_w: 78.3,
+        active_w: 43.1,
+        per_duty_w: 0.5,
+        per_sm_w: 11.3,
+        sm_exponent: 1.0,
+    };
+
+    /// H200, `spin_sleep`, one warp per block (same grid): 121.3 W at one warp and
+    /// 100 % duty, 122.0 W at 66 blocks, 122.8 W at 132 blocks.
+    pub const H200_SPIN_SLEEP: PowerModel = PowerModel {
+        idle_w: 78.3,
+        active_w: 43.0,
+        per_duty_w: 0.0,
+        per_sm_w: 1.5,
+        sm_exponent: 1.0,
+    };
+
+    /// The modelled power, watts, of `width` of `sm_count` SMs at `duty`.
+    pub fn watts(&self, width: u32, duty: f64, sm_count: u32) -> f64 {
+        let duty = duty.clamp(0.0, 1.0);
+        if duty == 0.0 {
+            return self.idle_w;
         }
+        self.idle_w + self.active_w + self.shape_watts(width, duty, sm_count)
+    }
+
+    /// The part of [`PowerModel::watts`] that depends on the shape: the terms in duty
+    /// and width, without idle and the step.
+    pub fn shape_watts(&self, width: u32, duty: f64, sm_count: u32) -> f64 {
+        let fraction = (f64::from(width) / f64::from(sm_count.max(1))).clamp(0.0, 1.0);
+        let duty = duty.clamp(0.0, 1.0);
+        self.per_duty_w * duty + self.per_sm_w * duty * fraction.powf(self.sm_exponent)
     }
 }
 
-impl PowerModel {
-    /// The modelled power, watts, of `width` of `sm_count` SMs at `duty`.
-    pub fn watts(&self, width: u32, duty: f64, sm_count: u32) -> f64 {
-        let fraction = f64::from(width) / f64::from(sm_count.max(1));
-        let duty = duty.clamp(0.0, 1.0);
-        self.idle_w
-            + self.per_duty_w * duty
-            + self.per_sm_w * duty * fraction.clamp(0.0, 1.0).powf(self.sm_exponent)
+impl Default for PowerModel {
+    /// [`PowerModel::H200_SPIN`].
+    fn default() -> Self {
+        PowerModel::H200_SPIN
     }
 }
 
@@ -74,16 +102,22 @@ pub struct SmShaping {
     /// The cost model the width is chosen by.
     pub model: PowerModel,
     /// A new width is taken only if it saves more than this share of the current
-    /// shape's modelled power above idle (or the current width cannot give the share).
+    /// shape's modelled [`PowerModel::shape_watts`] (or the current width cannot give
+    /// the share).
     pub hysteresis: f64,
 }
 
 impl SmShaping {
-    /// Shaping for a device with `sm_count` SMs, default model and 5 % hysteresis.
+    /// Shaping for a device with `sm_count` SMs, the default model and 5 % hysteresis.
     pub fn new(sm_count: u32) -> Self {
+        Self::with_model(sm_count, PowerModel::default())
+    }
+
+    /// Shaping for a device with `sm_count` SMs by `model`, with 5 % hysteresis.
+    pub fn with_model(sm_count: u32, model: PowerModel) -> Self {
         SmShaping {
             sm_count: sm_count.max(1),
-            model: PowerModel::default(),
+            model,
             hysteresis: 0.05,
         }
     }
@@ -148,12 +182,20 @@ impl Shaper {
         let n = sm.sm_count.max(1);
         let duty = |w: u32| s * f64::from(n) / f64::from(w);
         let feasible = |w: u32| duty(w) <= max_duty + 1e-12;
-        let cost = |w: u32| sm.model.watts(w, duty(w), n) - sm.model.idle_w;
-        let best = (1..=n)
+        let cost = |w: u32| sm.model.shape_watts(w, duty(w), n);
+        let least = (1..=n)
             .filter(|&w| feasible(w))
-            .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+            .map(cost)
+            .min_by(f64::total_cmp);
+        let best = match least {
+            // Ties (within a milliwatt) go to the widest: the shortest bursts.
+            Some(least) => (1..=n)
+                .rev()
+                .find(|&w| feasible(w) && cost(w) <= least + 1e-3)
+                .unwrap_or(n),
             // Out of reach even at full width: the widest gives the most.
-            .unwrap_or(n);
+            None => n,
+        };
         match self.width.filter(|&w| w <= n && feasible(w)) {
             Some(current) if cost(current) <= cost(best) * (1.0 + sm.hysteresis) + 1e-9 => current,
             _ => best,
@@ -177,8 +219,10 @@ mod tests {
         }))
     }
 
+    /// Watts convex in width, with a duty term as large as the first rough model had.
     fn convex() -> PowerModel {
         PowerModel {
+            per_duty_w: 45.0,
             sm_exponent: 2.0,
             ..PowerModel::default()
         }
@@ -189,12 +233,41 @@ mod tests {
     }
 
     #[test]
-    fn default_model_reproduces_the_measured_h200_points() {
-        let m = PowerModel::default();
-        assert!((m.watts(1, 1.0, 132) - 125.0).abs() < 1.0);
-        // 132 x 128 read 90.8 % on GPM at 166 W.
-        assert!((m.watts(120, 1.0, 132) - 166.0).abs() < 2.0);
-        assert_eq!(m.watts(132, 0.0, 132), 80.0);
+    fn the_h200_models_reproduce_the_power_grid_within_two_watts() {
+        // (blocks of 32 threads, duty, watts) from docs/data/power_grid.txt.
+        let spin = [
+            (1, 0.25, 121.5),
+            (1, 1.0, 121.9),
+            (33, 1.0, 124.7),
+            (66, 1.0, 127.6),
+            (132, 0.25, 124.6),
+            (132, 0.5, 125.4),
+            (132, 1.0, 133.2),
+        ];
+        let sleep = [
+            (1, 1.0, 121.3),
+            (66, 1.0, 122.0),
+            (132, 0.5, 121.7),
+            (132, 1.0, 122.8),
+        ];
+        for (model, points) in [
+            (PowerModel::H200_SPIN, &spin[..]),
+            (PowerModel::H200_SPIN_SLEEP, &sleep[..]),
+        ] {
+            for &(w, d, watts) in points {
+                let got = model.watts(w, d, 132);
+                assert!((got - watts).abs() <= 2.0, "{model:?} {w} x {d}: {got}");
+            }
+            assert_eq!(model.watts(132, 0.0, 132), 78.3);
+        }
+    }
+
+    #[test]
+    fn spin_sleep_shapes_like_spin_widest_first() {
+        let mut s = shaper(PowerModel::H200_SPIN_SLEEP);
+        let load = s.shape(share(0.3), Duty::FULL, Width::ONE_WARP);
+        assert_eq!(load.width.get(), 132);
+        assert!((load.duty.fraction() - 0.3).abs() < 1e-9);
     }
 
     #[test]

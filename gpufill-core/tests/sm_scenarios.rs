@@ -42,6 +42,7 @@ fn sm_sim(cfg: SimConfig, target: f64, shaping: SmShaping) -> Simulation {
 fn convex() -> SmShaping {
     SmShaping {
         model: PowerModel {
+            per_duty_w: 45.0,
             per_sm_w: 200.0,
             sm_exponent: 2.0,
             ..PowerModel::default()

@@ -1,5 +1,5 @@
-//! [`SmProbe`]: the [`Probe`] for the `sm` metric, which reports GPM's SM utilization
-//! (the share of SMs busy) instead of NVML's utilization (the share of time busy).
+//! [`MetricProbe`]: the [`Probe`] that reads either NVML's utilization (the share of time
+//! busy) or, for the `sm` metric, GPM's SM utilization (the share of SMs busy).
 //!
 //! GPM (GPU Performance Monitoring, Hopper and later) gives a metric between two
 //! samples taken at least 100 ms apart (nvml.h, `nvmlGpmMetricsGet`). The probe takes
@@ -90,41 +90,64 @@ impl GpmCadence {
     }
 }
 
-/// The probe for the `sm` metric: GPM SM utilization as the utilization, the process
-/// lists from the wrapped [`NvmlProbe`].
+/// The probe `run` fills with: an [`NvmlProbe`] whose utilization reading is either
+/// NVML's (the `util` metric) or GPM's SM utilization every [`GPM_PERIOD`] (the `sm`
+/// metric). Process lists come from the wrapped probe either way, and it derefs to it, so
+/// its other readings (power, own memory) stay at hand.
 #[derive(Debug)]
-pub struct SmProbe {
+pub struct MetricProbe {
     inner: NvmlProbe,
-    cadence: GpmCadence,
+    /// `Some` for the `sm` metric.
+    gpm: Option<GpmCadence>,
 }
 
-impl SmProbe {
-    /// Wraps `inner` and takes the first GPM sample (the first reading compares
-    /// against it).
+impl MetricProbe {
+    /// Reads NVML's utilization, as `inner` does.
+    pub fn utilization(inner: NvmlProbe) -> Self {
+        MetricProbe { inner, gpm: None }
+    }
+
+    /// Reads GPM's SM utilization. Takes the first GPM sample now, which the first
+    /// reading compares against.
     ///
     /// # Errors
     /// As [`NvmlProbe::sm_activity`]: no GPM, no permission, or an NVML error.
-    pub fn new(mut inner: NvmlProbe, now: Time) -> Result<Self, ProbeError> {
-        let mut cadence = GpmCadence::default();
-        cadence.take(now);
+    pub fn sm_activity(mut inner: NvmlProbe) -> Result<Self, ProbeError> {
         inner.sm_activity()?;
-        Ok(SmProbe { inner, cadence })
+        Ok(MetricProbe {
+            inner,
+            gpm: Some(GpmCadence::default()),
+        })
     }
 
-    /// The wrapped probe.
-    pub fn inner(&self) -> &NvmlProbe {
+    /// Whether the reading is GPM's SM utilization.
+    pub fn reads_sm_activity(&self) -> bool {
+        self.gpm.is_some()
+    }
+}
+
+impl std::ops::Deref for MetricProbe {
+    type Target = NvmlProbe;
+
+    fn deref(&self) -> &NvmlProbe {
         &self.inner
     }
 }
 
-impl Probe for SmProbe {
+impl Probe for MetricProbe {
     type Error = ProbeError;
 
     fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, ProbeError> {
-        if !self.cadence.take(now) {
-            return Ok(None);
+        match &mut self.gpm {
+            None => self.inner.utilization(now),
+            Some(cadence) => {
+                if cadence.take(now) {
+                    self.inner.sm_activity()
+                } else {
+                    Ok(None)
+                }
+            }
         }
-        self.inner.sm_activity()
     }
 
     fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {

@@ -250,7 +250,7 @@ fn own_process_identification_on_an_idle_device() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn sm_probe_reads_gpm_once_per_period() {
+fn metric_probe_reads_gpm_once_per_period() {
     let nvml = nvml();
     let uuid = test_gpu(nvml);
     if let Err(e) = gpufill_nvml::check_gpm(nvml, &uuid) {
@@ -263,7 +263,7 @@ fn sm_probe_reads_gpm_once_per_period() {
     }
     let clock = SystemClock::new();
     let inner = NvmlProbe::new(nvml, &uuid, OwnProcess::none()).expect("probe");
-    let mut probe = gpufill_nvml::SmProbe::new(inner, clock.now()).expect("sm probe");
+    let mut probe = gpufill_nvml::MetricProbe::sm_activity(inner).expect("sm probe");
     let mut readings = Vec::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(1050) {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use gpufill_core::{Shaping, SmShaping};
+use gpufill_core::{PowerModel, Shaping, SmShaping};
 use serde::{Deserialize, Serialize};
 
 /// `metric`: what the loop holds at the target.
@@ -29,11 +29,11 @@ impl MetricChoice {
     }
 
     /// How the loop turns its controller's output into a load on a GPU with
-    /// `sm_count` SMs (read from the device).
-    pub fn shaping(self, sm_count: u32) -> Shaping {
+    /// `sm_count` SMs (read from the device), running `kernel`.
+    pub fn shaping(self, sm_count: u32, kernel: KernelChoice) -> Shaping {
         match self {
             MetricChoice::Util => Shaping::Fixed,
-            MetricChoice::Sm => Shaping::Sm(SmShaping::new(sm_count)),
+            MetricChoice::Sm => Shaping::Sm(SmShaping::with_model(sm_count, kernel.power())),
         }
     }
 }
@@ -76,6 +76,16 @@ impl KernelChoice {
         match self {
             KernelChoice::Spin => "spin",
             KernelChoice::Sleep => "sleep",
+        }
+    }
+}
+
+impl KernelChoice {
+    /// The power model the `sm` metric's shaper chooses shapes by for this kernel.
+    pub fn power(self) -> PowerModel {
+        match self {
+            KernelChoice::Spin => PowerModel::H200_SPIN,
+            KernelChoice::Sleep => PowerModel::H200_SPIN_SLEEP,
         }
     }
 }
@@ -131,10 +141,16 @@ mod tests {
     }
 
     #[test]
-    fn sm_metric_shapes_by_the_device_sm_count() {
-        assert_eq!(MetricChoice::Util.shaping(132), Shaping::Fixed);
-        match MetricChoice::Sm.shaping(78) {
-            Shaping::Sm(sm) => assert_eq!(sm.sm_count, 78),
+    fn sm_metric_shapes_by_the_device_sm_count_and_the_kernel_power() {
+        assert_eq!(
+            MetricChoice::Util.shaping(132, KernelChoice::Spin),
+            Shaping::Fixed
+        );
+        match MetricChoice::Sm.shaping(78, KernelChoice::Sleep) {
+            Shaping::Sm(sm) => {
+                assert_eq!(sm.sm_count, 78);
+                assert_eq!(sm.model, PowerModel::H200_SPIN_SLEEP);
+            }
             other => panic!("{other:?}"),
         }
     }
