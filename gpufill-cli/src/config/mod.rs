@@ -128,7 +128,7 @@ impl Default for LoadConfig {
             max_duty_percent: 100.0,
             period_ms: 20,
             max_kernel_us: 2000,
-            kernel: KernelChoice::Spin,
+            kernel: KernelChoice::Sleep,
         }
     }
 }
