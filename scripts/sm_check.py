@@ -16,6 +16,7 @@ Prints a table; writes $OUT/sm_check.json and $OUT/sm_runs.log. About 3.5 minute
 the defaults. Usage (GPU machine, release binary carried in carry/):
 
     python3 scripts/sm_check.py --gpufill carry/gpufill [--targets 10,30,50,70] [--hold 20]
+        [--kernel spin|sleep]
 """
 import argparse
 import datetime
@@ -100,6 +101,8 @@ def watch(h, gpm, seconds, stop=None):
 
 def gpufill_run(args, h, gpm, flags, seconds, runs_log):
     cmd = [args.gpufill, "-v", "run", "--gpus", "0", "--duration", str(seconds)] + flags
+    if args.kernel:
+        cmd += ["--kernel", args.kernel]
     t0 = time.time()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=dict(os.environ, NO_COLOR="1"))
     log = []
@@ -209,6 +212,7 @@ def main():
     ap.add_argument("--targets", default="10,30,50,70")
     ap.add_argument("--hold", type=float, default=20.0)
     ap.add_argument("--cmp-hold", type=float, default=8.0)
+    ap.add_argument("--kernel", choices=["spin", "sleep"], help="gpufill's kernel (default: its own)")
     args = ap.parse_args()
     out_dir = os.environ.get("OUT", "bench-out")
     os.makedirs(out_dir, exist_ok=True)
@@ -217,7 +221,7 @@ def main():
     gpm = Gpm(h)
     idle = watch(h, gpm, 1.6)
     env = {"gpu": N.nvmlDeviceGetName(h), "driver": N.nvmlSystemGetDriverVersion(),
-           "gpm_in_script": gpm.ok, "gpm_why_not": gpm.why,
+           "kernel": args.kernel or "gpufill default", "gpm_in_script": gpm.ok, "gpm_why_not": gpm.why,
            "idle_power_w": statistics.fmean(r[2] for r in idle),
            "idle_gpm_sm": steady(idle, 1, 0)}
     print(json.dumps(env), flush=True)
