@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{ControllerChoice, GpuId, GpuSelector, Overrides};
+use crate::config::{ControllerChoice, GpuId, GpuSelector, KernelChoice, MetricChoice, Overrides};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -71,6 +71,12 @@ pub struct LoopFlags {
     /// Controller [config: controller].
     #[arg(long, value_enum)]
     pub controller: Option<ControllerFlag>,
+    /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
+    #[arg(long, value_enum)]
+    pub metric: Option<MetricChoice>,
+    /// The spin kernel [config: load.kernel].
+    #[arg(long, value_enum)]
+    pub kernel: Option<KernelChoice>,
     /// Blocks (one warp each) per kernel [config: load.width_blocks].
     #[arg(long, value_name = "BLOCKS")]
     pub width: Option<u32>,
@@ -107,6 +113,8 @@ impl LoopFlags {
                 ControllerFlag::Pi => ControllerChoice::Pi,
                 ControllerFlag::Window => ControllerChoice::Window,
             }),
+            metric: self.metric,
+            kernel: self.kernel,
             width_blocks: self.width,
             max_duty_percent: self.max_duty,
             grace_s: self.grace,

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod reload;
 pub mod run;
 pub mod simulate;
+pub mod sm;
 pub mod status;
 
 use std::path::Path;

@@ -43,8 +43,7 @@ pub fn drive<P: Probe, L: LoadSource, K: Clock>(
     loop {
         live.before_step(fill, clock.now());
         let tick = fill.step(clock.now());
-        let width = fill.settings().width.get();
-        live.after_step(&tick, width, || device(fill.probe()));
+        live.after_step(&tick, || device(fill.probe()));
         if tick.state == State::Stopped || !keep_going(&tick) {
             // Best effort: a failed idle on a lost device has nothing left to stop.
             let _ = fill.idle(clock.now());
@@ -140,16 +139,11 @@ impl Live {
 
     /// After a step: publish it; `device` is called at most once a second for the
     /// slowly refreshed readings.
-    pub fn after_step(
-        &mut self,
-        tick: &Tick,
-        width_blocks: u32,
-        device: impl FnOnce() -> DeviceReadings,
-    ) {
+    pub fn after_step(&mut self, tick: &Tick, device: impl FnOnce() -> DeviceReadings) {
         let Some(publisher) = self.publisher.as_mut() else {
             return;
         };
-        publisher.observe(tick, width_blocks);
+        publisher.observe(tick, tick.width.get());
         if self
             .device_read
             .is_none_or(|at| tick.at.saturating_since(at) >= SLOW_REFRESH)

@@ -9,15 +9,15 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
 use gpufill_core::{
-    Clock, Controller, Event, FillLoop, State, SystemClock, Tick, Time, YieldPolicy,
+    Clock, Controller, Event, FillLoop, FillSettings, State, SystemClock, Tick, Time, YieldPolicy,
 };
 use gpufill_cuda::{CudaLoad, LauncherSettings};
-use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::UsageError;
 use crate::cli::RunArgs;
-use crate::config::{Config, GpuId, GpuSelector};
+use crate::config::{Config, GpuId, GpuSelector, MetricChoice};
 use crate::live::{DayClock, Live, drive};
 use crate::metrics::{self, GpuLabels};
 use crate::reload::Reloader;
@@ -33,6 +33,9 @@ pub struct Target {
     pub name: String,
     /// CUDA ordinal (may differ from the NVML index).
     pub ordinal: usize,
+    /// Streaming multiprocessors, from the CUDA device attribute: the widest kernel
+    /// the `sm` metric uses.
+    pub sm_count: u32,
 }
 
 impl Target {
@@ -60,6 +63,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     let nvml = Nvml::init().context("cannot start NVML")?;
     let targets = select(&nvml, &config.gpus)?;
+    if config.metric == MetricChoice::Sm {
+        crate::sm::check_targets(nvml, &targets)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -160,10 +166,9 @@ pub(crate) fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<
     chosen
         .into_iter()
         .map(|g| {
-            let ordinal = cuda
+            let device = cuda
                 .iter()
                 .find(|c| c.uuid.eq_ignore_ascii_case(&g.uuid))
-                .map(|c| c.ordinal)
                 .ok_or_else(|| {
                     anyhow!(
                         "GPU {} ({}) is not visible to CUDA (check CUDA_VISIBLE_DEVICES)",
@@ -175,7 +180,8 @@ pub(crate) fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<
                 index: g.index,
                 uuid: g.uuid.clone(),
                 name: g.name.clone(),
-                ordinal,
+                ordinal: device.ordinal,
+                sm_count: device.sm_count,
             })
         })
         .collect()
@@ -215,7 +221,7 @@ fn worker(
     let mut fill = open_loop(nvml, target, config, live.mps())?;
     // NVML's process list and power reading cost CPU: `drive` reads them once a second,
     // and only with a metrics endpoint.
-    let device = |probe: &NvmlProbe| {
+    let device = |probe: &MetricProbe| {
         let memory = probe.own_memory_bytes().ok().flatten();
         (memory, probe.power_watts().ok())
     };
@@ -253,7 +259,7 @@ pub(crate) type RealLoad =
     Reopening<CudaLoad, Box<dyn FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError> + Send>>;
 
 /// The fill loop over one real GPU, as `run` builds it.
-pub(crate) type RealLoop = FillLoop<NvmlProbe, RealLoad, Box<dyn Controller + Send>>;
+pub(crate) type RealLoop = FillLoop<MetricProbe, RealLoad, Box<dyn Controller + Send>>;
 
 /// Opens `target`'s CUDA context and NVML probe and builds its fill loop from `config`.
 pub(crate) fn open_loop(
@@ -265,6 +271,7 @@ pub(crate) fn open_loop(
     let launcher = LauncherSettings {
         period: config.period(),
         max_kernel: config.max_kernel(),
+        kernel: crate::sm::spin_kernel(config.load.kernel),
         ..LauncherSettings::default()
     };
     // Our own entry in NVML's list is the PID that appears with our context: in a
@@ -278,6 +285,13 @@ pub(crate) fn open_loop(
     }
     info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
     let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    let probe = match config.metric {
+        MetricChoice::Util => MetricProbe::utilization(probe),
+        MetricChoice::Sm => {
+            info!(sm_count = target.sm_count, "holding GPM SM utilization");
+            MetricProbe::sm_activity(probe).context("cannot read GPM")?
+        }
+    };
     // With yield.release_context the context is dropped while yielding and opened again
     // on resume; our host PID stays the same, so `own` stays right.
     let ordinal = target.ordinal;
@@ -290,7 +304,10 @@ pub(crate) fn open_loop(
         Reopening::new(load, reopen),
         config.controller_kind().build(),
         YieldPolicy::new(config.yield_settings_with(mps)),
-        config.fill_settings(),
+        FillSettings {
+            shaping: config.metric.shaping(target.sm_count, config.load.kernel),
+            ..config.fill_settings()
+        },
     ))
 }
 
@@ -301,6 +318,7 @@ fn log_tick(tick: &Tick) {
             util = sample.percent(),
             target = tick.target.percent(),
             duty = tick.duty.percent(),
+            width = tick.width.get(),
             state = tick.state.as_str(),
             foreign = tick.foreign,
             "sample"

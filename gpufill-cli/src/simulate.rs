@@ -5,12 +5,12 @@ use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
+use gpufill_core::sim::{ForeignJob, SimConfig, SimGpu, Simulation, tracking};
 use gpufill_core::{Tick, Time, TimeOfDay};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
-use crate::config::Config;
+use crate::config::{Config, MetricChoice};
 use crate::live::{DayClock, Live};
 use crate::metrics::{self, GpuLabels};
 use crate::reload::Reloader;
@@ -104,9 +104,14 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             .collect(),
         ..SimConfig::default()
     };
-    let settings = config.fill_settings();
-    let mut sim = Simulation::new(
-        sim_cfg,
+    let sm = config.metric == MetricChoice::Sm;
+    let settings = gpufill_core::FillSettings {
+        shaping: config.metric.shaping(sim_cfg.sm_count, config.load.kernel),
+        ..config.fill_settings()
+    };
+    let mut sim = Simulation::with_gpu(
+        SimGpu::new(sim_cfg),
+        sm,
         settings,
         config.yield_settings_with(args.mps),
         config.controller_kind().build(),
@@ -133,7 +138,11 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             let file =
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut w = BufWriter::new(file);
-            writeln!(w, "t_s,target,util,duty,state")?;
+            if sm {
+                writeln!(w, "t_s,target,sm,duty,width,state")?;
+            } else {
+                writeln!(w, "t_s,target,util,duty,state")?;
+            }
             Some((w, path))
         }
         None => None,
@@ -141,11 +150,19 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     if !config.schedule.window.is_empty() {
         writeln!(out, "time of day at the start: {start_time}")?;
     }
-    writeln!(
-        out,
-        "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
-        "t_s", "target", "util", "duty", "state"
-    )?;
+    if sm {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "sm", "duty", "width", "state"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "util", "duty", "state"
+        )?;
+    }
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
     let mut ticks = Vec::new();
@@ -159,16 +176,15 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         }
         let now = sim.now();
         live.before_step(sim.fill_mut(), now);
-        let width = sim.fill_mut().settings().width.get();
         sim.run_until(now + config.tick(), |tick| {
             if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
-                io_result = write_csv_row(w, tick);
+                io_result = write_csv_row(w, tick, sm);
             }
             if tick.at >= next_row {
-                let _ = write_row(out, tick);
+                let _ = write_row(out, tick, sm);
                 next_row += every;
             }
-            live.after_step(tick, width, || (None, None));
+            live.after_step(tick, || (None, None));
             stopped = tick.state == gpufill_core::State::Stopped;
             ticks.push(tick.clone());
         });
@@ -182,14 +198,26 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &ticks, args)
+    summarize(out, &sim, &ticks, args, sm)
 }
 
 fn percent(u: Option<gpufill_core::Utilization>) -> String {
     u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
 }
 
-fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_csv_row(w: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            w,
+            "{:.3},{:.1},{},{:.2},{},{}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str()
+        );
+    }
     writeln!(
         w,
         "{:.3},{:.1},{},{:.2},{}",
@@ -201,7 +229,20 @@ fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
     )
 }
 
-fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_row(out: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            out,
+            "{:>8.2} {:>7.1} {:>6} {:>6.1} {:>6}  {:<9} {}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str(),
+            t.foreign
+        );
+    }
     writeln!(
         out,
         "{:>8.2} {:>7.1} {:>6} {:>6.1}  {:<9} {}",
@@ -214,11 +255,33 @@ fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
     )
 }
 
+fn write_width_summary(
+    out: &mut dyn Write,
+    ticks: &[Tick],
+    settle: Option<Duration>,
+) -> std::io::Result<()> {
+    let from = Time::ZERO + settle.unwrap_or_default();
+    let filling: Vec<u32> = ticks
+        .iter()
+        .filter(|t| t.at >= from && t.state == gpufill_core::State::Filling)
+        .map(|t| t.width.get())
+        .collect();
+    let changes = filling.windows(2).filter(|w| w[0] != w[1]).count();
+    match (filling.iter().min(), filling.iter().max()) {
+        (Some(lo), Some(hi)) => writeln!(
+            out,
+            "width after settling: {lo}-{hi} blocks (one per SM), {changes} changes"
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
     ticks: &[Tick],
     args: &SimulateArgs,
+    sm: bool,
 ) -> anyhow::Result<()> {
     let end = Time::from_secs_f64(args.duration);
     // Judge tracking up to the first foreign arrival, where the target stops being ours to hold.
@@ -263,6 +326,9 @@ fn summarize(
             "did not settle within 2 points of {:.1}%",
             target.percent()
         )?,
+    }
+    if sm {
+        write_width_summary(out, ticks, t.settle)?;
     }
     let report = sim.gpu().report(end);
     for (spec, job) in args.foreign.iter().zip(&report.foreign) {

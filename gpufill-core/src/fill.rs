@@ -17,6 +17,8 @@ use std::time::Duration;
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 use crate::policy::{Decision, YieldPolicy, YieldSettings};
+
+use crate::shaper::{Shaper, Shaping};
 use crate::time::{Clock, Time};
 use crate::units::{Duty, Load, Utilization, Width};
 
@@ -25,8 +27,11 @@ use crate::units::{Duty, Load, Utilization, Width};
 pub struct FillSettings {
     /// Utilization to hold.
     pub target: Utilization,
-    /// Blocks per kernel: our share of the SMs.
+    /// Blocks per kernel: our share of the SMs (with [`Shaping::Fixed`]).
     pub width: Width,
+    /// How the controller's output becomes a load: a duty at `width` (the `util`
+    /// metric), or an SM-time share shaped into width and duty (the `sm` metric).
+    pub shaping: Shaping,
     /// Upper bound of our own time share.
     pub max_duty: Duty,
     /// How long a failing probe is trusted: the last load holds this long, then the loop idles.
@@ -41,6 +46,7 @@ impl Default for FillSettings {
         FillSettings {
             target: Utilization::saturating_from_fraction(0.5),
             width: Width::ONE_WARP,
+            shaping: Shaping::Fixed,
             max_duty: Duty::FULL,
             fault_hold: Duration::from_secs(2),
             release_after: None,
@@ -128,6 +134,8 @@ pub struct Tick {
     pub util: Option<Utilization>,
     /// The duty in force after the step.
     pub duty: Duty,
+    /// The width in force after the step (blocks per kernel).
+    pub width: Width,
     /// How many foreign processes cause a yield now (0 while filling, also beside
     /// quiet processes in activity mode and under MPS).
     pub foreign: usize,
@@ -142,6 +150,7 @@ pub struct FillLoop<P, L, C> {
     controller: C,
     policy: YieldPolicy,
     settings: FillSettings,
+    shaper: Shaper,
     state: Option<State>,
     applied: Load,
     last_util: Option<Utilization>,
@@ -173,6 +182,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             load,
             controller,
             policy,
+            shaper: Shaper::new(settings.shaping),
             settings,
             state: None,
             applied: Load::IDLE,
@@ -239,6 +249,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             sample: None,
             util: self.last_util,
             duty: self.applied.duty,
+            width: self.applied.width,
             foreign: 0,
             events: Vec::new(),
         };
@@ -381,14 +392,9 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
             other => other,
         };
-        let duty = self
-            .controller
-            .update(now, measured, self.settings.target)
-            .min(self.settings.max_duty);
-        Load {
-            duty,
-            width: self.settings.width,
-        }
+        let share = self.controller.update(now, measured, self.settings.target);
+        self.shaper
+            .shape(share, self.settings.max_duty, self.settings.width)
     }
 
     fn hold_or_go_blind(&mut self, now: Time, message: String, tick: &mut Tick) -> (State, Load) {
@@ -428,6 +434,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
         }
         tick.duty = self.applied.duty;
+        tick.width = self.applied.width;
     }
 }
 

@@ -10,6 +10,8 @@
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
 //! - [`schedule`]: the target by time of day and quiet time (pure, time passed in);
 //! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
+//! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
+//!   metric it picks the width by a [`PowerModel`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
 //!   every behaviour is tested in virtual time.
@@ -24,6 +26,7 @@ pub mod device;
 pub mod fill;
 pub mod policy;
 pub mod schedule;
+pub mod shaper;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
@@ -34,5 +37,6 @@ pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use schedule::{IdleRule, Schedule, TimeOfDay, Window};
+pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};

@@ -274,7 +274,7 @@ fn write_yield(out: &mut dyn Write, y: &YieldSummary) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufill_core::Duty;
+    use gpufill_core::{Duty, Width};
 
     fn pct(p: f64) -> Utilization {
         Utilization::saturating_from_fraction(p / 100.0)
@@ -288,6 +288,7 @@ mod tests {
             sample: sample.map(pct),
             util: sample.map(pct),
             duty: Duty::ZERO,
+            width: Width::ONE_WARP,
             foreign: 0,
             events: Vec::new(),
         }

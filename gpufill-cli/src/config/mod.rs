@@ -26,6 +26,7 @@ mod choices;
 mod de;
 mod error;
 mod gpus;
+mod metric;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -34,7 +35,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gpufill_core::{
-    ControllerKind, Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings,
+    ControllerKind, Duty, FillSettings, Shaping, Utilization, Width, YieldMode, YieldSettings,
 };
 use serde::{Deserialize, Serialize};
 use toml::de::DeTable;
@@ -44,6 +45,7 @@ use de::{float_problem, int_in, int_problem, number, pids, table};
 pub use error::{ConfigError, Position};
 use error::{key_at, span_of_key};
 pub use gpus::{GpuId, GpuSelector};
+pub use metric::{KernelChoice, MetricChoice};
 pub use tables::{MetricsConfig, ScheduleConfig, WindowConfig};
 
 // Integer bounds, shared by the deserializer (so a file gets the message with its
@@ -70,6 +72,8 @@ pub struct Config {
     pub gpus: GpuSelector,
     /// Which controller turns measured utilization into duty.
     pub controller: ControllerChoice,
+    /// What is held at the target: NVML utilization, or GPM SM utilization.
+    pub metric: MetricChoice,
     /// Loop tick in milliseconds, `1..=1000`: how often processes and utilization are read.
     #[serde(deserialize_with = "int_in::<_, _, TICK_MS_MIN, TICK_MS_MAX>")]
     pub tick_ms: u64,
@@ -96,6 +100,7 @@ impl Default for Config {
             target_percent: 50.0,
             gpus: GpuSelector::All,
             controller: ControllerChoice::Pi,
+            metric: MetricChoice::Util,
             tick_ms: 10,
             load: LoadConfig::default(),
             yielding: YieldConfig::default(),
@@ -122,6 +127,8 @@ pub struct LoadConfig {
     /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
     #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
     pub max_kernel_us: u64,
+    /// The spin kernel: `spin` (busy-wait) or `sleep` (busy-wait with nanosleep).
+    pub kernel: KernelChoice,
 }
 
 impl Default for LoadConfig {
@@ -131,6 +138,7 @@ impl Default for LoadConfig {
             max_duty_percent: 100.0,
             period_ms: 20,
             max_kernel_us: 2000,
+            kernel: KernelChoice::Sleep,
         }
     }
 }
@@ -203,6 +211,10 @@ pub struct Overrides {
     pub gpus: Option<GpuSelector>,
     /// `--controller`.
     pub controller: Option<ControllerChoice>,
+    /// `--metric`.
+    pub metric: Option<MetricChoice>,
+    /// `--kernel`.
+    pub kernel: Option<KernelChoice>,
     /// `--tick-ms`.
     pub tick_ms: Option<u64>,
     /// `--width-blocks`.
@@ -378,6 +390,8 @@ impl Config {
         set(&mut self.target_percent, &flags.target_percent);
         set(&mut self.gpus, &flags.gpus);
         set(&mut self.controller, &flags.controller);
+        set(&mut self.metric, &flags.metric);
+        set(&mut self.load.kernel, &flags.kernel);
         set(&mut self.tick_ms, &flags.tick_ms);
         set(&mut self.load.width_blocks, &flags.width_blocks);
         set(&mut self.load.max_duty_percent, &flags.max_duty_percent);
@@ -394,6 +408,8 @@ impl Config {
         FillSettings {
             target: Utilization::saturating_from_fraction(self.target_percent / 100.0),
             width: Width::blocks(self.load.width_blocks).unwrap_or(Width::ONE_WARP),
+            // The SM count comes from the device: `run` and `simulate` set the shaping.
+            shaping: Shaping::Fixed,
             max_duty: Duty::clamped(self.load.max_duty_percent / 100.0),
             fault_hold: seconds(self.probe.fault_hold_s),
             release_after: self

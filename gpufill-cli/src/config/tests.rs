@@ -54,6 +54,8 @@ fn rendered_settings_parse_back_equal() {
         target_percent: Some(37.25),
         gpus: Some(list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")])),
         controller: Some(ControllerChoice::Window),
+        metric: Some(MetricChoice::Sm),
+        kernel: Some(KernelChoice::Sleep),
         tick_ms: Some(50),
         width_blocks: Some(132),
         max_duty_percent: Some(80.5),

@@ -200,6 +200,7 @@ mod tests {
             sample: None,
             util: Some(Utilization::from_percent(48.0).unwrap()),
             duty: Duty::clamped(0.5),
+            width: gpufill_core::Width::ONE_WARP,
             foreign: 0,
             events,
         }

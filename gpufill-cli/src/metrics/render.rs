@@ -299,6 +299,7 @@ mod tests {
                 sample: None,
                 util: None,
                 duty: gpufill_core::Duty::ZERO,
+                width: gpufill_core::Width::ONE_WARP,
                 foreign: 1,
                 events,
             };
