@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{ControllerChoice, GpuSelector, Overrides};
+use crate::config::{ControllerChoice, GpuId, GpuSelector, KernelChoice, MetricChoice, Overrides};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -35,6 +35,18 @@ pub enum Command {
     /// Work with config files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Measure tracking, memory, power and yielding on this machine's GPU.
+    Bench(BenchArgs),
+    /// The foreign CUDA process of `bench`'s yield test (internal).
+    #[command(hide = true)]
+    BenchForeign {
+        /// CUDA ordinal of the GPU.
+        #[arg(long)]
+        ordinal: usize,
+        /// Seconds to run.
+        #[arg(long)]
+        seconds: f64,
+    },
 }
 
 /// `gpufill config ...`
@@ -59,6 +71,12 @@ pub struct LoopFlags {
     /// Controller [config: controller].
     #[arg(long, value_enum)]
     pub controller: Option<ControllerFlag>,
+    /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
+    #[arg(long, value_enum)]
+    pub metric: Option<MetricChoice>,
+    /// The spin kernel [config: load.kernel].
+    #[arg(long, value_enum)]
+    pub kernel: Option<KernelChoice>,
     /// Blocks (one warp each) per kernel [config: load.width_blocks].
     #[arg(long, value_name = "BLOCKS")]
     pub width: Option<u32>,
@@ -71,6 +89,10 @@ pub struct LoopFlags {
     /// Loop tick in milliseconds [config: tick_ms].
     #[arg(long, value_name = "MS")]
     pub tick_ms: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
+    /// picks a free port (logged) [config: metrics.listen].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 /// `--controller`.
@@ -91,10 +113,13 @@ impl LoopFlags {
                 ControllerFlag::Pi => ControllerChoice::Pi,
                 ControllerFlag::Window => ControllerChoice::Window,
             }),
+            metric: self.metric,
+            kernel: self.kernel,
             width_blocks: self.width,
             max_duty_percent: self.max_duty,
             grace_s: self.grace,
             tick_ms: self.tick_ms,
+            metrics_listen: self.metrics.clone(),
             ..Overrides::default()
         }
     }
@@ -150,4 +175,50 @@ pub struct SimulateArgs {
     /// Seed of --random-foreign.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while
+    /// it runs).
+    #[arg(long)]
+    pub realtime: bool,
+    /// Local time of day at the start, HH:MM, for schedule windows (default: the
+    /// host's local time).
+    #[arg(long, value_name = "HH:MM", value_parser = gpufill_core::TimeOfDay::parse)]
+    pub start_time: Option<gpufill_core::TimeOfDay>,
+}
+
+/// `gpufill bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The GPU to measure: NVML index or UUID [default: the first GPU `run` would fill].
+    #[arg(long, value_name = "ID", value_parser = parse_gpu)]
+    pub gpu: Option<GpuId>,
+    /// Targets to hold one after the other, percent.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "10,25,50,75,90"
+    )]
+    pub targets: Vec<f64>,
+    /// Seconds per target.
+    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    pub seconds: f64,
+    /// Directory for bench.svg, bench.csv and bench.json (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "gpufill-bench")]
+    pub out: PathBuf,
+    /// Skip the yield test.
+    #[arg(long)]
+    pub no_yield: bool,
+    /// Run on the simulated GPU, in virtual time (no GPU needed).
+    #[arg(long)]
+    pub sim: bool,
+    /// Measure even while other processes use the GPU (they are ignored; the numbers will be off).
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn parse_gpu(s: &str) -> Result<GpuId, String> {
+    match s.trim().parse::<i64>() {
+        Ok(index) => GpuId::from_index(index),
+        Err(_) => GpuId::from_uuid(s.trim()),
+    }
 }

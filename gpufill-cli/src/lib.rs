@@ -3,13 +3,19 @@
 //! log subscriber; the control logic lives in `gpufill-core`, the hardware in
 //! `gpufill-cuda` and `gpufill-nvml`.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod faultlog;
+pub mod live;
+pub mod localtime;
 pub mod logging;
+pub mod metrics;
+pub mod reload;
 pub mod run;
 pub mod select;
 pub mod simulate;
+pub mod sm;
 pub mod status;
 
 use std::path::Path;
@@ -49,6 +55,7 @@ fn flag_for_key(key: &str) -> Option<&'static str> {
         "load.width_blocks" => "--width",
         "load.max_duty_percent" => "--max-duty",
         "yield.grace_s" => "--grace",
+        "metrics.listen" => "--metrics",
         _ => return None,
     })
 }
@@ -91,5 +98,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             run::run(&args, &config)
         }
         Command::Status => status::run(&mut std::io::stdout().lock()),
+        Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
+        Command::BenchForeign { ordinal, seconds } => bench::foreign::run(ordinal, seconds),
     }
 }

@@ -9,15 +9,19 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use gpufill_core::device::Reopening;
 use gpufill_core::{
-    Clock, Controller, Event, FillLoop, State, Supervisor, SystemClock, Tick, Time, YieldPolicy,
+    Clock, Controller, Event, FillLoop, FillSettings, State, Supervisor, SystemClock, Tick, Time,
+    YieldPolicy,
 };
-use gpufill_cuda::{CudaError, CudaLoad, LauncherSettings};
-use gpufill_nvml::{Nvml, NvmlProbe, identify_own};
+use gpufill_cuda::{CudaLoad, LauncherSettings};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, identify_own};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::cli::RunArgs;
-use crate::config::{Config, GpuSelector};
+use crate::config::{Config, GpuSelector, MetricChoice};
 use crate::faultlog::FaultLog;
+use crate::live::{DayClock, DeviceReadings, Live};
+use crate::metrics::{self, GpuLabels};
+use crate::reload::Reloader;
 
 /// A GPU chosen to fill, known to both NVML and CUDA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +34,20 @@ pub struct Target {
     pub name: String,
     /// CUDA ordinal (may differ from the NVML index).
     pub ordinal: usize,
+    /// Streaming multiprocessors, from the CUDA device attribute: the widest kernel
+    /// the `sm` metric uses.
+    pub sm_count: u32,
+}
+
+impl Target {
+    /// The labels of this GPU's metrics.
+    pub fn labels(&self) -> GpuLabels {
+        GpuLabels {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            model: self.name.clone(),
+        }
+    }
 }
 
 /// The message for a machine without the NVIDIA driver.
@@ -38,7 +56,7 @@ pub const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (insta
 /// Runs `gpufill run`.
 ///
 /// # Errors
-/// [`UsageError`] for a GPU selection that names no GPU; a runtime error when the driver
+/// [`crate::UsageError`] for a GPU selection that names no GPU; a runtime error when the driver
 /// is missing or every worker failed.
 pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     if !gpufill_cuda::driver_present() {
@@ -46,6 +64,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     let nvml = Nvml::init().context("cannot start NVML")?;
     let targets = select(&nvml, &config.gpus)?;
+    if config.metric == MetricChoice::Sm {
+        crate::sm::check_targets(nvml, &targets)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))
@@ -57,18 +78,40 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     let clock = SystemClock::new();
     let deadline = args.duration.map(Time::from_secs_f64);
+    let labels = targets.iter().map(Target::labels).collect();
+    let publishers = metrics::start_endpoint(config.metrics.addr(), labels)?;
+    let mut flags = args.flags.overrides();
+    flags.gpus = args.gpus.clone();
+    let mut reloader = Reloader::install(args.flags.config.clone(), flags, config.clone())?;
+    let mut senders = Vec::new();
     let workers: Vec<_> = targets
         .into_iter()
-        .map(|target| {
+        .zip(publishers)
+        .map(|(target, publisher)| {
             let (config, stop) = (config.clone(), Arc::clone(&stop));
+            let (tx, rx) = crossbeam_channel::unbounded();
+            senders.push(tx);
+            let live = Live::new(&config, mps, DayClock::Local)
+                .with_updates(rx)
+                .with_publisher(publisher);
             let index = target.index;
             thread::Builder::new()
                 .name(format!("gpufill-gpu{index}"))
-                .spawn(move || worker(nvml, &target, &config, mps, &stop, clock, deadline))
+                .spawn(move || worker(nvml, &target, &config, live, &stop, clock, deadline))
                 .map(|handle| (index, handle))
         })
         .collect::<Result<_, _>>()
         .context("cannot start a worker thread")?;
+    // The main thread only forwards reloads; each worker applies them at its next tick.
+    while !workers.iter().all(|(_, handle)| handle.is_finished()) {
+        if let Some(new) = reloader.poll() {
+            for tx in &senders {
+                // A worker that has ended has dropped its receiver: nothing to update.
+                let _ = tx.send(Arc::clone(&new));
+            }
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
     let total = workers.len();
     let mut failed = 0;
     for (index, handle) in workers {
@@ -88,7 +131,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
 }
 
 /// Resolves the GPU selector against NVML's list, then finds each GPU's CUDA ordinal by UUID.
-fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
+pub(crate) fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     let cuda = gpufill_cuda::devices().context("cannot list GPUs through CUDA")?;
     let selection = crate::select::choose(&gpus, selector)?;
@@ -99,10 +142,9 @@ fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
     chosen
         .into_iter()
         .map(|g| {
-            let ordinal = cuda
+            let device = cuda
                 .iter()
                 .find(|c| c.uuid.eq_ignore_ascii_case(&g.uuid))
-                .map(|c| c.ordinal)
                 .ok_or_else(|| {
                     anyhow!(
                         "GPU {} ({}) is not visible to CUDA (check CUDA_VISIBLE_DEVICES)",
@@ -114,7 +156,8 @@ fn select(nvml: &Nvml, selector: &GpuSelector) -> anyhow::Result<Vec<Target>> {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 name: g.name.clone(),
-                ordinal,
+                ordinal: device.ordinal,
+                sm_count: device.sm_count,
             })
         })
         .collect()
@@ -137,7 +180,7 @@ fn worker(
     nvml: Nvml,
     target: &Target,
     config: &Config,
-    mps: bool,
+    mut live: Live,
     stop: &AtomicBool,
     clock: SystemClock,
     deadline: Option<Time>,
@@ -146,6 +189,7 @@ fn worker(
     let _entered = span.enter();
     // A GPU that cannot be opened at start is an error; one lost later is reopened
     // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
+    let mps = live.mps();
     let first = open_loop(nvml, target, config, mps)?;
     let reopen = |_now: Time| {
         info!("reopening the GPU");
@@ -153,11 +197,22 @@ fn worker(
     };
     let mut supervisor = Supervisor::new(first, reopen, config.retry_settings());
     let mut faults = FaultLog::default();
-    let last = supervisor.run(&clock, config.tick(), |step| {
-        log_tick(&step.tick, &mut faults);
-        faults.log(step);
-        !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| step.tick.at < d)
-    });
+    // NVML's process list and power reading cost CPU: `drive` reads them once a second,
+    // and only with a metrics endpoint.
+    let device = |probe: &MetricProbe| {
+        let memory = probe.own_memory_bytes().ok().flatten();
+        (memory, probe.power_watts().ok())
+    };
+    let last = supervisor.run_with(
+        &clock,
+        config.tick(),
+        |fill, now| step(fill, now, &mut live, device),
+        |step| {
+            log_tick(&step.tick, &mut faults);
+            faults.log(step);
+            !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| step.tick.at < d)
+        },
+    );
     let stopping = clock.now();
     let quiet = supervisor
         .fill()
@@ -175,14 +230,39 @@ fn worker(
     Ok(())
 }
 
-type OpenCuda = Box<dyn FnMut() -> Result<CudaLoad, CudaError> + Send>;
-type GpuLoop = FillLoop<NvmlProbe, Reopening<CudaLoad, OpenCuda>, Box<dyn Controller + Send>>;
+/// One step with `live`'s extras around it (schedule, reload, metrics), as
+/// `live::drive` does for a loop without a supervisor.
+fn step(
+    fill: &mut RealLoop,
+    now: Time,
+    live: &mut Live,
+    device: impl Fn(&MetricProbe) -> DeviceReadings,
+) -> Tick {
+    live.before_step(fill, now);
+    let tick = fill.step(now);
+    live.after_step(&tick, || device(fill.probe()));
+    tick
+}
 
-/// Opens NVML's probe and a CUDA context for `target` and builds its loop.
-fn open_loop(nvml: Nvml, target: &Target, config: &Config, mps: bool) -> anyhow::Result<GpuLoop> {
+/// The load source `run` and `bench` fill with: the CUDA launcher, reopened on resume
+/// after a context release.
+pub(crate) type RealLoad =
+    Reopening<CudaLoad, Box<dyn FnMut() -> Result<CudaLoad, gpufill_cuda::CudaError> + Send>>;
+
+/// The fill loop over one real GPU, as `run` builds it.
+pub(crate) type RealLoop = FillLoop<MetricProbe, RealLoad, Box<dyn Controller + Send>>;
+
+/// Opens `target`'s CUDA context and NVML probe and builds its fill loop from `config`.
+pub(crate) fn open_loop(
+    nvml: Nvml,
+    target: &Target,
+    config: &Config,
+    mps: bool,
+) -> anyhow::Result<RealLoop> {
     let launcher = LauncherSettings {
         period: config.period(),
         max_kernel: config.max_kernel(),
+        kernel: crate::sm::spin_kernel(config.load.kernel),
         ..LauncherSettings::default()
     };
     // Our own entry in NVML's list is the PID that appears with our context: in a
@@ -196,11 +276,17 @@ fn open_loop(nvml: Nvml, target: &Target, config: &Config, mps: bool) -> anyhow:
     }
     info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
     let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    let probe = match config.metric {
+        MetricChoice::Util => MetricProbe::utilization(probe),
+        MetricChoice::Sm => {
+            info!(sm_count = target.sm_count, "holding GPM SM utilization");
+            MetricProbe::sm_activity(probe).context("cannot read GPM")?
+        }
+    };
     // With yield.release_context the context is dropped while yielding and opened again
-    // on resume, and a context broken by a launch error is replaced; our host PID stays
-    // the same, so `own` stays right.
+    // on resume; our host PID stays the same, so `own` stays right.
     let ordinal = target.ordinal;
-    let reopen: OpenCuda = Box::new(move || {
+    let reopen: Box<dyn FnMut() -> _ + Send> = Box::new(move || {
         info!("opening a new CUDA context");
         CudaLoad::open(ordinal, launcher)
     });
@@ -209,7 +295,10 @@ fn open_loop(nvml: Nvml, target: &Target, config: &Config, mps: bool) -> anyhow:
         Reopening::new(load, reopen),
         config.controller_kind().build(),
         YieldPolicy::new(config.yield_settings_with(mps)),
-        config.fill_settings(),
+        FillSettings {
+            shaping: config.metric.shaping(target.sm_count, config.load.kernel),
+            ..config.fill_settings()
+        },
     ))
 }
 
@@ -220,6 +309,7 @@ fn log_tick(tick: &Tick, faults: &mut FaultLog) {
             util = sample.percent(),
             target = tick.target.percent(),
             duty = tick.duty.percent(),
+            width = tick.width.get(),
             state = tick.state.as_str(),
             foreign = tick.foreign,
             "sample"

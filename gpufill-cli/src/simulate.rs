@@ -2,17 +2,30 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpufill_core::sim::{
-    Arrivals, ChurnReport, ForeignJob, LongRunStats, Period, SimConfig, Simulation, tracking,
+    Arrivals, Churn, ChurnReport, ForeignJob, LongRunStats, Period, SimConfig, SimGpu, Simulation,
+    tracking,
 };
-use gpufill_core::{State, Tick, Time};
+use gpufill_core::{State, Tick, Time, TimeOfDay};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
-use crate::config::Config;
+use crate::config::{Config, MetricChoice};
+use crate::live::{DayClock, Live};
+use crate::metrics::{self, GpuLabels};
+use crate::reload::Reloader;
+
+/// The labels of the simulated GPU's series.
+fn sim_labels() -> GpuLabels {
+    GpuLabels {
+        index: 0,
+        uuid: "GPU-00000000-0000-0000-0000-000000000000".to_owned(),
+        model: "simulated GPU".to_owned(),
+    }
+}
 
 /// One `--foreign START-END:LOAD`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -102,31 +115,68 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             .collect(),
         ..SimConfig::default()
     };
-    let settings = config.fill_settings();
-    let mut sim = Simulation::new(
-        sim_cfg,
+    let sm = config.metric == MetricChoice::Sm;
+    let settings = gpufill_core::FillSettings {
+        shaping: config.metric.shaping(sim_cfg.sm_count, config.load.kernel),
+        ..config.fill_settings()
+    };
+    let mut sim = Simulation::with_gpu(
+        SimGpu::new(sim_cfg),
+        sm,
         settings,
         config.yield_settings_with(args.mps),
         config.controller_kind().build(),
         config.tick(),
     );
+    let publisher = metrics::start_endpoint(config.metrics.addr(), vec![sim_labels()])?.pop();
+    // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
+    let start_time = args
+        .start_time
+        .or_else(crate::localtime::now)
+        .unwrap_or(TimeOfDay::MIDNIGHT);
+    let mut live = Live::new(config, args.mps, DayClock::StartingAt(start_time))
+        .with_publisher(publisher.flatten());
+    let mut reloader = match &args.flags.config {
+        Some(path) => Some(Reloader::install(
+            Some(path.clone()),
+            args.flags.overrides(),
+            config.clone(),
+        )?),
+        None => None,
+    };
     let mut csv = match &args.csv {
         Some(path) => {
             let file =
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             let mut w = BufWriter::new(file);
-            writeln!(w, "t_s,target,util,duty,state")?;
+            if sm {
+                writeln!(w, "t_s,target,sm,duty,width,state")?;
+            } else {
+                writeln!(w, "t_s,target,util,duty,state")?;
+            }
             Some((w, path))
         }
         None => None,
     };
-    writeln!(
-        out,
-        "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
-        "t_s", "target", "util", "duty", "state"
-    )?;
+    if !config.schedule.window.is_empty() {
+        writeln!(out, "time of day at the start: {start_time}")?;
+    }
+    if sm {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "sm", "duty", "width", "state"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
+            "t_s", "target", "util", "duty", "state"
+        )?;
+    }
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
+    let mut io_result = Ok(());
     let end = Time::from_secs_f64(args.duration);
     let mut arrivals = Arrivals::new(
         args.seed,
@@ -134,42 +184,67 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         (Duration::from_secs(10), Duration::from_secs(600)),
         Time::ZERO,
     );
-    // Tracking is judged up to the first foreign arrival; only those samples are kept,
-    // so memory does not grow with the duration.
-    let first_foreign = args
-        .foreign
-        .iter()
-        .map(|f| f.start_s)
-        .fold(args.duration.min(arrivals.next_at()), f64::min);
-    let judged_until = Time::from_secs_f64(first_foreign);
-    let mut judged = Vec::new();
+    // Tracking is judged up to the first foreign arrival, where the target stops being
+    // ours to hold; only ticks before it are kept, and in runs over an hour only those
+    // with a sample or a new target, so memory does not grow with the duration.
+    let judged_until = Time::from_secs_f64(
+        args.foreign
+            .iter()
+            .map(|f| f.start_s)
+            .fold(args.duration.min(arrivals.next_at()), f64::min),
+    );
+    let long = args.duration > 3600.0;
+    let mut ticks: Vec<Tick> = Vec::new();
     let mut hours = LongRunStats::new(Duration::from_secs(3600), Duration::from_secs(3));
-    let mut last = None;
-    let mut io_result = Ok(());
-    let churn = sim.run_with_arrivals(end, &mut arrivals, |tick| {
-        if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
-            io_result = write_csv_row(w, tick);
+    let mut churn = Churn::new(&mut arrivals);
+    let mut last_state = None;
+    let wall_start = Instant::now();
+    let mut stopped = false;
+    while sim.now() < end && !stopped {
+        if let Some(new) = reloader.as_mut().and_then(Reloader::poll) {
+            live.apply(sim.fill_mut(), &new);
         }
-        if tick.at >= next_row {
-            let _ = write_row(out, tick);
-            next_row += every;
+        let now = sim.now();
+        churn.before_tick(&sim);
+        live.before_step(sim.fill_mut(), now);
+        let mut stepped = None;
+        sim.run_until(now + config.tick(), |tick| {
+            if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
+                io_result = write_csv_row(w, tick, sm);
+            }
+            if tick.at >= next_row {
+                let _ = write_row(out, tick, sm);
+                next_row += every;
+            }
+            live.after_step(tick, || (None, None));
+            stopped = tick.state == State::Stopped;
+            last_state = Some((tick.at, tick.state));
+            hours.record(tick);
+            let new_target = ticks.last().is_none_or(|t| t.target != tick.target);
+            if tick.at < judged_until && (!long || tick.sample.is_some() || new_target) {
+                ticks.push(tick.clone());
+            }
+            stepped = Some(tick.clone());
+        });
+        if let Some(tick) = stepped {
+            churn.after_tick(&sim, &tick);
         }
-        if tick.at < judged_until && tick.sample.is_some() {
-            judged.push(tick.clone());
+        if args.realtime {
+            let due = wall_start + sim.now().since_epoch();
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
-        hours.record(tick);
-        last = Some((tick.at, tick.state));
-    });
+    }
     io_result.context("cannot write the CSV file")?;
     if let Some((mut w, path)) = csv {
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    summarize(out, &sim, &judged, judged_until, settings.target, args)?;
-    if args.random_foreign.is_some() || args.duration >= 7200.0 {
+    let churn = churn.finish(&sim);
+    summarize(out, &sim, &ticks, judged_until, args, sm)?;
+    if args.random_foreign.is_some() || long {
         write_long_run(out, &churn, hours.periods())?;
     }
-    if let Some((at, State::Stopped)) = last {
+    if let Some((at, State::Stopped)) = last_state {
         bail!("the simulated loop stopped at {:.2} s", at.as_secs_f64());
     }
     Ok(())
@@ -211,7 +286,19 @@ fn percent(u: Option<gpufill_core::Utilization>) -> String {
     u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
 }
 
-fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_csv_row(w: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            w,
+            "{:.3},{:.1},{},{:.2},{},{}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str()
+        );
+    }
     writeln!(
         w,
         "{:.3},{:.1},{},{:.2},{}",
@@ -223,7 +310,20 @@ fn write_csv_row(w: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
     )
 }
 
-fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
+fn write_row(out: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
+    if sm {
+        return writeln!(
+            out,
+            "{:>8.2} {:>7.1} {:>6} {:>6.1} {:>6}  {:<9} {}",
+            t.at.as_secs_f64(),
+            t.target.percent(),
+            percent(t.util),
+            t.duty.percent(),
+            t.width.get(),
+            t.state.as_str(),
+            t.foreign
+        );
+    }
     writeln!(
         out,
         "{:>8.2} {:>7.1} {:>6} {:>6.1}  {:<9} {}",
@@ -236,17 +336,57 @@ fn write_row(out: &mut dyn Write, t: &Tick) -> std::io::Result<()> {
     )
 }
 
+fn write_width_summary(
+    out: &mut dyn Write,
+    ticks: &[Tick],
+    settle: Option<Duration>,
+) -> std::io::Result<()> {
+    let from = Time::ZERO + settle.unwrap_or_default();
+    let filling: Vec<u32> = ticks
+        .iter()
+        .filter(|t| t.at >= from && t.state == gpufill_core::State::Filling)
+        .map(|t| t.width.get())
+        .collect();
+    let changes = filling.windows(2).filter(|w| w[0] != w[1]).count();
+    match (filling.iter().min(), filling.iter().max()) {
+        (Some(lo), Some(hi)) => writeln!(
+            out,
+            "width after settling: {lo}-{hi} blocks (one per SM), {changes} changes"
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
-    judged: &[Tick],
-    judged_until: Time,
-    target: gpufill_core::Utilization,
+    ticks: &[Tick],
+    until: Time,
     args: &SimulateArgs,
+    sm: bool,
 ) -> anyhow::Result<()> {
     let end = sim.now().max(Time::from_secs_f64(args.duration));
-    let t = tracking(judged, Time::ZERO, judged_until, target, 2.0);
+    // A schedule may change the target: judge from its last change before `until`.
+    let (from, target) = ticks
+        .iter()
+        .take_while(|t| t.at < until)
+        .fold(
+            None,
+            |last: Option<(Time, gpufill_core::Utilization)>, t| match last {
+                Some((_, target)) if target == t.target => last,
+                _ => Some((t.at, t.target)),
+            },
+        )
+        .unwrap_or((Time::ZERO, gpufill_core::Utilization::ZERO));
+    let t = tracking(ticks, from, until, target, 2.0);
     writeln!(out)?;
+    if from > Time::ZERO {
+        writeln!(
+            out,
+            "the schedule last changed the target at {:.2} s: judged from there",
+            from.as_secs_f64()
+        )?;
+    }
     match t.settle {
         Some(s) => writeln!(
             out,
@@ -261,6 +401,9 @@ fn summarize(
             "did not settle within 2 points of {:.1}%",
             target.percent()
         )?,
+    }
+    if sm {
+        write_width_summary(out, ticks, t.settle)?;
     }
     let report = sim.gpu().report(end);
     for (spec, job) in args.foreign.iter().zip(&report.foreign) {

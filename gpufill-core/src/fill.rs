@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
-use crate::policy::{Decision, YieldPolicy};
+use crate::policy::{Decision, YieldPolicy, YieldSettings};
+
+use crate::shaper::{Shaper, Shaping};
 use crate::time::{Clock, Time};
 use crate::units::{Duty, Load, Utilization, Width};
 
@@ -25,8 +27,11 @@ use crate::units::{Duty, Load, Utilization, Width};
 pub struct FillSettings {
     /// Utilization to hold.
     pub target: Utilization,
-    /// Blocks per kernel: our share of the SMs.
+    /// Blocks per kernel: our share of the SMs (with [`Shaping::Fixed`]).
     pub width: Width,
+    /// How the controller's output becomes a load: a duty at `width` (the `util`
+    /// metric), or an SM-time share shaped into width and duty (the `sm` metric).
+    pub shaping: Shaping,
     /// Upper bound of our own time share.
     pub max_duty: Duty,
     /// How long a failing probe is trusted: the last load holds this long, then the loop idles.
@@ -41,6 +46,7 @@ impl Default for FillSettings {
         FillSettings {
             target: Utilization::saturating_from_fraction(0.5),
             width: Width::ONE_WARP,
+            shaping: Shaping::Fixed,
             max_duty: Duty::FULL,
             fault_hold: Duration::from_secs(2),
             release_after: None,
@@ -128,6 +134,8 @@ pub struct Tick {
     pub util: Option<Utilization>,
     /// The duty in force after the step.
     pub duty: Duty,
+    /// The width in force after the step (blocks per kernel).
+    pub width: Width,
     /// How many foreign processes cause a yield now (0 while filling, also beside
     /// quiet processes in activity mode and under MPS).
     pub foreign: usize,
@@ -142,6 +150,7 @@ pub struct FillLoop<P, L, C> {
     controller: C,
     policy: YieldPolicy,
     settings: FillSettings,
+    shaper: Shaper,
     state: Option<State>,
     applied: Load,
     last_util: Option<Utilization>,
@@ -149,6 +158,8 @@ pub struct FillLoop<P, L, C> {
     fault_since: Option<Time>,
     idle_since: Option<Time>,
     released: bool,
+    quiet_since: Option<Time>,
+    fresh_controller: bool,
 }
 
 struct Measured {
@@ -171,6 +182,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             load,
             controller,
             policy,
+            shaper: Shaper::new(settings.shaping),
             settings,
             state: None,
             applied: Load::IDLE,
@@ -179,6 +191,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             fault_since: None,
             idle_since: None,
             released: false,
+            quiet_since: None,
+            fresh_controller: false,
         }
     }
 
@@ -190,6 +204,30 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// Changes the target from the next step on.
     pub fn set_target(&mut self, target: Utilization) {
         self.settings.target = target;
+    }
+
+    /// Replaces the settings from the next step on (a config reload). Nothing restarts:
+    /// the controller keeps its state, and a new target or bound applies at the next step.
+    pub fn set_settings(&mut self, settings: FillSettings) {
+        self.settings = settings;
+    }
+
+    /// Replaces the yield policy's settings from the next step on.
+    pub fn set_yield_settings(&mut self, settings: YieldSettings) {
+        self.policy.set_settings(settings);
+    }
+
+    /// Replaces the controller; it starts afresh at the next filling step.
+    pub fn set_controller(&mut self, controller: C) {
+        self.controller = controller;
+        self.fresh_controller = true;
+    }
+
+    /// How long the GPU has been free of foreign processes that count (ignore lists
+    /// apply) at `now`: since the first step, or since the last one left. `None` while
+    /// one is there, before the first step, and while the probe fails.
+    pub fn quiet_for(&self, now: Time) -> Option<Duration> {
+        self.quiet_since.map(|since| now.saturating_since(since))
     }
 
     /// The probe (for adapters that expose more than the trait).
@@ -211,6 +249,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             sample: None,
             util: self.last_util,
             duty: self.applied.duty,
+            width: self.applied.width,
             foreign: 0,
             events: Vec::new(),
         };
@@ -221,7 +260,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         let (state, desired) = match self.measure(now) {
             Ok(measured) => self.decide(now, measured, &mut tick),
-            Err((ErrorKind::Transient, message)) => self.hold_or_go_blind(now, message, &mut tick),
+            Err((ErrorKind::Transient, message)) => {
+                // Blind: whether anyone came cannot be known, so the quiet time restarts.
+                self.quiet_since = None;
+                self.hold_or_go_blind(now, message, &mut tick)
+            }
             Err((kind, message)) => {
                 self.stop(now, kind, message, &mut tick);
                 return tick;
@@ -315,6 +358,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         if self.fault_since.take().is_some() {
             tick.events.push(Event::ProbeRecovered);
         }
+        if self.policy.counts_any(&measured.foreign) {
+            self.quiet_since = None;
+        } else {
+            self.quiet_since.get_or_insert(now);
+        }
         tick.sample = measured.sample;
         if measured.sample.is_some() {
             self.last_util = measured.sample;
@@ -333,7 +381,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     }
 
     fn fill(&mut self, now: Time, sample: Option<Utilization>) -> Load {
-        if self.state != Some(State::Filling) {
+        // A new controller starts as after idling: reset, and skip the first sample.
+        if self.state != Some(State::Filling) || std::mem::take(&mut self.fresh_controller) {
             self.controller.reset(now);
             self.skip_next_sample = true;
         }
@@ -345,14 +394,9 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
             other => other,
         };
-        let duty = self
-            .controller
-            .update(now, measured, self.settings.target)
-            .min(self.settings.max_duty);
-        Load {
-            duty,
-            width: self.settings.width,
-        }
+        let share = self.controller.update(now, measured, self.settings.target);
+        self.shaper
+            .shape(share, self.settings.max_duty, self.settings.width)
     }
 
     fn hold_or_go_blind(&mut self, now: Time, message: String, tick: &mut Tick) -> (State, Load) {
@@ -392,6 +436,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
         }
         tick.duty = self.applied.duty;
+        tick.width = self.applied.width;
     }
 }
 

@@ -8,9 +8,12 @@
 //! - [`controller`]: pure arithmetic from measured and target utilization to duty
 //!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
+//! - [`schedule`]: the target by time of day and quiet time (pure, time passed in);
 //! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
 //! - [`supervise`]: reopens a stopped loop with exponential backoff (a lost GPU);
 //!   [`ratelimit`]: one warning line, then one summary a minute, for repeated faults;
+//! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
+//!   metric it picks the width by a [`PowerModel`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
 //!   every behaviour is tested in virtual time.
@@ -25,6 +28,8 @@ pub mod device;
 pub mod fill;
 pub mod policy;
 pub mod ratelimit;
+pub mod schedule;
+pub mod shaper;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod supervise;
@@ -36,6 +41,8 @@ pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use ratelimit::RateLimiter;
+pub use schedule::{IdleRule, Schedule, TimeOfDay, Window};
+pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
 pub use supervise::{Backoff, RetrySettings, Supervised, Supervisor, SupervisorEvent};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};

@@ -99,6 +99,22 @@ impl YieldPolicy {
         }
     }
 
+    /// Replaces the settings from the next decision on (a config reload), keeping what
+    /// the policy has seen (the grace and per-process activity carry over).
+    pub fn set_settings(&mut self, settings: YieldSettings) {
+        self.settings = settings;
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &YieldSettings {
+        &self.settings
+    }
+
+    /// Whether any of `foreign` counts (is not on an ignore list).
+    pub fn counts_any(&self, foreign: &[ProcessInfo]) -> bool {
+        foreign.iter().any(|p| self.counts(p))
+    }
+
     /// Whether [`YieldPolicy::decide`] uses per-process activity, which is costly to read.
     pub fn needs_activity(&self) -> bool {
         matches!(self.settings.mode, YieldMode::Activity { .. })

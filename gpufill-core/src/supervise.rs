@@ -17,7 +17,7 @@ use crate::controller::Controller;
 use crate::device::{LoadSource, Probe};
 use crate::fill::{FillLoop, State, Tick};
 use crate::time::{Clock, Time};
-use crate::units::{Duty, Utilization};
+use crate::units::{Duty, Utilization, Width};
 
 /// A delay that doubles on every failure, from `initial` up to `max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +153,16 @@ where
 
     /// One tick: step the loop, or, while none is open, try to open one when due.
     pub fn step(&mut self, now: Time) -> Supervised {
+        self.step_with(now, |fill, now| fill.step(now))
+    }
+
+    /// Like [`Supervisor::step`], with the loop stepped by `step` (which calls
+    /// [`FillLoop::step`] with extras around it, such as a schedule or metrics).
+    pub fn step_with(
+        &mut self,
+        now: Time,
+        step: impl FnOnce(&mut FillLoop<P, L, C>, Time) -> Tick,
+    ) -> Supervised {
         let mut event = None;
         if self.fill.is_none() && now >= self.retry_at {
             event = Some(self.reopen(now));
@@ -163,7 +173,7 @@ where
                 event,
             };
         };
-        let tick = fill.step(now);
+        let tick = step(fill, now);
         if tick.state == State::Stopped {
             // Dropping the loop closes its probe and load source (the CUDA context).
             self.fill = None;
@@ -209,6 +219,7 @@ where
             sample: None,
             util: None,
             duty: Duty::ZERO,
+            width: Width::ONE_WARP,
             foreign: 0,
             events: Vec::new(),
         }
@@ -232,11 +243,23 @@ where
         &mut self,
         clock: &K,
         period: Duration,
+        keep_going: impl FnMut(&Supervised) -> bool,
+    ) -> Supervised {
+        self.run_with(clock, period, |fill, now| fill.step(now), keep_going)
+    }
+
+    /// Like [`Supervisor::run`], with the loop stepped by `step` (see
+    /// [`Supervisor::step_with`]).
+    pub fn run_with<K: Clock>(
+        &mut self,
+        clock: &K,
+        period: Duration,
+        mut step: impl FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
         mut keep_going: impl FnMut(&Supervised) -> bool,
     ) -> Supervised {
         let mut next = clock.now();
         loop {
-            let step = self.step(clock.now());
+            let step = self.step_with(clock.now(), &mut step);
             if !keep_going(&step) {
                 // Best effort: a failed idle on a lost device has nothing left to stop.
                 let _ = self.idle(clock.now());

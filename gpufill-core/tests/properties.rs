@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use gpufill_core::{
     Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings, Load,
-    LoadSource, Probe, ProcessInfo, Time, Utilization, Width, YieldMode, YieldPolicy,
-    YieldSettings,
+    LoadSource, Probe, ProcessInfo, Shaping, SmShaping, Time, Utilization, Width, YieldMode,
+    YieldPolicy, YieldSettings,
 };
 use proptest::prelude::*;
 
@@ -158,11 +158,13 @@ proptest! {
         grace_ms in 0..10_000u64,
         mode in mode(),
         pi in any::<bool>(),
+        sm_count in proptest::option::of(1..=200u32),
         steps in proptest::collection::vec(step(), 1..300),
     ) {
         let settings = FillSettings {
             target: Utilization::saturating_from_fraction(target),
             width: Width::blocks(width).unwrap(),
+            shaping: sm_count.map_or(Shaping::Fixed, |n| Shaping::Sm(SmShaping::new(n))),
             max_duty: Duty::clamped(max_duty),
             fault_hold: Duration::from_millis(fault_hold_ms),
             release_after: None,

@@ -448,3 +448,94 @@ fn under_mps_it_fills_only_the_gap_and_costs_the_foreign_job_under_two_percent()
     let report = s.gpu().report(secs(20.0));
     assert!(report.foreign[0].slowdown < 0.02, "{report:?}");
 }
+
+#[test]
+fn quiet_time_counts_from_the_start_and_restarts_when_a_foreign_process_leaves() {
+    let cfg = SimConfig {
+        foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 0.3)],
+        ..SimConfig::default()
+    };
+    let mut s = sim(cfg, 50.0);
+    s.collect_until(secs(4.0));
+    let quiet = quiet_at(&mut s).unwrap();
+    assert!((quiet.as_secs_f64() - 4.0).abs() < 0.02, "{quiet:?}");
+    s.collect_until(secs(8.0));
+    assert_eq!(quiet_at(&mut s), None);
+    s.collect_until(secs(15.0));
+    let quiet = quiet_at(&mut s).unwrap();
+    assert!((quiet.as_secs_f64() - 3.0).abs() < 0.1, "{quiet:?}");
+}
+
+#[test]
+fn the_original_idle_rule_raises_the_target_after_a_quiet_spell_and_drops_it_for_a_job() {
+    use gpufill_core::{IdleRule, Schedule};
+    let cfg = SimConfig {
+        foreign: vec![ForeignJob::compute_bound(20.0, 25.0, 0.3)],
+        ..SimConfig::default()
+    };
+    let schedule = Schedule {
+        default: pct(50.0),
+        idle: Some(IdleRule {
+            after: Duration::from_secs(10),
+            target: pct(60.0),
+        }),
+        windows: Vec::new(),
+    };
+    let mut s = sim(cfg, 50.0);
+    let mut ticks = Vec::new();
+    while s.now() < secs(40.0) {
+        let quiet = quiet_at(&mut s);
+        s.fill_mut().set_target(schedule.target(None, quiet));
+        let next = s.now() + TICK;
+        s.run_until(next, |t| ticks.push(t.clone()));
+    }
+    let at = |t: f64| first_tick_at_or_after(&ticks, secs(t));
+    assert_eq!(at(9.5).target, pct(50.0));
+    assert_eq!(at(10.5).target, pct(60.0));
+    let t = tracking(&ticks, secs(10.0), secs(20.0), pct(60.0), 2.0);
+    assert!(t.settle.unwrap() <= Duration::from_secs(2), "{t:?}");
+    // The job arrives at 20 s: the target drops at once; it rises again 10 s after the
+    // job left (25 s), and filling resumes after the 5 s grace at 30 s.
+    assert_eq!(at(20.1).target, pct(50.0));
+    assert_eq!(at(34.5).target, pct(50.0));
+    assert_eq!(at(35.5).target, pct(60.0));
+}
+
+#[test]
+fn new_settings_apply_mid_run_without_restarting_the_loop() {
+    let mut s = sim(SimConfig::default(), 50.0);
+    s.collect_until(secs(5.0));
+    let context_before = s.gpu().holds_context();
+    s.fill_mut().set_settings(FillSettings {
+        target: pct(30.0),
+        max_duty: gpufill_core::Duty::clamped(0.2),
+        ..FillSettings::default()
+    });
+    s.fill_mut().set_yield_settings(YieldSettings {
+        grace: Duration::from_secs(1),
+        ..YieldSettings::default()
+    });
+    s.fill_mut().set_controller(ControllerKind::Pi.build());
+    let ticks = s.collect_until(secs(10.0));
+    assert!(context_before && s.gpu().holds_context());
+    assert!(ticks.iter().all(|t| t.target == pct(30.0)));
+    assert!(ticks.iter().all(|t| t.state == State::Filling));
+    // max duty 20 % now bounds what the controller asks for 30 %.
+    assert!(
+        ticks
+            .iter()
+            .skip(1)
+            .all(|t| t.duty.percent() <= 20.0 + 1e-9)
+    );
+    let late: Vec<f64> = ticks
+        .iter()
+        .filter(|t| t.at >= secs(7.0))
+        .filter_map(|t| t.sample.map(|u| u.percent()))
+        .collect();
+    assert!(late.iter().all(|u| (u - 19.4).abs() < 2.0), "{late:?}");
+}
+
+fn quiet_at(s: &mut Simulation) -> Option<Duration> {
+    let now = s.now();
+    s.fill_mut().quiet_for(now)
+}

@@ -15,7 +15,7 @@ use gpufill_core::{Clock, DeviceError, Duty, ErrorKind, Load, LoadSource, System
 use crate::CudaError;
 use crate::device::handle;
 use crate::plan::{Burst, backoff, next_period, plan_burst};
-use crate::ptx::{SPIN, SPIN_PTX};
+use crate::ptx::{SPIN_PTX, SpinKernel};
 
 /// Threads per block: one warp, the least a kernel can occupy.
 const BLOCK_THREADS: u32 = 32;
@@ -36,6 +36,8 @@ pub struct LauncherSettings {
     /// Launch on a lowest-priority non-blocking stream of our own (`true`), or on the
     /// context's default stream (`false`, to measure what the extra stream costs).
     pub own_stream: bool,
+    /// The kernel launched: `spin` or `spin_sleep` (same residency, fewer issue slots).
+    pub kernel: SpinKernel,
 }
 
 impl Default for LauncherSettings {
@@ -44,6 +46,7 @@ impl Default for LauncherSettings {
             period: Duration::from_millis(20),
             max_kernel: Duration::from_millis(2),
             own_stream: true,
+            kernel: SpinKernel::Spin,
         }
     }
 }
@@ -351,7 +354,7 @@ fn spawn(
         .name(format!("gpufill-launch-{ordinal}"))
         .spawn(move || {
             let _span = tracing::info_span!("launcher", gpu = ordinal).entered();
-            match Gpu::new(ctx, settings.own_stream) {
+            match Gpu::new(ctx, settings.own_stream, settings.kernel) {
                 Ok(gpu) => {
                     let _ = ready_tx.send(Ok(()));
                     Launcher::new(settings, shared, gpu).run();
@@ -390,14 +393,14 @@ struct Gpu {
 
 impl Gpu {
     /// Loads the module and creates the stream and the event, on the launcher thread.
-    fn new(ctx: Arc<CudaContext>, own_stream: bool) -> Result<Gpu, CudaError> {
+    fn new(ctx: Arc<CudaContext>, own_stream: bool, kernel: SpinKernel) -> Result<Gpu, CudaError> {
         ctx.bind_to_thread()
             .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
         let module = ctx
             .load_module(Ptx::from_src(SPIN_PTX))
             .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
         let func = module
-            .load_function(SPIN)
+            .load_function(kernel.entry())
             .map_err(|e| CudaError::driver("cuModuleGetFunction", e))?;
         if let Ok(local @ 1..) = func.local_size_bytes() {
             tracing::warn!(
@@ -436,8 +439,8 @@ impl Gpu {
         let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
         let mut launched = 0;
         for _ in 0..burst.count {
-            // SAFETY: `spin` takes exactly one `.u64` parameter (checked by the ptx
-            // tests) and `ns` is a u64 that lives until `launch` returns, which copies
+            // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked
+            // by the ptx tests) and `ns` is a u64 that lives until `launch` returns, which copies
             // it. The kernel touches no memory, so no argument can be misused.
             let result = unsafe { self.stream.launch_builder(&self.func).arg(&ns).launch(cfg) };
             if let Err(e) = result {

@@ -86,3 +86,4 @@ pub mod ptx;
 pub use device::{CudaDevice, devices, driver_present, driver_version, format_uuid};
 pub use error::{CudaError, classify};
 pub use launcher::{CudaLoad, LaunchStats, LauncherSettings, MemoryInfo};
+pub use ptx::SpinKernel;

@@ -11,6 +11,26 @@ pub const SPIN: &str = "spin";
 /// The same wait with `__nanosleep(200)` in the loop: same residency, less power.
 pub const SPIN_SLEEP: &str = "spin_sleep";
 
+/// Which entry of [`SPIN_PTX`] the launcher runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SpinKernel {
+    /// [`SPIN`]: a pure busy-wait.
+    #[default]
+    Spin,
+    /// [`SPIN_SLEEP`]: the busy-wait with `__nanosleep(200)` per iteration.
+    Sleep,
+}
+
+impl SpinKernel {
+    /// The PTX entry name.
+    pub fn entry(self) -> &'static str {
+        match self {
+            SpinKernel::Spin => SPIN,
+            SpinKernel::Sleep => SPIN_SLEEP,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -29,6 +49,17 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(" "),
         )
+    }
+
+    #[test]
+    fn every_kernel_choice_names_an_entry_of_the_embedded_ptx() {
+        for kernel in [SpinKernel::Spin, SpinKernel::Sleep] {
+            assert!(
+                entry_params(SPIN_PTX, kernel.entry()).is_some(),
+                "{kernel:?}"
+            );
+        }
+        assert_ne!(SpinKernel::Spin.entry(), SpinKernel::Sleep.entry());
     }
 
     #[test]

@@ -225,3 +225,31 @@ fn full_duty_waits_for_each_burst_instead_of_skipping_or_queueing() {
     assert!(s.bursts >= 45, "{s:?}");
     assert!(s.skipped_periods <= 5, "{s:?}");
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_sleep_kernel_runs_full_width_bursts() {
+    let _gpu = exclusive();
+    let sms = gpufill_cuda::devices().expect("devices")[0].sm_count;
+    let settings = LauncherSettings {
+        kernel: gpufill_cuda::SpinKernel::Sleep,
+        ..LauncherSettings::default()
+    };
+    let (mut gpu, _) = open(settings);
+    let before = gpu.stats();
+    let wide = Load {
+        duty: Duty::clamped(0.5),
+        width: Width::blocks(sms).expect("SMs"),
+    };
+    gpu.set_load(Time::ZERO, wide).unwrap();
+    sleep(Duration::from_secs(1));
+    let s = delta(before, gpu.stats());
+    gpu.set_load(Time::ZERO, Load::IDLE).unwrap();
+    assert!(gpu.quiesce(Duration::from_secs(1)));
+    println!(
+        "hw: spin_sleep, {sms} blocks, duty 0.5 for 1 s: {} bursts, {} kernels, {} skipped",
+        s.bursts, s.kernels_launched, s.skipped_periods
+    );
+    assert!((45..=55).contains(&s.bursts), "bursts: {}", s.bursts);
+    assert!(s.skipped_periods <= 3, "skipped: {}", s.skipped_periods);
+}

@@ -15,6 +15,9 @@
 //! - [`NvmlProbe`]: [`Probe`](gpufill_core::Probe) for one GPU, addressed by UUID
 //!   (NVML indices and CUDA ordinals can differ; the CLI matches them by UUID), plus
 //!   per-process SM utilization, GPM SM activity, own memory and power.
+//! - [`MetricProbe`]: the probe `run` uses: [`NvmlProbe`]'s utilization, or for the `sm`
+//!   metric GPM SM utilization every [`GPM_PERIOD`]; [`check_gpm`] says up front whether
+//!   a GPU can give it.
 //! - [`ProbeError`] and [`classify`]: every NVML error mapped once to transient,
 //!   unsupported or lost.
 //!
@@ -70,8 +73,10 @@ mod own;
 mod probe;
 mod schedule;
 mod session;
+mod sm;
 
 pub use error::{ProbeError, classify};
 pub use own::{OwnProcess, identify_own};
 pub use probe::NvmlProbe;
 pub use session::{GpuInfo, Nvml, ProcessEntry};
+pub use sm::{GPM_PERIOD, GpmCadence, GpmRefusal, MetricProbe, check_gpm, gpm_refusal};

@@ -251,3 +251,31 @@ fn own_process_identification_on_an_idle_device() {
     );
     assert_eq!(probe.own_memory_bytes().expect("own memory"), None);
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn metric_probe_reads_gpm_once_per_period() {
+    let nvml = nvml();
+    let uuid = test_gpu(nvml);
+    if let Err(e) = gpufill_nvml::check_gpm(nvml, &uuid) {
+        println!(
+            "GPM unavailable here ({:?}): {e}",
+            gpufill_nvml::gpm_refusal(&e)
+        );
+        assert!(gpufill_nvml::gpm_refusal(&e).is_some(), "{e}");
+        return;
+    }
+    let clock = SystemClock::new();
+    let inner = NvmlProbe::new(nvml, &uuid, OwnProcess::none()).expect("probe");
+    let mut probe = gpufill_nvml::MetricProbe::sm_activity(inner).expect("sm probe");
+    let mut readings = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1050) {
+        if let Some(u) = probe.utilization(clock.now()).expect("sm reading") {
+            readings.push(u.percent());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("GPM SM readings over 1 s on an idle GPU: {readings:?}");
+    assert!((4..=6).contains(&readings.len()), "{readings:?}");
+}

@@ -20,14 +20,16 @@
 //!
 //! After validation the configuration resolves into core types without failing:
 //! [`Config::fill_settings`], [`Config::yield_settings`], [`Config::controller_kind`],
-//! [`Config::tick`], [`Config::period`], [`Config::max_kernel`].
+//! [`Config::tick`], [`Config::period`], [`Config::max_kernel`], [`Config::schedule`].
 
 mod choices;
 mod de;
 mod error;
 mod gpus;
+mod metric;
 #[cfg(test)]
 mod props;
+mod tables;
 #[cfg(test)]
 mod tests;
 
@@ -35,7 +37,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gpufill_core::{
-    ControllerKind, Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings,
+    ControllerKind, Duty, FillSettings, Shaping, Utilization, Width, YieldMode, YieldSettings,
 };
 use serde::{Deserialize, Serialize};
 use toml::de::DeTable;
@@ -45,6 +47,8 @@ use de::{float_problem, int_in, int_problem, number, pids, table};
 pub use error::{ConfigError, Position};
 use error::{key_at, span_of_key};
 pub use gpus::{GpuId, GpuSelector};
+pub use metric::{KernelChoice, MetricChoice};
+pub use tables::{MetricsConfig, ScheduleConfig, WindowConfig};
 
 // Integer bounds, shared by the deserializer (so a file gets the message with its
 // position) and `validate` (so flags get the same message).
@@ -70,6 +74,8 @@ pub struct Config {
     pub gpus: GpuSelector,
     /// Which controller turns measured utilization into duty.
     pub controller: ControllerChoice,
+    /// What is held at the target: NVML utilization, or GPM SM utilization.
+    pub metric: MetricChoice,
     /// Loop tick in milliseconds, `1..=1000`: how often processes and utilization are read.
     #[serde(deserialize_with = "int_in::<_, _, TICK_MS_MIN, TICK_MS_MAX>")]
     pub tick_ms: u64,
@@ -82,6 +88,12 @@ pub struct Config {
     /// The `[probe]` table: how measurement faults are handled.
     #[serde(deserialize_with = "table")]
     pub probe: ProbeConfig,
+    /// The `[schedule]` table: the idle rule and time-of-day windows.
+    #[serde(deserialize_with = "table")]
+    pub schedule: ScheduleConfig,
+    /// The `[metrics]` table: the Prometheus endpoint.
+    #[serde(deserialize_with = "table")]
+    pub metrics: MetricsConfig,
 }
 
 impl Default for Config {
@@ -90,10 +102,13 @@ impl Default for Config {
             target_percent: 50.0,
             gpus: GpuSelector::All,
             controller: ControllerChoice::Pi,
+            metric: MetricChoice::Util,
             tick_ms: 10,
             load: LoadConfig::default(),
             yielding: YieldConfig::default(),
             probe: ProbeConfig::default(),
+            schedule: ScheduleConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -114,6 +129,8 @@ pub struct LoadConfig {
     /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
     #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
     pub max_kernel_us: u64,
+    /// The spin kernel: `spin` (busy-wait) or `sleep` (busy-wait with nanosleep).
+    pub kernel: KernelChoice,
 }
 
 impl Default for LoadConfig {
@@ -123,6 +140,7 @@ impl Default for LoadConfig {
             max_duty_percent: 100.0,
             period_ms: 20,
             max_kernel_us: 2000,
+            kernel: KernelChoice::Sleep,
         }
     }
 }
@@ -206,6 +224,10 @@ pub struct Overrides {
     pub gpus: Option<GpuSelector>,
     /// `--controller`.
     pub controller: Option<ControllerChoice>,
+    /// `--metric`.
+    pub metric: Option<MetricChoice>,
+    /// `--kernel`.
+    pub kernel: Option<KernelChoice>,
     /// `--tick-ms`.
     pub tick_ms: Option<u64>,
     /// `--width-blocks`.
@@ -220,6 +242,8 @@ pub struct Overrides {
     pub grace_s: Option<f64>,
     /// `--fault-hold-s`.
     pub fault_hold_s: Option<f64>,
+    /// `--metrics`.
+    pub metrics_listen: Option<String>,
 }
 
 impl Config {
@@ -354,6 +378,8 @@ impl Config {
         checks
             .into_iter()
             .find_map(|(key, problem)| problem.map(|reason| (key, reason)))
+            .or_else(|| self.schedule.problem())
+            .or_else(|| self.metrics.problem())
     }
 
     fn kernel_longer_than_period(&self) -> Option<String> {
@@ -385,6 +411,8 @@ impl Config {
         set(&mut self.target_percent, &flags.target_percent);
         set(&mut self.gpus, &flags.gpus);
         set(&mut self.controller, &flags.controller);
+        set(&mut self.metric, &flags.metric);
+        set(&mut self.load.kernel, &flags.kernel);
         set(&mut self.tick_ms, &flags.tick_ms);
         set(&mut self.load.width_blocks, &flags.width_blocks);
         set(&mut self.load.max_duty_percent, &flags.max_duty_percent);
@@ -392,6 +420,7 @@ impl Config {
         set(&mut self.load.max_kernel_us, &flags.max_kernel_us);
         set(&mut self.yielding.grace_s, &flags.grace_s);
         set(&mut self.probe.fault_hold_s, &flags.fault_hold_s);
+        set(&mut self.metrics.listen, &flags.metrics_listen);
     }
 
     /// The fill loop's settings. Meant for a validated configuration; out-of-range
@@ -400,6 +429,8 @@ impl Config {
         FillSettings {
             target: Utilization::saturating_from_fraction(self.target_percent / 100.0),
             width: Width::blocks(self.load.width_blocks).unwrap_or(Width::ONE_WARP),
+            // The SM count comes from the device: `run` and `simulate` set the shaping.
+            shaping: Shaping::Fixed,
             max_duty: Duty::clamped(self.load.max_duty_percent / 100.0),
             fault_hold: seconds(self.probe.fault_hold_s),
             release_after: self
@@ -416,6 +447,13 @@ impl Config {
             max: seconds(self.probe.retry_max_s),
             ..gpufill_core::RetrySettings::default()
         }
+    }
+
+    /// The schedule: `target_percent` as the default, with the `[schedule]` rules.
+    pub fn schedule(&self) -> gpufill_core::Schedule {
+        self.schedule.resolve(Utilization::saturating_from_fraction(
+            self.target_percent / 100.0,
+        ))
     }
 
     /// The yield policy's settings when no MPS daemon runs.
@@ -484,7 +522,7 @@ impl Config {
 
 /// Seconds as a `Duration`, saturating instead of panicking on values that validation
 /// would have refused.
-fn seconds(s: f64) -> Duration {
+pub(crate) fn seconds(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(if s > 0.0 {
         Duration::MAX
     } else {

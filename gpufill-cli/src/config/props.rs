@@ -14,6 +14,11 @@ const KEYS: &[(&str, &str)] = &[
     ("", "gpus"),
     ("", "controller"),
     ("", "tick_ms"),
+    ("", "metric"),
+    ("load", "kernel"),
+    ("schedule", "idle_after_s"),
+    ("schedule", "idle_target_percent"),
+    ("metrics", "listen"),
     ("load", "width_blocks"),
     ("load", "max_duty_percent"),
     ("load", "period_ms"),
@@ -45,6 +50,8 @@ fn value() -> impl Strategy<Value = String> {
         Just("\"all\"".to_owned()),
         Just("[0, \"GPU-x\"]".to_owned()),
         Just("{ a = 1 }".to_owned()),
+        Just("\"sm\"".to_owned()),
+        Just("\"127.0.0.1:0\"".to_owned()),
         Just("1979-05-27T07:32:00Z".to_owned()),
     ]
 }

@@ -54,6 +54,8 @@ fn rendered_settings_parse_back_equal() {
         target_percent: Some(37.25),
         gpus: Some(list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")])),
         controller: Some(ControllerChoice::Window),
+        metric: Some(MetricChoice::Sm),
+        kernel: Some(KernelChoice::Sleep),
         tick_ms: Some(50),
         width_blocks: Some(132),
         max_duty_percent: Some(80.5),
@@ -61,8 +63,15 @@ fn rendered_settings_parse_back_equal() {
         max_kernel_us: Some(100_000),
         grace_s: Some(0.25),
         fault_hold_s: Some(0.0),
+        metrics_listen: Some("127.0.0.1:9401".to_owned()),
     });
     config.yielding.ignore_pids = vec![1, 4242];
+    config.schedule.idle_after_s = 600.0;
+    config.schedule.window = vec![WindowConfig {
+        start: "22:00".to_owned(),
+        end: "06:00".to_owned(),
+        target_percent: 0.0,
+    }];
     for config in [Config::default(), config] {
         assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
     }
@@ -634,4 +643,86 @@ fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
     assert_eq!(on.yield_settings_with(false).mode, YieldMode::Mps);
     let e = parse("[yield]\nmps = \"maybe\"\n").unwrap_err();
     assert_eq!(e.key(), Some("yield.mps"), "{e}");
+}
+
+const ORIGINAL_RULE_AND_A_WINDOW: &str = "target_percent = 50
+[schedule]
+idle_after_s = 600
+idle_target_percent = 60
+[[schedule.window]]
+start = \"22:00\"
+end = \"06:00\"
+target_percent = 0
+";
+
+#[test]
+fn a_schedule_resolves_with_windows_first_then_the_idle_rule_then_the_target() {
+    use gpufill_core::TimeOfDay;
+    let schedule = parse(ORIGINAL_RULE_AND_A_WINDOW).unwrap().schedule();
+    let at = |s| Some(TimeOfDay::parse(s).unwrap());
+    let pct = |p: f64| Utilization::from_percent(p).unwrap();
+    let quiet = |s| Some(Duration::from_secs(s));
+    assert_eq!(schedule.target(at("23:00"), quiet(9999)), pct(0.0));
+    assert_eq!(schedule.target(at("12:00"), quiet(600)), pct(60.0));
+    assert_eq!(schedule.target(at("12:00"), quiet(599)), pct(50.0));
+    assert!(Config::default().schedule().is_constant());
+}
+
+#[test]
+fn bad_schedule_values_name_file_line_column_and_key() {
+    let window = |body: &str| format!("[schedule]\n[[schedule.window]]\n{body}");
+    let cases = [
+        (
+            window("start = \"6:00\"\nend = \"07:00\"\ntarget_percent = 0\n"),
+            "gpufill.toml:3:9: schedule.window.start: expected a time of day as HH:MM",
+        ),
+        (
+            window("start = \"06:00\"\nend = \"24:00\"\ntarget_percent = 0\n"),
+            "gpufill.toml:4:7: schedule.window.end: expected a time of day as HH:MM",
+        ),
+        (
+            window("start = \"06:00\"\nend = \"07:00\"\ntarget_percent = 101\n"),
+            "gpufill.toml:5:18: schedule.window.target_percent: must be between 0 and 100, got 101",
+        ),
+        (
+            window("start = \"06:00\"\nend = \"07:00\"\ntarget = 5\n"),
+            "schedule.window.target: unknown field",
+        ),
+        (
+            "[schedule]\nidle_target_percent = -1\n".to_owned(),
+            "gpufill.toml:2:23: schedule.idle_target_percent: must be between 0 and 100, got -1",
+        ),
+        (
+            "[schedule]\nidle_after_s = 2592001\n".to_owned(),
+            "gpufill.toml:2:16: schedule.idle_after_s: must be between 0 and 2592000, got 2592001",
+        ),
+        (
+            "[metrics]\nlisten = \"localhost\"\n".to_owned(),
+            "gpufill.toml:2:10: metrics.listen: expected IP:PORT",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = error(&text).to_string();
+        assert!(message.contains(expected), "{text:?}: {message}");
+    }
+}
+
+#[test]
+fn an_empty_window_is_refused_with_its_place() {
+    let text = "[[schedule.window]]\nstart = \"06:00\"\nend = \"06:00\"\ntarget_percent = 0\n";
+    let message = error(text).to_string();
+    assert!(
+        message.contains("schedule.window: start and end must differ"),
+        "{message}"
+    );
+    assert!(message.starts_with("gpufill.toml:"), "{message}");
+}
+
+#[test]
+fn metrics_listen_is_off_when_empty_and_takes_port_0() {
+    assert_eq!(Config::default().metrics.addr(), None);
+    let config = parse("[metrics]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    assert_eq!(config.metrics.addr().unwrap().port(), 0);
+    let v6 = parse("[metrics]\nlisten = \"[::1]:9401\"\n").unwrap();
+    assert_eq!(v6.metrics.addr().unwrap().port(), 9401);
 }

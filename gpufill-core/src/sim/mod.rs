@@ -37,4 +37,4 @@ pub use churn::{Arrivals, LongRunStats, Period, Rng};
 pub use model::{
     ForeignJob, ForeignReport, SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport,
 };
-pub use run::{ChurnReport, Simulation, Tracking, tracking};
+pub use run::{Churn, ChurnReport, Simulation, Tracking, tracking};

@@ -96,55 +96,26 @@ impl Simulation {
     }
 
     /// Like [`Simulation::run_until`], with foreign jobs from `arrivals` added shortly
-    /// before they are listed and retired after they leave, so memory stays bounded
-    /// however long the run and however many jobs come and go.
+    /// before they are listed and retired after they leave ([`Churn`]), so memory stays
+    /// bounded however long the run and however many jobs come and go.
     pub fn run_with_arrivals(
         &mut self,
         until: Time,
         arrivals: &mut Arrivals,
         mut on_tick: impl FnMut(&Tick),
     ) -> ChurnReport {
-        const CHUNK: Duration = Duration::from_secs(1);
-        const RETIRE_EVERY: Duration = Duration::from_secs(10);
-        let mut report = ChurnReport::default();
-        let mut next_retire = self.now() + RETIRE_EVERY;
+        let mut churn = Churn::new(arrivals);
         let mut stopped = false;
         while self.now() < until && !stopped {
-            let chunk_end = (self.now() + CHUNK).min(until);
-            while let Some(job) = arrivals.next_before(chunk_end) {
-                report.arrived += 1;
-                self.gpu.add_foreign(job);
-            }
-            report.max_retained = report.max_retained.max(self.gpu.foreign_len());
-            while self.now() < chunk_end {
-                let now = self.now();
-                let tick = self.fill.step(now);
-                if !tick.duty.is_zero() && self.gpu.listed_count(now) > 0 {
-                    report.filling_while_listed += 1;
-                }
-                on_tick(&tick);
-                if tick.state == crate::fill::State::Stopped {
-                    stopped = true;
-                    break;
-                }
-                self.clock.sleep_until(now + self.tick);
-            }
-            if self.now() >= next_retire {
-                self.absorb(self.gpu.retire_foreign(self.now()), &mut report);
-                next_retire = self.now() + RETIRE_EVERY;
-            }
+            churn.before_tick(self);
+            let now = self.now();
+            let tick = self.fill.step(now);
+            churn.after_tick(self, &tick);
+            on_tick(&tick);
+            stopped = tick.state == crate::fill::State::Stopped;
+            self.clock.sleep_until(now + self.tick);
         }
-        let rest = self.gpu.report(self.now()).foreign;
-        self.absorb(rest, &mut report);
-        report
-    }
-
-    fn absorb(&self, retired: Vec<super::ForeignReport>, report: &mut ChurnReport) {
-        for job in retired {
-            report.overlap += job.overlap;
-            report.worst_slowdown = report.worst_slowdown.max(job.slowdown);
-            report.retired += 1;
-        }
+        churn.finish(self)
     }
 
     /// Like [`Simulation::run_until`], collecting the ticks.
@@ -155,7 +126,75 @@ impl Simulation {
     }
 }
 
-/// What happened to the foreign jobs of [`Simulation::run_with_arrivals`].
+/// Feeds random foreign jobs into a [`Simulation`] as it runs, one tick at a time:
+/// call [`Churn::before_tick`] before each step and [`Churn::after_tick`] after it.
+/// Jobs are added up to a second before they are listed and retired every 10 s once
+/// they have left, so the simulated GPU holds only the jobs around now.
+pub struct Churn<'a> {
+    arrivals: &'a mut Arrivals,
+    report: ChurnReport,
+    added_until: Time,
+    next_retire: Time,
+}
+
+impl<'a> Churn<'a> {
+    const AHEAD: Duration = Duration::from_secs(1);
+    const RETIRE_EVERY: Duration = Duration::from_secs(10);
+
+    /// Feeds jobs from `arrivals`.
+    pub fn new(arrivals: &'a mut Arrivals) -> Self {
+        Churn {
+            arrivals,
+            report: ChurnReport::default(),
+            added_until: Time::ZERO,
+            next_retire: Time::ZERO + Self::RETIRE_EVERY,
+        }
+    }
+
+    /// Adds the jobs listed within the next second and retires those gone (cheap
+    /// when neither is due).
+    pub fn before_tick(&mut self, sim: &Simulation) {
+        let now = sim.now();
+        if now >= self.added_until {
+            self.added_until = now + Self::AHEAD;
+            while let Some(job) = self.arrivals.next_before(self.added_until) {
+                self.report.arrived += 1;
+                sim.gpu.add_foreign(job);
+            }
+            let kept = sim.gpu.foreign_len();
+            self.report.max_retained = self.report.max_retained.max(kept);
+        }
+        if now >= self.next_retire {
+            let retired = sim.gpu.retire_foreign(now);
+            self.absorb(retired);
+            self.next_retire = now + Self::RETIRE_EVERY;
+        }
+    }
+
+    /// Checks the step's tick: a non-zero duty while a job is listed is counted.
+    pub fn after_tick(&mut self, sim: &Simulation, tick: &Tick) {
+        if !tick.duty.is_zero() && sim.gpu.listed_count(tick.at) > 0 {
+            self.report.filling_while_listed += 1;
+        }
+    }
+
+    /// The report, with the jobs still around accounted for.
+    pub fn finish(mut self, sim: &Simulation) -> ChurnReport {
+        let rest = sim.gpu.report(sim.now()).foreign;
+        self.absorb(rest);
+        self.report
+    }
+
+    fn absorb(&mut self, jobs: Vec<super::ForeignReport>) {
+        for job in jobs {
+            self.report.overlap += job.overlap;
+            self.report.worst_slowdown = self.report.worst_slowdown.max(job.slowdown);
+            self.report.retired += 1;
+        }
+    }
+}
+
+/// What happened to the foreign jobs of a [`Churn`].
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ChurnReport {
     /// Jobs that arrived.

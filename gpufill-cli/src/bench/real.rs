@@ -1,0 +1,361 @@
+//! The bench on a real GPU: the fill loop `gpufill run` builds, on the real clock, and
+//! a foreign CUDA process (`gpufill bench-foreign`) watched through NVML every 1 ms.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
+use gpufill_nvml::Nvml;
+
+use super::{ForeignSeen, Rig};
+use crate::cli::BenchArgs;
+use crate::config::{Config, GpuSelector};
+use crate::run::{self, RealLoop, Target};
+
+/// How often the watcher reads NVML's process list (17 us a call on the H200).
+const WATCH_EVERY: Duration = Duration::from_millis(1);
+/// The watcher gives up on a foreign process that has not left after this long.
+const WATCH_LIMIT: Duration = Duration::from_secs(60);
+
+/// One real GPU under the fill loop.
+pub(crate) struct RealRig {
+    fill: RealLoop,
+    clock: SystemClock,
+    tick: Duration,
+    next: Time,
+    nvml: Nvml,
+    target: Target,
+    idle_power: Option<f64>,
+    mps: bool,
+    /// Compute PIDs present before we started (only with `--force`).
+    present: Vec<u32>,
+    watcher: Option<Watcher>,
+}
+
+struct Watcher {
+    seen: Arc<Mutex<ForeignSeen>>,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+impl RealRig {
+    /// Finds the GPU, checks that it is free, measures its idle power and opens the
+    /// fill loop on it.
+    ///
+    /// # Errors
+    /// The driver is missing (the message of `gpufill run`), the GPU does not exist
+    /// (a usage error), another process is on it (without `--force`), or opening fails.
+    pub(crate) fn open(args: &BenchArgs, config: &Config) -> anyhow::Result<RealRig> {
+        if !gpufill_cuda::driver_present() {
+            bail!(run::NO_DRIVER);
+        }
+        let nvml = Nvml::init().context("cannot start NVML")?;
+        let selector = args
+            .gpu
+            .clone()
+            .map_or_else(|| config.gpus.clone(), |id| GpuSelector::List(vec![id]));
+        let Some(target) = run::select(&nvml, &selector)?.into_iter().next() else {
+            bail!("no GPU to bench");
+        };
+        let present = nvml.compute_pids(&target.uuid)?;
+        if !present.is_empty() && !args.force {
+            bail!(
+                "GPU {} is in use by compute processes {present:?}: the numbers would be wrong \
+                 (stop them, or pass --force to measure anyway, ignoring them)",
+                target.index
+            );
+        }
+        let mut config = config.clone();
+        config.yielding.ignore_pids.extend(&present);
+        let idle_power = idle_power(&nvml, &target.uuid);
+        let mps = run::mps_daemon_running();
+        let fill = run::open_loop(nvml, &target, &config, mps)?;
+        let clock = SystemClock::new();
+        Ok(RealRig {
+            fill,
+            clock,
+            tick: config.tick(),
+            next: clock.now(),
+            nvml,
+            target,
+            idle_power,
+            mps,
+            present,
+            watcher: None,
+        })
+    }
+
+    fn current_load(&self) -> Option<&gpufill_cuda::CudaLoad> {
+        self.fill.load_source().current()
+    }
+
+    fn stop_watcher(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.stop.store(true, Ordering::Relaxed);
+            if w.handle.join().is_err() {
+                tracing::warn!("the bench's process watcher panicked");
+            }
+        }
+    }
+}
+
+/// Mean board power over 1 s, before our context exists.
+fn idle_power(nvml: &Nvml, uuid: &str) -> Option<f64> {
+    let mut readings = Vec::new();
+    for _ in 0..10 {
+        if let Some(w) = nvml
+            .gpus()
+            .ok()
+            .and_then(|gpus| gpus.into_iter().find(|g| g.uuid == uuid))
+            .and_then(|g| g.power_watts)
+        {
+            readings.push(w);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    (!readings.is_empty()).then(|| readings.iter().sum::<f64>() / readings.len() as f64)
+}
+
+impl Rig for RealRig {
+    fn name(&self) -> String {
+        format!("{} (GPU {})", self.target.name, self.target.index)
+    }
+
+    fn now(&self) -> Time {
+        self.clock.now()
+    }
+
+    fn step(&mut self, target: Utilization) -> anyhow::Result<Tick> {
+        self.fill.set_target(target);
+        Ok(self.fill.step(self.clock.now()))
+    }
+
+    fn wait(&mut self) {
+        // A late tick (the yield test's quiesce waits) causes no burst of catch-up ticks.
+        self.next = (self.next + self.tick).max(self.clock.now());
+        self.clock.sleep_until(self.next);
+    }
+
+    fn power_watts(&mut self) -> Option<f64> {
+        self.fill.probe().power_watts().ok()
+    }
+
+    fn idle_power_watts(&self) -> Option<f64> {
+        self.idle_power
+    }
+
+    fn own_memory_mib(&mut self) -> Option<f64> {
+        let bytes = self.fill.probe().own_memory_bytes().ok().flatten()?;
+        Some(bytes as f64 / f64::from(1u32 << 20))
+    }
+
+    fn yield_unsupported(&self) -> Option<String> {
+        self.mps.then(|| {
+            "an MPS control daemon runs: under MPS gpufill fills beside others and never yields"
+                .to_owned()
+        })
+    }
+
+    fn start_foreign(&mut self, run: Duration) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("cannot find the gpufill binary")?;
+        let child = Command::new(exe)
+            .args(["-q", "bench-foreign", "--ordinal"])
+            .arg(self.target.ordinal.to_string())
+            .arg("--seconds")
+            .arg(run.as_secs_f64().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start the foreign process (gpufill bench-foreign)")?;
+        let mut known = self.fill.probe().own().pids.clone();
+        known.extend(&self.present);
+        let seen = Arc::new(Mutex::new(ForeignSeen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch = Watch {
+            nvml: self.nvml,
+            uuid: self.target.uuid.clone(),
+            known,
+            clock: self.clock,
+            seen: Arc::clone(&seen),
+            stop: Arc::clone(&stop),
+        };
+        let handle = thread::Builder::new()
+            .name("gpufill-bench-watch".into())
+            .spawn(move || watch.run(child))
+            .context("cannot start the watcher thread")?;
+        self.watcher = Some(Watcher { seen, stop, handle });
+        Ok(())
+    }
+
+    fn foreign(&mut self) -> ForeignSeen {
+        self.watcher
+            .as_ref()
+            .map_or_else(ForeignSeen::default, |w| {
+                w.seen
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+            })
+    }
+
+    fn quiesce(&mut self) -> Option<Time> {
+        let quiet = self
+            .current_load()
+            .is_none_or(|load| load.quiesce(Duration::from_millis(100)));
+        quiet.then(|| self.clock.now())
+    }
+
+    fn kernels_launched(&self) -> Option<u64> {
+        self.current_load().map(|l| l.stats().kernels_launched)
+    }
+
+    fn overlap(&mut self) -> Option<Duration> {
+        None
+    }
+
+    fn finish(&mut self) {
+        self.stop_watcher();
+        if let Err(e) = self.fill.idle(self.clock.now()) {
+            tracing::warn!("cannot leave the GPU idle: {e}");
+        }
+        if let Some(load) = self.current_load()
+            && !load.quiesce(Duration::from_millis(100))
+        {
+            tracing::warn!("kernels still queued 100 ms after stopping");
+        }
+    }
+}
+
+impl Drop for RealRig {
+    fn drop(&mut self) {
+        self.stop_watcher();
+    }
+}
+
+/// The watcher thread's state: it owns the foreign child.
+struct Watch {
+    nvml: Nvml,
+    uuid: String,
+    /// PIDs that are not the foreign process (ours, and any present at start).
+    known: Vec<u32>,
+    clock: SystemClock,
+    seen: Arc<Mutex<ForeignSeen>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Watch {
+    fn run(self, mut child: Child) {
+        let started = self.clock.now();
+        loop {
+            let now = self.clock.now();
+            let listed = match self.nvml.compute_pids(&self.uuid) {
+                Ok(pids) => pids.iter().any(|p| !self.known.contains(p)),
+                Err(e) => {
+                    self.update(|s| {
+                        s.failure = Some(format!("cannot read NVML's process list: {e}"))
+                    });
+                    break;
+                }
+            };
+            let exited = match child.try_wait() {
+                Ok(status) => status,
+                Err(e) => {
+                    self.update(|s| s.failure = Some(format!("cannot wait for it: {e}")));
+                    break;
+                }
+            };
+            let done = self.record(now, listed, exited.is_some());
+            if let Some(status) = exited.filter(|s| !s.success()) {
+                let reason = stderr_of(&mut child);
+                self.update(|s| s.failure = Some(format!("{status}: {reason}")));
+                break;
+            }
+            if done || self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if now.saturating_since(started) > WATCH_LIMIT {
+                self.update(|s| s.failure = Some("still listed after 60 s".into()));
+                break;
+            }
+            thread::sleep(WATCH_EVERY);
+        }
+        // Best effort: it may have exited already.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn record(&self, now: Time, listed: bool, exited: bool) -> bool {
+        observe(
+            &mut self.seen.lock().unwrap_or_else(PoisonError::into_inner),
+            now,
+            listed,
+            exited,
+        )
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ForeignSeen)) {
+        f(&mut self.seen.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+/// Records what one poll at `now` saw; true once the process has exited and, if it was
+/// ever listed, left the list.
+fn observe(s: &mut ForeignSeen, now: Time, listed: bool, exited: bool) -> bool {
+    if listed && s.listed.is_none() {
+        s.listed = Some(now);
+    }
+    if !listed && s.listed.is_some() && s.unlisted.is_none() {
+        s.unlisted = Some(now);
+    }
+    if exited && s.exited.is_none() {
+        s.exited = Some(now);
+    }
+    // A process that exits unlisted never will be: stop waiting for it.
+    s.exited.is_some() && (s.unlisted.is_some() || s.listed.is_none())
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    let text = text.trim();
+    if text.is_empty() {
+        "no message".into()
+    } else {
+        text.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watcher_keeps_the_first_listing_leaving_and_exit() {
+        let mut s = ForeignSeen::default();
+        let ms = Time::from_millis;
+        assert!(!observe(&mut s, ms(1), false, false));
+        assert!(!observe(&mut s, ms(2), true, false));
+        assert!(!observe(&mut s, ms(3), true, false));
+        assert!(!observe(&mut s, ms(4), true, true));
+        assert!(observe(&mut s, ms(5), false, true));
+        assert_eq!(
+            (s.listed, s.unlisted, s.exited),
+            (Some(ms(2)), Some(ms(5)), Some(ms(4)))
+        );
+    }
+
+    #[test]
+    fn the_watcher_stops_for_a_process_that_exits_without_being_listed() {
+        let mut s = ForeignSeen::default();
+        assert!(observe(&mut s, Time::from_millis(7), false, true));
+        assert_eq!(s.listed, None);
+    }
+}

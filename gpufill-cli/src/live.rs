@@ -1,0 +1,278 @@
+//! What a worker does around each step of its fill loop: take in reloaded settings,
+//! set the scheduled target, and publish metrics. Shared by `run` (one per GPU thread)
+//! and `simulate`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use gpufill_core::{
+    Clock, Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, State, Tick, Time,
+    TimeOfDay, Utilization,
+};
+use tracing::{debug, info};
+
+use crate::config::Config;
+use crate::metrics::Publisher;
+
+/// A fill loop with a boxed controller, as every worker runs it.
+pub type Loop<P, L> = FillLoop<P, L, Box<dyn Controller + Send>>;
+
+/// Where the time of day comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum DayClock {
+    /// The host's local time (read at most once a second).
+    Local,
+    /// Virtual: this time of day at loop time zero (`simulate --start-time`).
+    StartingAt(TimeOfDay),
+}
+
+/// Like [`FillLoop::run`], with `live`'s extras around each step: runs ticks every
+/// `period` on `clock` until `keep_going` returns false or the loop stops, then leaves
+/// the device idle. `device` reads memory and power for metrics (at most once a second,
+/// and only with an endpoint). Returns the last tick.
+pub fn drive<P: Probe, L: LoadSource, K: Clock>(
+    fill: &mut Loop<P, L>,
+    clock: &K,
+    period: Duration,
+    live: &mut Live,
+    device: impl Fn(&P) -> DeviceReadings,
+    mut keep_going: impl FnMut(&Tick) -> bool,
+) -> Tick {
+    let mut next = clock.now();
+    loop {
+        live.before_step(fill, clock.now());
+        let tick = fill.step(clock.now());
+        live.after_step(&tick, || device(fill.probe()));
+        if tick.state == State::Stopped || !keep_going(&tick) {
+            // Best effort: a failed idle on a lost device has nothing left to stop.
+            let _ = fill.idle(clock.now());
+            return tick;
+        }
+        next += period;
+        clock.sleep_until(next);
+    }
+}
+
+/// Device readings for metrics (own memory, board power), refreshed at most once a second.
+pub type DeviceReadings = (Option<u64>, Option<f64>);
+
+const SLOW_REFRESH: Duration = Duration::from_secs(1);
+
+/// The per-tick extras of one worker.
+pub struct Live {
+    schedule: Schedule,
+    controller: ControllerKind,
+    mps: bool,
+    clock: DayClock,
+    time_of_day: Option<(Time, Option<TimeOfDay>)>,
+    updates: Option<Receiver<Arc<Config>>>,
+    publisher: Option<Publisher>,
+    device_read: Option<Time>,
+    scheduled: Option<Utilization>,
+}
+
+impl Live {
+    /// Extras for a loop started from `config`; `mps` says whether an MPS daemon was
+    /// found at start (it decides `yield.mps = "auto"` on reloads too).
+    pub fn new(config: &Config, mps: bool, clock: DayClock) -> Self {
+        Live {
+            schedule: config.schedule(),
+            controller: config.controller_kind(),
+            mps,
+            clock,
+            time_of_day: None,
+            updates: None,
+            publisher: None,
+            device_read: None,
+            scheduled: None,
+        }
+    }
+
+    /// Whether an MPS daemon was found at start.
+    pub fn mps(&self) -> bool {
+        self.mps
+    }
+
+    /// Takes reloaded settings from `updates` at each tick.
+    pub fn with_updates(mut self, updates: Receiver<Arc<Config>>) -> Self {
+        self.updates = Some(updates);
+        self
+    }
+
+    /// Publishes each tick to `publisher`.
+    pub fn with_publisher(mut self, publisher: Option<Publisher>) -> Self {
+        self.publisher = publisher;
+        self
+    }
+
+    /// Applies reloaded settings to `fill`: settings, yield policy, schedule, and the
+    /// controller if its kind changed (else it keeps its state).
+    pub fn apply<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, config: &Config) {
+        fill.set_settings(config.fill_settings());
+        fill.set_yield_settings(config.yield_settings_with(self.mps));
+        self.schedule = config.schedule();
+        let kind = config.controller_kind();
+        if kind != self.controller {
+            fill.set_controller(kind.build());
+            self.controller = kind;
+        }
+        debug!(target = config.target_percent, "new settings applied");
+    }
+
+    /// Before a step at `now`: any reloaded settings, then the scheduled target.
+    pub fn before_step<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, now: Time) {
+        let latest = self.updates.as_ref().and_then(|r| r.try_iter().last());
+        if let Some(config) = latest {
+            self.apply(fill, &config);
+        }
+        let tod = self.time_of_day(now);
+        let target = self.schedule.target(tod, fill.quiet_for(now));
+        if target != fill.settings().target {
+            fill.set_target(target);
+        }
+        if self.scheduled.is_some_and(|before| before != target) {
+            info!(target = target.percent(), "scheduled target");
+        }
+        self.scheduled = Some(target);
+    }
+
+    /// After a step: publish it; `device` is called at most once a second for the
+    /// slowly refreshed readings.
+    pub fn after_step(&mut self, tick: &Tick, device: impl FnOnce() -> DeviceReadings) {
+        let Some(publisher) = self.publisher.as_mut() else {
+            return;
+        };
+        publisher.observe(tick, tick.width.get());
+        if self
+            .device_read
+            .is_none_or(|at| tick.at.saturating_since(at) >= SLOW_REFRESH)
+        {
+            self.device_read = Some(tick.at);
+            let (memory, power) = device();
+            publisher.set_device(memory, power);
+        }
+    }
+
+    fn time_of_day(&mut self, now: Time) -> Option<TimeOfDay> {
+        if !self.schedule.uses_time_of_day() {
+            return None;
+        }
+        match self.clock {
+            DayClock::StartingAt(start) => Some(start.after(now.since_epoch())),
+            DayClock::Local => match self.time_of_day {
+                Some((at, tod)) if now.saturating_since(at) < SLOW_REFRESH => tod,
+                _ => {
+                    let tod = crate::localtime::now();
+                    self.time_of_day = Some((now, tod));
+                    tod
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{GpuLabels, Registry};
+    use gpufill_core::sim::{SimConfig, SimGpu};
+    use gpufill_core::{VirtualClock, YieldPolicy};
+
+    fn sim_loop(
+        gpu: &SimGpu,
+        config: &Config,
+    ) -> Loop<gpufill_core::sim::SimProbe, gpufill_core::sim::SimLoad> {
+        FillLoop::new(
+            gpu.probe(),
+            gpu.load(),
+            config.controller_kind().build(),
+            YieldPolicy::new(config.yield_settings()),
+            config.fill_settings(),
+        )
+    }
+
+    #[test]
+    fn a_reload_sent_mid_run_applies_at_the_next_tick_and_shows_in_metrics() {
+        let config = Config::default();
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = sim_loop(&gpu, &config);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (registry, mut publishers) = Registry::new(vec![GpuLabels {
+            index: 0,
+            uuid: "GPU-x".into(),
+            model: "m".into(),
+        }]);
+        let mut live = Live::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT))
+            .with_updates(rx)
+            .with_publisher(publishers.pop());
+        let mut reloaded = config.clone();
+        reloaded.target_percent = 30.0;
+        reloaded.controller = crate::config::ControllerChoice::Window;
+        let mut sent_at = None;
+        let mut targets = Vec::new();
+        let clock = VirtualClock::default();
+        let last = drive(
+            &mut fill,
+            &clock,
+            config.tick(),
+            &mut live,
+            |_| (Some(1), Some(2.0)),
+            |tick| {
+                targets.push((tick.at, tick.target.percent()));
+                if tick.at >= Time::from_secs_f64(2.0) && sent_at.is_none() {
+                    tx.send(Arc::new(reloaded.clone())).unwrap();
+                    sent_at = Some(tick.at);
+                }
+                tick.at < Time::from_secs_f64(4.0)
+            },
+        );
+        let sent_at = sent_at.unwrap();
+        for (at, target) in targets {
+            let expected = if at > sent_at { 30.0 } else { 50.0 };
+            assert_eq!(target, expected, "at {at:?}");
+        }
+        assert_eq!(last.target.percent(), 30.0);
+        let snapshot = &registry.snapshots()[0];
+        assert_eq!(snapshot.target_percent, 30.0);
+        assert_eq!(
+            (snapshot.memory_used_bytes, snapshot.power_watts),
+            (Some(1), Some(2.0))
+        );
+        assert!(gpu.requested_load().is_idle(), "left idle");
+    }
+
+    #[test]
+    fn a_window_crossed_in_virtual_time_changes_the_target() {
+        let mut config = Config::default();
+        config.schedule.window = vec![crate::config::WindowConfig {
+            start: "22:00".into(),
+            end: "06:00".into(),
+            target_percent: 0.0,
+        }];
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = sim_loop(&gpu, &config);
+        let start = TimeOfDay::parse("21:59").unwrap();
+        let mut live = Live::new(&config, false, DayClock::StartingAt(start));
+        let mut ticks = Vec::new();
+        drive(
+            &mut fill,
+            &VirtualClock::default(),
+            config.tick(),
+            &mut live,
+            |_| (None, None),
+            |tick| {
+                ticks.push((
+                    tick.at.as_secs_f64(),
+                    tick.target.percent(),
+                    tick.duty.percent(),
+                ));
+                tick.at < Time::from_secs_f64(65.0)
+            },
+        );
+        assert!(ticks.iter().filter(|t| t.0 < 60.0).all(|t| t.1 == 50.0));
+        assert!(ticks.iter().filter(|t| t.0 >= 60.0).all(|t| t.1 == 0.0));
+        let (_, _, duty) = ticks.last().unwrap();
+        assert!(*duty < 1.0, "off inside the window, duty {duty}");
+    }
+}

@@ -1,0 +1,218 @@
+//! SIGHUP reload: read the config file again, lay the command-line flags on top,
+//! validate, and hand the result to the workers; all or nothing.
+//!
+//! A file that fails to load or validate is refused with one `error` line naming
+//! `file:line:col: key: reason`, and the settings in force stay. Keys that cannot change
+//! while running ([`RESTART_KEYS`]) keep their old values, each with a `warn` line; every
+//! other key (target, schedule, yield, max duty, width, grace, fault hold, controller)
+//! takes effect at each worker's next tick, without restarting workers or CUDA contexts.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, ConfigError, Overrides};
+
+/// Keys that need a restart, as (dotted key, whether two configs differ in it, copy
+/// the old value into the new config).
+type RestartKey = (
+    &'static str,
+    fn(&Config, &Config) -> bool,
+    fn(&Config, &mut Config),
+);
+
+/// The keys a running gpufill cannot change: they shape threads, the launcher, or the
+/// endpoint, which are set up once.
+pub const RESTART_KEYS: &[RestartKey] = &[
+    (
+        "gpus",
+        |a, b| a.gpus != b.gpus,
+        |o, n| n.gpus = o.gpus.clone(),
+    ),
+    (
+        "tick_ms",
+        |a, b| a.tick_ms != b.tick_ms,
+        |o, n| n.tick_ms = o.tick_ms,
+    ),
+    (
+        "load.period_ms",
+        |a, b| a.load.period_ms != b.load.period_ms,
+        |o, n| n.load.period_ms = o.load.period_ms,
+    ),
+    (
+        "load.max_kernel_us",
+        |a, b| a.load.max_kernel_us != b.load.max_kernel_us,
+        |o, n| n.load.max_kernel_us = o.load.max_kernel_us,
+    ),
+    (
+        "metrics.listen",
+        |a, b| a.metrics.listen != b.metrics.listen,
+        |o, n| n.metrics.listen = o.metrics.listen.clone(),
+    ),
+];
+
+/// What a reload would do: the config to apply, with the restart-only keys kept at
+/// their old values, and the names of those that the new file changed.
+pub fn diff(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
+    let mut kept = Vec::new();
+    for (key, differs, keep) in RESTART_KEYS {
+        if differs(old, &new) {
+            keep(old, &mut new);
+            kept.push(*key);
+        }
+    }
+    (new, kept)
+}
+
+/// Loads `path` and lays `flags` over it, as at start.
+///
+/// # Errors
+/// The file's or the flags' [`ConfigError`].
+pub fn load(path: &std::path::Path, flags: &Overrides) -> Result<Config, ConfigError> {
+    let mut config = Config::load(path)?;
+    config.apply(flags);
+    config.validate(Some(path))?;
+    Ok(config)
+}
+
+/// Watches for SIGHUP and reloads the config file.
+#[derive(Debug)]
+pub struct Reloader {
+    path: Option<PathBuf>,
+    flags: Overrides,
+    current: Config,
+    hangup: Arc<AtomicBool>,
+}
+
+impl Reloader {
+    /// Installs the SIGHUP handler. `path` is the `--config` file (none: a SIGHUP only
+    /// logs that there is nothing to reload), `flags` the command line's overrides,
+    /// `current` the settings in force.
+    ///
+    /// # Errors
+    /// When the signal handler cannot be installed.
+    pub fn install(
+        path: Option<PathBuf>,
+        flags: Overrides,
+        current: Config,
+    ) -> anyhow::Result<Self> {
+        let hangup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))
+            .context("cannot install the SIGHUP handler")?;
+        Ok(Reloader {
+            path,
+            flags,
+            current,
+            hangup,
+        })
+    }
+
+    /// If a SIGHUP came since the last call, reloads; returns the new settings when
+    /// they were accepted. Cheap when no signal came (one atomic swap).
+    pub fn poll(&mut self) -> Option<Arc<Config>> {
+        if !self.hangup.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        self.reload()
+    }
+
+    /// Reloads now (what a SIGHUP does), logging the outcome.
+    pub fn reload(&mut self) -> Option<Arc<Config>> {
+        let Some(path) = &self.path else {
+            warn!("SIGHUP: no --config file, nothing to reload");
+            return None;
+        };
+        let new = match load(path, &self.flags) {
+            Ok(new) => new,
+            Err(e) => {
+                error!("reload refused, old settings kept: {e}");
+                return None;
+            }
+        };
+        let (new, kept) = diff(&self.current, new);
+        for key in kept {
+            warn!(
+                key,
+                "reload: {key} changed but needs a restart; old value kept"
+            );
+        }
+        info!(
+            target = new.target_percent,
+            file = %path.display(),
+            "config reloaded"
+        );
+        self.current = new.clone();
+        Some(Arc::new(new))
+    }
+
+    /// The settings in force.
+    pub fn current(&self) -> &Config {
+        &self.current
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GpuSelector;
+
+    #[test]
+    fn live_keys_pass_and_restart_keys_keep_their_old_values() {
+        let old = Config::default();
+        let mut new = Config {
+            target_percent: 70.0,
+            ..Config::default()
+        };
+        new.load.max_duty_percent = 80.0;
+        new.yielding.grace_s = 1.0;
+        new.schedule.idle_after_s = 60.0;
+        new.tick_ms = 50;
+        new.load.period_ms = 40;
+        new.gpus = GpuSelector::parse_flag("0").unwrap();
+        new.metrics.listen = "127.0.0.1:9401".into();
+        let (applied, kept) = diff(&old, new);
+        assert_eq!(
+            kept,
+            ["gpus", "tick_ms", "load.period_ms", "metrics.listen"]
+        );
+        assert_eq!(applied.tick_ms, 10);
+        assert_eq!(applied.load.period_ms, 20);
+        assert_eq!(applied.gpus, GpuSelector::All);
+        assert_eq!(applied.metrics.listen, "");
+        assert_eq!(applied.target_percent, 70.0);
+        assert_eq!(applied.load.max_duty_percent, 80.0);
+        assert_eq!(applied.yielding.grace_s, 1.0);
+        assert_eq!(applied.schedule.idle_after_s, 60.0);
+    }
+
+    #[test]
+    fn an_unchanged_file_needs_no_restart() {
+        let (applied, kept) = diff(&Config::default(), Config::default());
+        assert!(kept.is_empty());
+        assert_eq!(applied, Config::default());
+    }
+
+    #[test]
+    fn a_reload_lays_the_flags_over_the_file_and_refuses_a_bad_file_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        std::fs::write(&path, "target_percent = 30\n[yield]\ngrace_s = 2\n").unwrap();
+        let flags = Overrides {
+            grace_s: Some(9.0),
+            ..Overrides::default()
+        };
+        let start = load(&path, &flags).unwrap();
+        let mut r = Reloader::install(Some(path.clone()), flags, start).unwrap();
+        std::fs::write(&path, "target_percent = 40\n[yield]\ngrace_s = 3\n").unwrap();
+        let new = r.reload().unwrap();
+        assert_eq!((new.target_percent, new.yielding.grace_s), (40.0, 9.0));
+        // A good key beside a bad one: nothing of the file is taken.
+        std::fs::write(&path, "target_percent = 45\n[load]\nwidth_blocks = 0\n").unwrap();
+        assert!(r.reload().is_none());
+        assert_eq!(r.current().target_percent, 40.0);
+        assert!(r.poll().is_none(), "no SIGHUP came");
+    }
+}

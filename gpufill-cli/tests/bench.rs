@@ -1,0 +1,172 @@
+//! `gpufill bench` end to end on the simulated GPU: the table, bench.svg, bench.csv
+//! and bench.json; and its errors.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::str::contains;
+
+fn gpufill() -> Command {
+    Command::cargo_bin("gpufill").unwrap()
+}
+
+/// The CSV's rows: (t_s, target, util, duty, state).
+fn read_csv(path: &Path) -> Vec<(f64, f64, Option<f64>, f64, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("t_s,target,util,duty,state"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 5, "{l}");
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().ok(),
+                f[3].parse().unwrap(),
+                f[4].to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn polyline_points(svg: &str, id: &str) -> usize {
+    let doc = roxmltree::Document::parse(svg).expect("bench.svg is XML");
+    let line = doc
+        .descendants()
+        .find(|n| n.has_tag_name("polyline") && n.attribute("id") == Some(id))
+        .expect("polyline");
+    line.attribute("points").unwrap().split_whitespace().count()
+}
+
+#[test]
+fn bench_on_the_simulated_gpu_writes_the_table_plot_csv_and_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let assert = gpufill()
+        .args(["bench", "--sim", "--seconds", "5", "--out"])
+        .arg(&out)
+        .assert()
+        .success();
+    let stdout = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+
+    // The table: one row per default target, each settled with a small error.
+    for target in ["10.0", "25.0", "50.0", "75.0", "90.0"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(target))
+            .unwrap_or_else(|| panic!("no row for {target} in\n{stdout}"));
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        let settle: f64 = cells[1].parse().expect("settled");
+        let mae: f64 = cells[2].parse().expect("an error");
+        assert!(settle < 2.0 && mae < 1.0, "{row}");
+    }
+    assert!(stdout.contains("yield test at 90%"), "{stdout}");
+    assert!(
+        stdout.contains("ok: yielded, stayed idle and came back"),
+        "{stdout}"
+    );
+
+    // The CSV: one row per 10 ms tick on one time axis, every target, a yield.
+    let rows = read_csv(&out.join("bench.csv"));
+    let span = rows.last().unwrap().0 - rows[0].0;
+    assert_eq!(rows.len(), (span / 0.01).round() as usize + 1);
+    // 5 targets x 5 s, then 2 s + 3 s foreign + 5 s grace + 2 s.
+    assert!((span - 37.0).abs() < 0.5, "{span}");
+    assert!(rows.iter().any(|r| r.4 == "yielding"));
+    // Each target 5 s of 10 ms ticks; the last one goes on through the yield test.
+    for target in [10.0, 25.0, 50.0, 75.0] {
+        assert_eq!(rows.iter().filter(|r| r.1 == target).count(), 500);
+    }
+    assert_eq!(
+        rows.iter().filter(|r| r.1 == 90.0).count(),
+        rows.len() - 2000
+    );
+
+    // The plot: valid XML, one point per NVML sample in the CSV, a shaded yield window.
+    let svg = std::fs::read_to_string(out.join("bench.svg")).unwrap();
+    let samples = rows.iter().filter(|r| r.2.is_some()).count();
+    assert!(samples > 150, "{samples}");
+    assert_eq!(polyline_points(&svg, "util"), samples);
+    assert!(svg.contains(r#"class="shade""#));
+
+    // The summary: the same targets, and a yield latency.
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
+    assert_eq!(json["simulated"], true);
+    assert_eq!(json["targets"].as_array().unwrap().len(), 5);
+    let y = &json["yield_test"];
+    let latency = y["yielding_after_ms"].as_f64().expect("a yield latency");
+    assert!((0.0..=20.0).contains(&latency), "{y}");
+    assert_eq!(y["overlap_ms"].as_f64(), Some(0.0));
+    let back = y["filling_again_after_exit_s"]
+        .as_f64()
+        .expect("filled again");
+    assert!((4.9..=5.3).contains(&back), "{y}");
+}
+
+#[test]
+fn bench_without_the_yield_test_says_it_was_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    gpufill()
+        .args([
+            "bench",
+            "--sim",
+            "--no-yield",
+            "--targets",
+            "40",
+            "--seconds",
+            "2",
+        ])
+        .arg("--out")
+        .arg(dir.path())
+        .assert()
+        .success()
+        .stdout(contains("yield test skipped: --no-yield"));
+    let svg = std::fs::read_to_string(dir.path().join("bench.svg")).unwrap();
+    assert!(!svg.contains(r#"class="shade""#));
+    let rows = read_csv(&dir.path().join("bench.csv"));
+    assert_eq!(rows.len(), 200);
+    assert!(rows.iter().all(|r| r.1 == 40.0 && r.4 == "filling"));
+}
+
+#[test]
+fn bench_rejects_bad_flags_with_exit_2() {
+    for (flags, message) in [
+        (&["--targets", "0"][..], "above 0 and at most 100"),
+        (&["--targets", "50,150"][..], "above 0 and at most 100"),
+        (
+            &["--seconds", "0.5"][..],
+            "--seconds must be between 1 and 3600",
+        ),
+    ] {
+        gpufill()
+            .args(["bench", "--sim"])
+            .args(flags)
+            .assert()
+            .code(2)
+            .stderr(contains(message));
+    }
+    gpufill()
+        .args(["bench", "--gpu", "GPU"])
+        .assert()
+        .code(2)
+        .stderr(contains("GPU-"));
+}
+
+#[test]
+fn bench_without_a_driver_says_so_and_exits_1() {
+    if gpufill_cuda::driver_present() {
+        eprintln!("skipped: this machine has the NVIDIA driver");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    gpufill()
+        .args(["bench", "--out"])
+        .arg(dir.path())
+        .assert()
+        .code(1)
+        .stderr(contains(
+            "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver",
+        ));
+}

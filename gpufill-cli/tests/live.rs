@@ -1,0 +1,330 @@
+//! `gpufill simulate` end to end with the features that act while it runs: the metrics
+//! endpoint, SIGHUP reload, schedules. The realtime tests take a few seconds each and
+//! poll with timeouts rather than sleeping fixed times.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use predicates::str::contains;
+
+const LABELS: &str =
+    "gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",modelName=\"simulated GPU\"";
+
+/// A running `gpufill`, its stderr lines arriving on a channel.
+struct Running {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = Command::cargo_bin("gpufill")
+            .unwrap()
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            stderr: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits up to 10 s for a stderr line containing `needle`.
+    fn wait_for_line(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!("no line with {needle:?} in {:#?}", self.seen);
+    }
+
+    fn metrics_port(&mut self) -> u16 {
+        let line = self.wait_for_line("metrics listening on http://");
+        let url = &line[line.find("http://").unwrap() + 7..];
+        let host_port = url.split('/').next().unwrap();
+        host_port.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    out
+}
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Scrapes until `ok` holds for the text (up to 10 s); returns the last text.
+fn scrape_until(port: u16, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = scrape(port);
+        if ok(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "never {what}:\n{text}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn target(text: &str) -> Option<f64> {
+    value(text, &format!("gpufill_target_percent{{{LABELS}}}"))
+}
+
+#[test]
+fn simulate_realtime_serves_metrics_while_it_runs() {
+    let mut g = Running::start(&[
+        "simulate",
+        "--realtime",
+        "--duration",
+        "3",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let port = g.metrics_port();
+    let util = format!("gpufill_utilization_percent{{{LABELS}}}");
+    let text = scrape_until(port, "a utilization sample", |t| value(t, &util).is_some());
+    assert_eq!(target(&text), Some(50.0));
+    let u = value(&text, &util).unwrap();
+    assert!((0.0..=100.0).contains(&u), "{u}");
+    assert_eq!(
+        value(
+            &text,
+            &format!("gpufill_state{{{LABELS},state=\"filling\"}}")
+        ),
+        Some(1.0)
+    );
+    // Filling holds near the target once settled (well within the 3 s run).
+    let text = scrape_until(port, "utilization near 50", |t| {
+        value(t, &util).is_some_and(|u| (u - 50.0).abs() <= 3.0)
+    });
+    assert!(text.contains("gpufill_build_info{version=\""));
+    let status = g.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.toml");
+    std::fs::write(&file, "target_percent = 40\n").unwrap();
+    let file_arg = file.to_str().unwrap();
+    let mut g = Running::start(&[
+        "simulate",
+        "--realtime",
+        "--duration",
+        "30",
+        "--config",
+        file_arg,
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let port = g.metrics_port();
+    scrape_until(port, "target 40", |t| target(t) == Some(40.0));
+
+    std::fs::write(&file, "target_percent = 70\ntick_ms = 50\n").unwrap();
+    g.signal("HUP");
+    scrape_until(port, "target 70 after SIGHUP", |t| target(t) == Some(70.0));
+    g.wait_for_line("config reloaded");
+    g.wait_for_line("tick_ms changed but needs a restart");
+
+    std::fs::write(&file, "target_percent = 20\n[load]\nwidth_blocks = 0\n").unwrap();
+    g.signal("HUP");
+    let line = g.wait_for_line("reload refused");
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(
+        line.contains("g.toml:3:16: load.width_blocks: must be between 1 and 65535, got 0"),
+        "{line}"
+    );
+    // Give a wrongly applied target time to show, then check the old one held.
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(target(&scrape(port)), Some(70.0));
+}
+
+fn window_config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("w.toml");
+    std::fs::write(
+        &path,
+        "[[schedule.window]]\nstart = \"22:00\"\nend = \"06:00\"\ntarget_percent = 0\n",
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn simulate_crosses_a_window_boundary_in_virtual_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = window_config(dir.path());
+    let csv = dir.path().join("t.csv");
+    Command::cargo_bin("gpufill")
+        .unwrap()
+        .args(["simulate", "--start-time", "21:59", "--duration", "70"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--csv")
+        .arg(&csv)
+        .assert_success();
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<(f64, f64, f64)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[3].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert!(rows.iter().filter(|r| r.0 < 60.0).all(|r| r.1 == 50.0));
+    assert!(rows.iter().filter(|r| r.0 >= 60.0).all(|r| r.1 == 0.0));
+    assert!(rows.last().unwrap().2 < 1.0, "duty off inside the window");
+}
+
+trait AssertSuccess {
+    fn assert_success(&mut self);
+}
+
+impl AssertSuccess for Command {
+    fn assert_success(&mut self) {
+        let out = self.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+#[test]
+fn windows_use_the_local_time_of_the_tz_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = window_config(dir.path());
+    let start_in = |tz: &str| -> u32 {
+        let out = Command::cargo_bin("gpufill")
+            .unwrap()
+            .env("TZ", tz)
+            .args(["simulate", "--duration", "0.1", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("time of day at the start: "))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        let (h, m) = line.split_once(':').unwrap();
+        h.parse::<u32>().unwrap() * 60 + m.parse::<u32>().unwrap()
+    };
+    let utc = start_in("UTC0");
+    // POSIX TZ: "XXX-12" is twelve hours east of UTC.
+    let east = start_in("XXX-12");
+    let diff = (east + 1440 - utc) % 1440;
+    assert!((719..=721).contains(&diff), "UTC {utc}, UTC+12 {east}");
+}
+
+#[test]
+fn a_bad_metrics_address_exits_2_and_a_taken_port_exits_1() {
+    let mut cmd = assert_cmd::Command::cargo_bin("gpufill").unwrap();
+    cmd.args(["simulate", "--metrics", "localhost"])
+        .assert()
+        .code(2)
+        .stderr(contains("invalid --metrics"))
+        .stderr(contains("expected IP:PORT"));
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let mut cmd = assert_cmd::Command::cargo_bin("gpufill").unwrap();
+    cmd.args(["simulate", "--duration", "1", "--metrics", &addr])
+        .assert()
+        .code(1)
+        .stderr(contains(format!("cannot serve metrics on {addr}")));
+}
+
+#[test]
+fn simulate_honours_the_idle_rule_and_drops_it_while_a_job_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idle.toml");
+    std::fs::write(
+        &config,
+        "target_percent = 50\n[schedule]\nidle_after_s = 5\nidle_target_percent = 60\n",
+    )
+    .unwrap();
+    let csv = dir.path().join("t.csv");
+    assert_cmd::Command::cargo_bin("gpufill")
+        .unwrap()
+        .args(["simulate", "--duration", "30", "--foreign", "10-12:30"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--csv")
+        .arg(&csv)
+        .assert()
+        .success()
+        // Tracking is judged from the schedule's last change before the job (5 s, to 60 %).
+        .stdout(contains("target at 5.00 s"))
+        .stdout(contains("settled within 2 points of 60.0%"));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let target_at = |t: f64| -> f64 {
+        text.lines()
+            .skip(1)
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|f| f[0].parse::<f64>().unwrap() >= t)
+            .map(|f| f[1].parse().unwrap())
+            .unwrap()
+    };
+    assert_eq!(target_at(4.9), 50.0);
+    assert_eq!(target_at(5.1), 60.0);
+    // The job is there 10-12 s: default target; quiet again from 12 s, so 60 % from 17 s.
+    assert_eq!(target_at(10.1), 50.0);
+    assert_eq!(target_at(16.9), 50.0);
+    assert_eq!(target_at(17.1), 60.0);
+}
