@@ -185,15 +185,16 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         Time::ZERO,
     );
     // Tracking is judged up to the first foreign arrival, where the target stops being
-    // ours to hold; only ticks before it are kept, and in runs over an hour only those
-    // with a sample or a new target, so memory does not grow with the duration.
-    let judged_until = Time::from_secs_f64(
-        args.foreign
-            .iter()
-            .map(|f| f.start_s)
-            .fold(args.duration.min(arrivals.next_at()), f64::min),
-    );
+    // ours to hold, and in runs over an hour within the first hour (the hourly table
+    // covers the rest); only the ticks judged are kept, in long runs only those with a
+    // sample or a new target, so memory does not grow with the duration.
     let long = args.duration > 3600.0;
+    let judged_s = args
+        .foreign
+        .iter()
+        .map(|f| f.start_s)
+        .fold(args.duration.min(arrivals.next_at()), f64::min);
+    let judged_until = Time::from_secs_f64(if long { judged_s.min(3600.0) } else { judged_s });
     let mut ticks: Vec<Tick> = Vec::new();
     let mut hours = LongRunStats::new(Duration::from_secs(3600), Duration::from_secs(3));
     let mut churn = Churn::new(&mut arrivals);
