@@ -48,6 +48,16 @@ pub const RESTART_KEYS: &[RestartKey] = &[
         |o, n| n.load.max_kernel_us = o.load.max_kernel_us,
     ),
     (
+        "probe.retry_initial_s",
+        |a, b| a.probe.retry_initial_s != b.probe.retry_initial_s,
+        |o, n| n.probe.retry_initial_s = o.probe.retry_initial_s,
+    ),
+    (
+        "probe.retry_max_s",
+        |a, b| a.probe.retry_max_s != b.probe.retry_max_s,
+        |o, n| n.probe.retry_max_s = o.probe.retry_max_s,
+    ),
+    (
         "metrics.listen",
         |a, b| a.metrics.listen != b.metrics.listen,
         |o, n| n.metrics.listen = o.metrics.listen.clone(),
@@ -173,11 +183,19 @@ mod tests {
         new.load.period_ms = 40;
         new.gpus = GpuSelector::parse_flag("0").unwrap();
         new.metrics.listen = "127.0.0.1:9401".into();
+        new.probe.retry_max_s = 60.0;
         let (applied, kept) = diff(&old, new);
         assert_eq!(
             kept,
-            ["gpus", "tick_ms", "load.period_ms", "metrics.listen"]
+            [
+                "gpus",
+                "tick_ms",
+                "load.period_ms",
+                "probe.retry_max_s",
+                "metrics.listen"
+            ]
         );
+        assert_eq!(applied.probe.retry_max_s, 300.0);
         assert_eq!(applied.tick_ms, 10);
         assert_eq!(applied.load.period_ms, 20);
         assert_eq!(applied.gpus, GpuSelector::All);
