@@ -70,6 +70,7 @@ pub struct Live {
     publisher: Option<Publisher>,
     device_read: Option<Time>,
     scheduled: Option<Utilization>,
+    reloaded: Option<Arc<Config>>,
 }
 
 impl Live {
@@ -86,7 +87,14 @@ impl Live {
             publisher: None,
             device_read: None,
             scheduled: None,
+            reloaded: None,
         }
+    }
+
+    /// The settings of the last reload applied, if any: a loop opened again (after a
+    /// lost GPU) is built from them.
+    pub fn reloaded(&self) -> Option<Arc<Config>> {
+        self.reloaded.clone()
     }
 
     /// Whether an MPS daemon was found at start.
@@ -125,6 +133,7 @@ impl Live {
         let latest = self.updates.as_ref().and_then(|r| r.try_iter().last());
         if let Some(config) = latest {
             self.apply(fill, &config);
+            self.reloaded = Some(config);
         }
         let tod = self.time_of_day(now);
         let target = self.schedule.target(tod, fill.quiet_for(now));
@@ -233,6 +242,8 @@ mod tests {
             assert_eq!(target, expected, "at {at:?}");
         }
         assert_eq!(last.target.percent(), 30.0);
+        // A GPU reopened after a loss is built from the reloaded settings.
+        assert_eq!(live.reloaded().map(|c| c.target_percent), Some(30.0));
         let snapshot = &registry.snapshots()[0];
         assert_eq!(snapshot.target_percent, 30.0);
         assert_eq!(

@@ -1,6 +1,7 @@
 //! `gpufill run`: one worker thread per selected GPU, each running the fill loop on the
 //! real clock until SIGINT/SIGTERM (or `--duration`), then leaving its GPU idle.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -180,7 +181,7 @@ fn worker(
     nvml: Nvml,
     target: &Target,
     config: &Config,
-    mut live: Live,
+    live: Live,
     stop: &AtomicBool,
     clock: SystemClock,
     deadline: Option<Time>,
@@ -191,9 +192,14 @@ fn worker(
     // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
     let mps = live.mps();
     let first = open_loop(nvml, target, config, mps)?;
+    // Shared by the step (schedule, reloads, metrics) and the reopening, which builds
+    // the new loop from the last reloaded settings; never borrowed by both at once.
+    let live = RefCell::new(live);
     let reopen = |_now: Time| {
         info!("reopening the GPU");
-        open_loop(nvml, target, config, mps).map_err(|e| format!("{e:#}"))
+        let reloaded = live.borrow().reloaded();
+        open_loop(nvml, target, reloaded.as_deref().unwrap_or(config), mps)
+            .map_err(|e| format!("{e:#}"))
     };
     let mut supervisor = Supervisor::new(first, reopen, config.retry_settings());
     let mut faults = FaultLog::default();
@@ -206,7 +212,7 @@ fn worker(
     let last = supervisor.run_with(
         &clock,
         config.tick(),
-        |fill, now| step(fill, now, &mut live, device),
+        |fill, now| step(fill, now, &mut live.borrow_mut(), device),
         |step| {
             log_tick(&step.tick, &mut faults);
             faults.log(step);
