@@ -358,3 +358,38 @@ fn a_job_added_during_a_run_is_yielded_to() {
             .all(|t| t.state == State::Yielding)
     );
 }
+
+#[test]
+fn a_loop_that_ran_healthy_for_a_minute_is_retried_after_1_s_again() {
+    // The first GPU is lost at 2 s; the factory then opens a second one, which runs
+    // for 97 s before it is lost too.
+    let first_gpu = SimGpu::new(SimConfig {
+        lost_at: Some(secs(2.0)),
+        ..SimConfig::default()
+    });
+    let second_gpu = SimGpu::new(SimConfig {
+        lost_at: Some(secs(100.0)),
+        ..SimConfig::default()
+    });
+    let first = open_loop(&first_gpu, Time::ZERO).unwrap();
+    let mut sups = [Supervisor::new(
+        first,
+        |now| open_loop(&second_gpu, now),
+        RetrySettings::default(),
+    )];
+    let (_, events) = drive(&mut sups, secs(103.0)).remove(0);
+    let dropped: Vec<(f64, u64)> = events
+        .iter()
+        .filter_map(|(at, e)| match e {
+            SupervisorEvent::Dropped { retry_in } => Some((at.as_secs_f64(), retry_in.as_secs())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dropped.len(), 2, "{events:?}");
+    assert_eq!(dropped[0].1, 1);
+    // Without the reset this would be 2 s.
+    assert!(
+        (dropped[1].0 - 100.0).abs() < 0.011 && dropped[1].1 == 1,
+        "{dropped:?}"
+    );
+}
