@@ -7,10 +7,10 @@
 # Writes 6 files under $OUT: env.txt, sigkill.json, churn.json, long_run.json,
 # gpufill.log (every gpufill run's log), summary.txt (the tables below).
 set -u
+cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
 export OUT
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.."
 {
   nvidia-smi --query-gpu=index,name,uuid,driver_version,mig.mode.current --format=csv
   echo "gpufill: $(carry/gpufill --version 2>&1)"
