@@ -172,6 +172,7 @@ def check_chart(plain):
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
             "mps": {"hostPipeDirectory": "/tmp/nvidia-mps"},
             "priorityClassName": "low", "extraArgs": ["--target", "40"],
+            "extraEnv": [{"name": "TZ", "value": "Europe/Berlin"}], "localtimeFromHost": True,
         },
         "no metrics, no runtime class": {"metrics": {"enabled": False}, "runtimeClassName": ""},
     }
