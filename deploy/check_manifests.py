@@ -12,7 +12,8 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
   default render must equal the plain manifests except for Helm's own labels and the
   config checksum. Without helm-python-sdk only Chart.yaml and values.yaml are parsed.
 - The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill).
-- The dashboard is valid JSON and queries only metrics gpufill exports.
+- The dashboard is valid JSON, its queries parse as PromQL (PyPI promql-parser) and
+  use only metrics gpufill exports.
 - A self-test breaks a copy of the DaemonSet and expects the validation to fail.
 """
 import argparse
@@ -235,8 +236,21 @@ def check_dashboard():
             for v in node:
                 walk(v)
     walk(dash)
+    try:
+        import promql_parser
+    except ImportError:
+        promql_parser = None
+        print("SKIP dashboard queries not parsed: promql-parser is not installed")
     used = set()
     for expr in exprs:
+        if promql_parser:
+            # Grafana's variables are not PromQL: put placeholders in.
+            plain = re.sub(r"\$__\w+", "5m", expr)
+            plain = re.sub(r"\$\{?\w+\}?", "x", plain)
+            try:
+                promql_parser.parse(plain)
+            except Exception as e:
+                fail(f"dashboard: {expr!r} is not PromQL: {e}")
         for name in re.findall(r"\bgpufill_[a-z_]+", expr):
             base = re.sub(r"_(bucket|sum|count)$", "", name)
             if base not in METRICS:
