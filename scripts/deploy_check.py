@@ -33,6 +33,7 @@ import urllib.request
 
 import pynvml as N
 
+sys.dont_write_bytecode = True  # no scripts/__pycache__ from the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_bench import cpu_seconds, proc_mem_mib  # noqa: E402
 
