@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -38,13 +39,11 @@ VERSIONS = ["1.25.0", kubernetes_validate.utils.latest_version()]
 LOCAL_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
 }
-# What gpufill exports (docs/operations.md, "Metrics").
-METRICS = {
-    "gpufill_target_percent", "gpufill_utilization_percent", "gpufill_duty_ratio",
-    "gpufill_width_blocks", "gpufill_state", "gpufill_foreign_processes",
-    "gpufill_yields_total", "gpufill_probe_faults_total", "gpufill_memory_used_bytes",
-    "gpufill_power_watts", "gpufill_build_info",
-}
+# What gpufill exports: every series name in the renderer's source, so the dashboard
+# check follows the code (docs/operations.md, "Metrics", lists them for people).
+METRICS = set(re.findall(
+    r'"(gpufill_[a-z_]+)"',
+    (Path(__file__).resolve().parent.parent / "gpufill-cli/src/metrics/render.rs").read_text()))
 # Labels Helm adds that the plain manifests leave out.
 HELM_ONLY_LABELS = {"app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 
