@@ -99,11 +99,12 @@ g.send_signal(signal.SIGHUP)
 seen, _ = until(lambda v: v.get("gpufill_target_percent") == 30.0)
 last_ts = int(t_hup * 1e6)
 held = None
+tail = []
 while time.time() - t_hup < 10 and held is None:
     s = samples_since(h, last_ts)
     if s:
         last_ts = int(s[-1][0] * 1e6)
-        tail = [x for x in s if x[0] >= t_hup]
+        tail += [x for x in s if x[0] >= t_hup]
         if len(tail) >= 3 and all(abs(val - 30) <= 2 for _, val in tail[-3:]):
             held = tail[-3][0] - t_hup
     time.sleep(0.2)

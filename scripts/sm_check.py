@@ -116,6 +116,11 @@ def gpufill_run(args, h, gpm, flags, seconds, runs_log):
     th.join(timeout=1)
     runs_log.write(f"==== {' '.join(cmd)} (exit {proc.returncode})\n" + "\n".join(log) + "\n")
     fill = next((log_time(l) for l in log if " filling" in l), None)
+    # Judge only while gpufill ran: the samples after its stop (the loop's "GPU idle"
+    # line) read the idle GPU and would count as off target.
+    stop = next((log_time(l) for l in log if "GPU idle" in l), None)
+    if stop is not None:
+        rows = [r for r in rows if r[0] < stop - 0.2]
     samples = [(log_time(l), l) for l in log if " sample " in l]
     return t0, fill, rows, samples, proc.returncode
 

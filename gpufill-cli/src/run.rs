@@ -94,7 +94,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
             senders.push(tx);
             let live = Live::new(&config, mps, DayClock::Local)
                 .with_updates(rx)
-                .with_publisher(publisher);
+                .with_publisher(
+                    publisher.map(|p| p.measuring_sm_activity(config.metric == MetricChoice::Sm)),
+                );
             let index = target.index;
             thread::Builder::new()
                 .name(format!("gpufill-gpu{index}"))

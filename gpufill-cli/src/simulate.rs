@@ -135,7 +135,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
         .or_else(crate::localtime::now)
         .unwrap_or(TimeOfDay::MIDNIGHT);
     let mut live = Live::new(config, args.mps, DayClock::StartingAt(start_time))
-        .with_publisher(publisher.flatten());
+        .with_publisher(publisher.flatten().map(|p| p.measuring_sm_activity(sm)));
     let mut reloader = match &args.flags.config {
         Some(path) => Some(Reloader::install(
             Some(path.clone()),

@@ -104,10 +104,15 @@ impl RealRig {
     }
 }
 
-/// Mean board power over 1 s, before our context exists.
+/// Board power of the idle GPU, before our context exists: the mean of the last second
+/// of readings once they have settled (within 2 W over 1 s), waiting at most 10 s. A GPU
+/// that was busy just before (another benchmark, say) keeps its clocks up and reads tens
+/// of watts high for some seconds: one second of readings taken at once measured 169 W
+/// on an H200 whose idle is about 80 W.
 fn idle_power(nvml: &Nvml, uuid: &str) -> Option<f64> {
+    const WINDOW: usize = 10;
     let mut readings = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..100 {
         if let Some(w) = nvml
             .gpus()
             .ok()
@@ -116,9 +121,26 @@ fn idle_power(nvml: &Nvml, uuid: &str) -> Option<f64> {
         {
             readings.push(w);
         }
+        if settled(&readings, WINDOW, 2.0) {
+            break;
+        }
         thread::sleep(Duration::from_millis(100));
     }
-    (!readings.is_empty()).then(|| readings.iter().sum::<f64>() / readings.len() as f64)
+    let last = &readings[readings.len().saturating_sub(WINDOW)..];
+    (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64)
+}
+
+/// Whether the last `window` readings lie within `spread` of each other.
+fn settled(readings: &[f64], window: usize, spread: f64) -> bool {
+    let Some(last) = readings.len().checked_sub(window).map(|at| &readings[at..]) else {
+        return false;
+    };
+    let (lo, hi) = last
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &w| {
+            (lo.min(w), hi.max(w))
+        });
+    hi - lo <= spread
 }
 
 impl Rig for RealRig {
@@ -335,6 +357,21 @@ fn stderr_of(child: &mut Child) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn idle_power_waits_for_readings_that_have_stopped_falling() {
+        let falling: Vec<f64> = (0..12).map(|i| 170.0 - 8.0 * f64::from(i)).collect();
+        assert!(!settled(&falling, 10, 2.0));
+        let flat = [
+            90.0, 80.5, 80.0, 81.0, 80.2, 80.9, 80.1, 80.4, 80.3, 80.6, 80.0,
+        ];
+        assert!(settled(&flat, 10, 2.0));
+        assert!(
+            !settled(&flat[..9], 10, 2.0),
+            "fewer readings than the window"
+        );
+    }
+
     use super::*;
 
     #[test]

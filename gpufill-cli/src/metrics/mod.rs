@@ -35,8 +35,11 @@ pub struct GpuSnapshot {
     pub labels: GpuLabels,
     /// Target, percent.
     pub target_percent: f64,
-    /// Last measured utilization, percent; `None` when unknown.
+    /// Last measured value of the controlled metric, percent; `None` when unknown.
     pub util_percent: Option<f64>,
+    /// Whether that metric is GPM SM activity (`metric = "sm"`) rather than NVML
+    /// utilization: it is then published as `gpufill_sm_activity_percent`.
+    pub sm_metric: bool,
     /// Our own time share, 0 to 1.
     pub duty_ratio: f64,
     /// Blocks per kernel.
@@ -61,6 +64,7 @@ impl GpuSnapshot {
             labels,
             target_percent: f64::NAN,
             util_percent: None,
+            sm_metric: false,
             duty_ratio: 0.0,
             width_blocks: 0,
             state: None,
@@ -138,6 +142,14 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// Says whether the loop measures SM activity (`metric = "sm"`) rather than
+    /// utilization, so the reading is published under its own name.
+    pub fn measuring_sm_activity(mut self, sm: bool) -> Self {
+        self.local.sm_metric = sm;
+        self.publish();
+        self
+    }
+
     /// Takes in one tick (and the width in force), then publishes.
     pub fn observe(&mut self, tick: &Tick, width_blocks: u32) {
         let s = &mut self.local;

@@ -24,14 +24,20 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
     (
         "gpufill_target_percent",
         "gauge",
-        "Utilization gpufill holds now, percent (after schedules).",
+        "Target gpufill holds now, percent (after schedules): utilization, or SM activity with metric = \"sm\".",
         |s| Some(s.target_percent),
     ),
     (
         "gpufill_utilization_percent",
         "gauge",
-        "Last measured GPU utilization, percent (NVML); absent when unknown.",
-        |s| s.util_percent,
+        "Last measured GPU utilization, percent (NVML); absent when unknown or with metric = \"sm\".",
+        |s| s.util_percent.filter(|_| !s.sm_metric),
+    ),
+    (
+        "gpufill_sm_activity_percent",
+        "gauge",
+        "Last measured SM activity, percent (GPM SM utilization); only with metric = \"sm\".",
+        |s| s.util_percent.filter(|_| s.sm_metric),
     ),
     (
         "gpufill_duty_ratio",
@@ -203,6 +209,7 @@ mod tests {
         let names = [
             "gpufill_target_percent gauge",
             "gpufill_utilization_percent gauge",
+            "gpufill_sm_activity_percent gauge",
             "gpufill_duty_ratio gauge",
             "gpufill_width_blocks gauge",
             "gpufill_state gauge",
@@ -258,6 +265,19 @@ mod tests {
         assert!(text.contains("# TYPE gpufill_utilization_percent gauge"));
         assert!(!text.contains("\ngpufill_utilization_percent{"));
         assert!(!text.contains("\ngpufill_power_watts{"));
+    }
+
+    #[test]
+    fn sm_activity_is_published_under_its_own_name() {
+        let mut g = gpu(0, "x");
+        g.util_percent = Some(30.0);
+        let util = render(std::slice::from_ref(&g), "0");
+        assert!(util.contains("\ngpufill_utilization_percent{"), "{util}");
+        assert!(!util.contains("\ngpufill_sm_activity_percent{"), "{util}");
+        g.sm_metric = true;
+        let sm = render(&[g], "0");
+        assert!(!sm.contains("\ngpufill_utilization_percent{"), "{sm}");
+        assert!(sm.contains("\ngpufill_sm_activity_percent{"), "{sm}");
     }
 
     #[test]
