@@ -23,7 +23,7 @@ import time
 import pynvml as N
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_diag import threads  # noqa: E402
+from gpu_diag import threads  # noqa: E402  (gpu_diag runs nothing on import)
 from robust_lib import Gpufill, mae  # noqa: E402
 import churn  # noqa: E402
 

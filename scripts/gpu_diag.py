@@ -73,4 +73,5 @@ def main():
     print("nvml samples (t, util):", [(round(t, 2), v) for t, v in nv][:25])
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -7,12 +7,20 @@
 //! second: each NVML sample is one full averaging window whatever its length (1/6 s
 //! to 1 s by product), so the same gains are stable on every product.
 //!
-//! The controller is fed only new samples, and the first one after a duty change is
-//! a mix of old and new duty; the modest integral gain keeps that from overshooting.
+//! The controller is fed only new samples. NVML's samples lag the duty: on the H200 the
+//! first sample after a change of target still showed the old duty and the second a mix
+//! (docs/benchmarks.md, `gpufill bench`), so integrating their errors overshot (10 -> 25 %
+//! drove the duty to 38 % and took 1.5 s to settle). After a change of target the
+//! controller therefore holds its integral and proportional terms for the next
+//! [`PiGains::stale_samples`] samples (2): the feed-forward moves the duty at once, and only samples
+//! that can show the new duty correct it.
 
 use super::Controller;
 use crate::time::Time;
 use crate::units::{Duty, Utilization};
+
+/// A change of target smaller than this (a fraction: half a point) is not a step.
+const STEP: f64 = 0.005;
 
 /// Gains of [`PiController`], per sample; defaults tuned on the simulated GPU
 /// (benches/controller.rs) for 200 ms sampling.
@@ -24,6 +32,9 @@ pub struct PiGains {
     pub kp: f64,
     /// Duty added to the integral per unit of error, per sample.
     pub ki: f64,
+    /// Samples after a change of target whose error is not acted on: they were (partly)
+    /// measured before the new duty took effect.
+    pub stale_samples: u8,
 }
 
 impl Default for PiGains {
@@ -32,6 +43,7 @@ impl Default for PiGains {
             feed_forward: 1.0,
             kp: 0.1,
             ki: 0.5,
+            stale_samples: 2,
         }
     }
 }
@@ -43,6 +55,10 @@ pub struct PiController {
     gains: PiGains,
     integral: f64,
     last_error: f64,
+    /// The target of the previous update, to see steps.
+    last_target: Option<f64>,
+    /// Samples still to be ignored after the last step of target.
+    stale: u8,
 }
 
 impl PiController {
@@ -52,6 +68,8 @@ impl PiController {
             gains,
             integral: 0.0,
             last_error: 0.0,
+            last_target: None,
+            stale: 0,
         }
     }
 
@@ -67,7 +85,17 @@ impl Controller for PiController {
             return Duty::ZERO;
         }
         let base = self.gains.feed_forward * target.fraction();
-        if let Some(m) = measured {
+        let stepped = self
+            .last_target
+            .is_some_and(|last| (last - target.fraction()).abs() > STEP);
+        self.last_target = Some(target.fraction());
+        if stepped {
+            self.stale = self.gains.stale_samples;
+            self.last_error = 0.0;
+        }
+        if measured.is_some() && self.stale > 0 {
+            self.stale -= 1;
+        } else if let Some(m) = measured {
             let error = target.fraction() - m.fraction();
             self.last_error = error;
             if error.is_finite() {
@@ -80,6 +108,7 @@ impl Controller for PiController {
     fn reset(&mut self, _now: Time) {
         // The integral is the device's steady offset: keep it, it is as right after a pause.
         self.last_error = 0.0;
+        self.stale = 0;
     }
 }
 
@@ -135,5 +164,59 @@ mod tests {
         pi.update(Time::ZERO, None, pct(10.0));
         let d = pi.update(Time::ZERO, None, pct(90.0));
         assert!((d.fraction() - 0.9).abs() < 1e-9);
+    }
+
+    /// A plant whose samples lag the duty by two samples (the first after a change still
+    /// shows the old duty, the second the new), with a steady 4 % shortfall. Returns how
+    /// far the duty went past its final value in the direction of the step, and after
+    /// how many samples it stayed within 2 points.
+    fn lagged_step(gains: PiGains, from: f64, to: f64) -> (f64, usize) {
+        let mut pi = PiController::new(gains);
+        let mut duties = vec![pi.update(Time::ZERO, None, pct(from)).fraction(); 2];
+        let mut run = |duties: &mut Vec<f64>, target: f64| {
+            for _ in 0..40 {
+                let seen = Utilization::saturating_from_fraction(0.96 * duties[duties.len() - 2]);
+                duties.push(pi.update(Time::ZERO, Some(seen), pct(target)).fraction());
+            }
+        };
+        run(&mut duties, from);
+        let before = duties.len();
+        run(&mut duties, to);
+        let after = &duties[before..];
+        let goal = to / 100.0 / 0.96;
+        let past = if to > from {
+            after.iter().map(|d| d - goal).fold(0.0, f64::max)
+        } else {
+            after.iter().map(|d| goal - d).fold(0.0, f64::max)
+        };
+        let settled = after
+            .iter()
+            .rposition(|d| (0.96 * d - to / 100.0).abs() > 0.02)
+            .map_or(0, |i| i + 1);
+        (past, settled)
+    }
+
+    #[test]
+    fn a_step_of_target_does_not_integrate_the_samples_that_predate_it() {
+        for (from, to) in [(10.0, 25.0), (25.0, 50.0), (50.0, 75.0), (90.0, 10.0)] {
+            let (past, settled) = lagged_step(PiGains::default(), from, to);
+            assert!(past < 0.01, "{from}->{to}: {past} past the final duty");
+            assert!(
+                settled <= 3,
+                "{from}->{to}: settled after {settled} samples"
+            );
+        }
+    }
+
+    #[test]
+    fn without_the_hold_the_same_steps_overshoot() {
+        let eager = PiGains {
+            stale_samples: 0,
+            ..PiGains::default()
+        };
+        for (from, to) in [(10.0, 25.0), (25.0, 50.0), (50.0, 75.0)] {
+            let (past, _) = lagged_step(eager, from, to);
+            assert!(past > 0.03, "{from}->{to}: only {past} past the final duty");
+        }
     }
 }
