@@ -187,6 +187,18 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 }
 
 impl BenchSummary {
+    /// Whether the idle power is above some target's filling power: then it was read
+    /// while the GPU was still clocked up from earlier work (seen on the H200 after
+    /// other benchmarks: 127-169 W "idle" against 78-86 W on a rested GPU).
+    pub fn idle_power_suspect(&self) -> bool {
+        self.idle_power_w.is_some_and(|idle| {
+            self.targets
+                .iter()
+                .filter_map(|t| t.mean_power_w)
+                .any(|p| p < idle)
+        })
+    }
+
     /// Prints the table: one row per target, then the yield test.
     ///
     /// # Errors
@@ -225,6 +237,14 @@ impl BenchSummary {
                 opt(t.own_memory_mib, 0),
                 opt(t.mean_power_w, 0),
                 opt(extra, 0)
+            )?;
+        }
+        if self.idle_power_suspect() {
+            writeln!(
+                out,
+                "note: the idle power read above the power while filling: the GPU was still \
+                 clocked up from earlier work, so +idle_W is not meaningful (let it rest a \
+                 minute before the bench)"
             )?;
         }
         match (&self.yield_test, &self.yield_skipped) {
@@ -466,5 +486,36 @@ mod tests {
             ["50.0", "0.00", "0.00", "50.0", "2", "-", "120", "40"]
         );
         assert!(text.contains("yield test skipped: --no-yield"));
+        assert!(!summary.idle_power_suspect());
+        assert!(!text.contains("not meaningful"));
+    }
+
+    #[test]
+    fn an_idle_power_above_the_filling_power_is_flagged() {
+        let summary = BenchSummary {
+            gpu: "GPU".into(),
+            simulated: false,
+            seconds_per_target: 5.0,
+            tick_ms: 10,
+            idle_power_w: Some(127.0),
+            targets: vec![summarize_target(
+                &samples(0, &[50.0, 50.0]),
+                Time::ZERO,
+                Time::from_millis(1000),
+                pct(50.0),
+                &[(Time::ZERO, 123.0)],
+                None,
+            )],
+            yield_test: None,
+            yield_skipped: None,
+        };
+        assert!(summary.idle_power_suspect());
+        let mut out = Vec::new();
+        summary.write_table(&mut out).unwrap();
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .contains("+idle_W is not meaningful")
+        );
     }
 }
