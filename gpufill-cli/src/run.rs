@@ -113,7 +113,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
                 let _ = tx.send(Arc::clone(&new));
             }
         }
-        thread::sleep(Duration::from_millis(50));
+        // Reloads are rare and need no haste: a slow poll keeps this thread's wake-ups
+        // (and CPU) negligible beside the workers'.
+        thread::sleep(Duration::from_millis(200));
     }
     let total = workers.len();
     let mut failed = 0;
