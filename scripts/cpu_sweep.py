@@ -8,7 +8,7 @@ plus `--hold` s, and reports CPU % of a core per thread over the hold (from
 at 3 a second (scripts/churn.py's children) with `--grace 0.2`, as in churn.py, to see
 which thread pays for churn.
 
-    python3 scripts/cpu_sweep.py carry/gpufill [--hold 8]
+    python3 scripts/cpu_sweep.py carry/gpufill [--hold 8] [--configs 10/20,25/50] [--no-churn]
 
 Prints a table; writes $OUT/cpu_sweep.json.
 """
@@ -76,16 +76,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("gpufill")
     ap.add_argument("--hold", type=float, default=8.0)
+    ap.add_argument("--configs", default=",".join(f"{t}/{p}" for t, p in CONFIGS),
+                    help="tick_ms/period_ms pairs, comma-separated")
+    ap.add_argument("--no-churn", action="store_true")
     args = ap.parse_args()
+    configs = [tuple(int(x) for x in c.split("/")) for c in args.configs.split(",")]
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
-    rows = [measure(args.gpufill, h, t, p, args.hold) for t, p in CONFIGS]
+    rows = [measure(args.gpufill, h, t, p, args.hold) for t, p in configs]
     env = dict(os.environ)
 
     def children():
         churn.churn(args.hold, 3, env, 1, 3)
 
-    rows.append(measure(args.gpufill, h, 10, 20, args.hold, during=children, extra=["--grace", "0.2"]))
+    if not args.no_churn:
+        rows.append(measure(args.gpufill, h, 10, 20, args.hold, during=children,
+                            extra=["--grace", "0.2"]))
     print(f"{'tick':>5}{'period':>7}{'churn':>6}{'cpu%':>7}{'mae':>6}  threads (% of a core)")
     for r in rows:
         m = "-" if r["mae_nvml_util"] is None else f"{r['mae_nvml_util']:.2f}"
