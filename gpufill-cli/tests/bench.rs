@@ -1,34 +1,11 @@
 //! `gpufill bench` end to end on the simulated GPU: the table, bench.svg, bench.csv
 //! and bench.json; and its errors.
 
-use std::path::Path;
-
-use assert_cmd::Command;
 use predicates::str::contains;
 
-fn gpufill() -> Command {
-    Command::cargo_bin("gpufill").unwrap()
-}
+mod common;
 
-/// The CSV's rows: (t_s, target, util, duty, state).
-fn read_csv(path: &Path) -> Vec<(f64, f64, Option<f64>, f64, String)> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("t_s,target,util,duty,state"));
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 5, "{l}");
-            (
-                f[0].parse().unwrap(),
-                f[1].parse().unwrap(),
-                f[2].parse().ok(),
-                f[3].parse().unwrap(),
-                f[4].to_owned(),
-            )
-        })
-        .collect()
-}
+use common::{gpufill, read_csv};
 
 fn polyline_points(svg: &str, id: &str) -> usize {
     let doc = roxmltree::Document::parse(svg).expect("bench.svg is XML");
@@ -69,23 +46,23 @@ fn bench_on_the_simulated_gpu_writes_the_table_plot_csv_and_summary() {
 
     // The CSV: one row per 10 ms tick on one time axis, every target, a yield.
     let rows = read_csv(&out.join("bench.csv"));
-    let span = rows.last().unwrap().0 - rows[0].0;
+    let span = rows.last().unwrap().t - rows[0].t;
     assert_eq!(rows.len(), (span / 0.01).round() as usize + 1);
     // 5 targets x 5 s, then 2 s + 3 s foreign + 5 s grace + 2 s.
     assert!((span - 37.0).abs() < 0.5, "{span}");
-    assert!(rows.iter().any(|r| r.4 == "yielding"));
+    assert!(rows.iter().any(|r| r.state == "yielding"));
     // Each target 5 s of 10 ms ticks; the last one goes on through the yield test.
     for target in [10.0, 25.0, 50.0, 75.0] {
-        assert_eq!(rows.iter().filter(|r| r.1 == target).count(), 500);
+        assert_eq!(rows.iter().filter(|r| r.target == target).count(), 500);
     }
     assert_eq!(
-        rows.iter().filter(|r| r.1 == 90.0).count(),
+        rows.iter().filter(|r| r.target == 90.0).count(),
         rows.len() - 2000
     );
 
     // The plot: valid XML, one point per NVML sample in the CSV, a shaded yield window.
     let svg = std::fs::read_to_string(out.join("bench.svg")).unwrap();
-    let samples = rows.iter().filter(|r| r.2.is_some()).count();
+    let samples = rows.iter().filter(|r| r.util.is_some()).count();
     assert!(samples > 150, "{samples}");
     assert_eq!(polyline_points(&svg, "util"), samples);
     assert!(svg.contains(r#"class="shade""#));
@@ -127,7 +104,10 @@ fn bench_without_the_yield_test_says_it_was_skipped() {
     assert!(!svg.contains(r#"class="shade""#));
     let rows = read_csv(&dir.path().join("bench.csv"));
     assert_eq!(rows.len(), 200);
-    assert!(rows.iter().all(|r| r.1 == 40.0 && r.4 == "filling"));
+    assert!(
+        rows.iter()
+            .all(|r| r.target == 40.0 && r.state == "filling")
+    );
 }
 
 #[test]

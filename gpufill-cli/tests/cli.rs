@@ -2,38 +2,11 @@
 
 use std::path::Path;
 
-use assert_cmd::Command;
 use predicates::str::contains;
 
-fn gpufill() -> Command {
-    Command::cargo_bin("gpufill").unwrap()
-}
+mod common;
 
-struct Row {
-    t: f64,
-    target: f64,
-    util: Option<f64>,
-    duty: f64,
-    state: String,
-}
-
-fn read_csv(path: &Path) -> Vec<Row> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("t_s,target,util,duty,state"));
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            Row {
-                t: f[0].parse().unwrap(),
-                target: f[1].parse().unwrap(),
-                util: f[2].parse().ok(),
-                duty: f[3].parse().unwrap(),
-                state: f[4].to_string(),
-            }
-        })
-        .collect()
-}
+use common::{Row, gpufill, read_csv};
 
 /// Settle time and mean absolute error over the util changes (new samples) in `[from, to)`.
 fn judge(rows: &[Row], from: f64, to: f64) -> (f64, f64) {

@@ -1,12 +1,11 @@
 //! `gpufill simulate --metric sm` end to end: the table and the CSV show SM activity
 //! and width, and the loop holds the SM target.
 
-use assert_cmd::Command;
 use predicates::str::contains;
 
-fn gpufill() -> Command {
-    Command::cargo_bin("gpufill").unwrap()
-}
+mod common;
+
+use common::gpufill;
 
 #[test]
 fn simulate_with_the_sm_metric_holds_the_target_and_shows_the_width() {

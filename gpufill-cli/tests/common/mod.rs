@@ -1,0 +1,42 @@
+//! Helpers shared by the binary's end-to-end tests.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::Path;
+
+use assert_cmd::Command;
+
+/// The `gpufill` binary under test.
+pub fn gpufill() -> Command {
+    Command::cargo_bin("gpufill").unwrap()
+}
+
+/// One row of the `t_s,target,util,duty,state` CSV that `simulate --csv` and `bench` write.
+pub struct Row {
+    pub t: f64,
+    pub target: f64,
+    /// Empty in the file when no new sample arrived in that tick.
+    pub util: Option<f64>,
+    pub duty: f64,
+    pub state: String,
+}
+
+/// Reads such a CSV, checking its header and that every row has five fields.
+pub fn read_csv(path: &Path) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("t_s,target,util,duty,state"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 5, "{l}");
+            Row {
+                t: f[0].parse().unwrap(),
+                target: f[1].parse().unwrap(),
+                util: f[2].parse().ok(),
+                duty: f[3].parse().unwrap(),
+                state: f[4].to_string(),
+            }
+        })
+        .collect()
+}
