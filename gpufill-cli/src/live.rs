@@ -117,7 +117,11 @@ impl Live {
     /// Applies reloaded settings to `fill`: settings, yield policy, schedule, and the
     /// controller if its kind changed (else it keeps its state).
     pub fn apply<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, config: &Config) {
-        fill.set_settings(config.fill_settings());
+        // The shaping belongs to the opened GPU (its SM count, the probe's metric, the
+        // launcher's kernel): `metric` and `load.kernel` need a restart, so keep it.
+        let mut settings = config.fill_settings();
+        settings.shaping = fill.settings().shaping;
+        fill.set_settings(settings);
         fill.set_yield_settings(config.yield_settings_with(self.mps));
         self.schedule = config.schedule();
         let kind = config.controller_kind();
@@ -199,6 +203,26 @@ mod tests {
             YieldPolicy::new(config.yield_settings()),
             config.fill_settings(),
         )
+    }
+
+    #[test]
+    fn a_reload_keeps_the_shaping_of_the_opened_gpu() {
+        let config = Config {
+            metric: crate::config::MetricChoice::Sm,
+            ..Config::default()
+        };
+        let gpu = SimGpu::new(SimConfig::default());
+        let mut fill = sim_loop(&gpu, &config);
+        let shaping = config.metric.shaping(132, config.load.kernel);
+        let mut settings = *fill.settings();
+        settings.shaping = shaping;
+        fill.set_settings(settings);
+        let mut live = Live::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT));
+        let mut reloaded = config.clone();
+        reloaded.target_percent = 30.0;
+        live.apply(&mut fill, &reloaded);
+        assert_eq!(fill.settings().shaping, shaping);
+        assert_eq!(fill.settings().target.percent(), 30.0);
     }
 
     #[test]

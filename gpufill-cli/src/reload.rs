@@ -58,6 +58,16 @@ pub const RESTART_KEYS: &[RestartKey] = &[
         |o, n| n.probe.retry_max_s = o.probe.retry_max_s,
     ),
     (
+        "metric",
+        |a, b| a.metric != b.metric,
+        |o, n| n.metric = o.metric,
+    ),
+    (
+        "load.kernel",
+        |a, b| a.load.kernel != b.load.kernel,
+        |o, n| n.load.kernel = o.load.kernel,
+    ),
+    (
         "metrics.listen",
         |a, b| a.metrics.listen != b.metrics.listen,
         |o, n| n.metrics.listen = o.metrics.listen.clone(),
@@ -184,6 +194,8 @@ mod tests {
         new.gpus = GpuSelector::parse_flag("0").unwrap();
         new.metrics.listen = "127.0.0.1:9401".into();
         new.probe.retry_max_s = 60.0;
+        new.metric = crate::config::MetricChoice::Sm;
+        new.load.kernel = crate::config::KernelChoice::Spin;
         let (applied, kept) = diff(&old, new);
         assert_eq!(
             kept,
@@ -192,9 +204,13 @@ mod tests {
                 "tick_ms",
                 "load.period_ms",
                 "probe.retry_max_s",
+                "metric",
+                "load.kernel",
                 "metrics.listen"
             ]
         );
+        assert_eq!(applied.metric, crate::config::MetricChoice::Util);
+        assert_eq!(applied.load.kernel, crate::config::KernelChoice::Sleep);
         assert_eq!(applied.probe.retry_max_s, 300.0);
         assert_eq!(applied.tick_ms, 10);
         assert_eq!(applied.load.period_ms, 20);
