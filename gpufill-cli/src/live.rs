@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use gpufill_core::{
-    Clock, Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, State, Tick, Time,
-    TimeOfDay, Utilization,
+    Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, Tick, Time, TimeOfDay,
+    Utilization,
 };
 use tracing::{debug, info};
 
@@ -25,33 +25,6 @@ pub enum DayClock {
     Local,
     /// Virtual: this time of day at loop time zero (`simulate --start-time`).
     StartingAt(TimeOfDay),
-}
-
-/// Like [`FillLoop::run`], with `live`'s extras around each step: runs ticks every
-/// `period` on `clock` until `keep_going` returns false or the loop stops, then leaves
-/// the device idle. `device` reads memory and power for metrics (at most once a second,
-/// and only with an endpoint). Returns the last tick.
-pub fn drive<P: Probe, L: LoadSource, K: Clock>(
-    fill: &mut Loop<P, L>,
-    clock: &K,
-    period: Duration,
-    live: &mut Live,
-    device: impl Fn(&P) -> DeviceReadings,
-    mut keep_going: impl FnMut(&Tick) -> bool,
-) -> Tick {
-    let mut next = clock.now();
-    loop {
-        live.before_step(fill, clock.now());
-        let tick = fill.step(clock.now());
-        live.after_step(&tick, || device(fill.probe()));
-        if tick.state == State::Stopped || !keep_going(&tick) {
-            // Best effort: a failed idle on a lost device has nothing left to stop.
-            let _ = fill.idle(clock.now());
-            return tick;
-        }
-        next += period;
-        clock.sleep_until(next);
-    }
 }
 
 /// Device readings for metrics (own memory, board power), refreshed at most once a second.
@@ -132,6 +105,21 @@ impl Live {
         debug!(target = config.target_percent, "new settings applied");
     }
 
+    /// One step of `fill` at `now` with the extras around it: reloaded settings and the
+    /// scheduled target before, metrics after (`device` reads memory and power, called at
+    /// most once a second and only with an endpoint).
+    pub fn step<P: Probe, L: LoadSource>(
+        &mut self,
+        fill: &mut Loop<P, L>,
+        now: Time,
+        device: impl FnOnce(&P) -> DeviceReadings,
+    ) -> Tick {
+        self.before_step(fill, now);
+        let tick = fill.step(now);
+        self.after_step(&tick, || device(fill.probe()));
+        tick
+    }
+
     /// Before a step at `now`: any reloaded settings, then the scheduled target.
     pub fn before_step<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, now: Time) {
         let latest = self.updates.as_ref().and_then(|r| r.try_iter().last());
@@ -190,7 +178,29 @@ mod tests {
     use super::*;
     use crate::metrics::{GpuLabels, Registry};
     use gpufill_core::sim::{SimConfig, SimGpu};
-    use gpufill_core::{VirtualClock, YieldPolicy};
+    use gpufill_core::{Clock, State, VirtualClock, YieldPolicy};
+
+    /// `FillLoop::run` with `live`'s extras: ticks every `period` until `keep_going`
+    /// returns false, then leaves the device idle. Returns the last tick.
+    fn drive<P: Probe, L: LoadSource, K: Clock>(
+        fill: &mut Loop<P, L>,
+        clock: &K,
+        period: Duration,
+        live: &mut Live,
+        device: impl Fn(&P) -> DeviceReadings,
+        mut keep_going: impl FnMut(&Tick) -> bool,
+    ) -> Tick {
+        let mut next = clock.now();
+        loop {
+            let tick = live.step(fill, clock.now(), &device);
+            if tick.state == State::Stopped || !keep_going(&tick) {
+                let _ = fill.idle(clock.now());
+                return tick;
+            }
+            next += period;
+            clock.sleep_until(next);
+        }
+    }
 
     fn sim_loop(
         gpu: &SimGpu,

@@ -20,7 +20,7 @@ use tracing::{debug, error, info, info_span, trace, warn};
 use crate::cli::RunArgs;
 use crate::config::{Config, GpuSelector, MetricChoice};
 use crate::faultlog::FaultLog;
-use crate::live::{DayClock, DeviceReadings, Live};
+use crate::live::{DayClock, Live};
 use crate::metrics::{self, GpuLabels};
 use crate::reload::Reloader;
 
@@ -216,7 +216,7 @@ fn worker(
     let last = supervisor.run_with(
         &clock,
         config.tick(),
-        |fill, now| step(fill, now, &mut live.borrow_mut(), device),
+        |fill, now| live.borrow_mut().step(fill, now, device),
         |step| {
             log_tick(&step.tick, &mut faults);
             faults.log(step);
@@ -238,20 +238,6 @@ fn worker(
         bail!("stopped filling: the GPU failed and was not reopened (see the log above)");
     }
     Ok(())
-}
-
-/// One step with `live`'s extras around it (schedule, reload, metrics), as
-/// `live::drive` does for a loop without a supervisor.
-fn step(
-    fill: &mut RealLoop,
-    now: Time,
-    live: &mut Live,
-    device: impl Fn(&MetricProbe) -> DeviceReadings,
-) -> Tick {
-    live.before_step(fill, now);
-    let tick = fill.step(now);
-    live.after_step(&tick, || device(fill.probe()));
-    tick
 }
 
 /// The load source `run` and `bench` fill with: the CUDA launcher, reopened on resume
