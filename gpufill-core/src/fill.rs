@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
-use crate::policy::{Decision, YieldPolicy, YieldSettings};
+use crate::policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 
 use crate::shaper::{Shaper, Shaping};
 use crate::time::{Clock, Time};
@@ -165,12 +165,15 @@ pub struct FillLoop<P, L, C> {
     yielding_list: Option<(Time, Vec<ProcessInfo>)>,
 }
 
-/// How often the process list is read while yielding. Filling needs it every tick (a
-/// newcomer must be seen before its first kernel); yielding launches nothing, so only
-/// the return to filling waits, by at most this much. Reading the list is an NVML call
-/// whose CPU cost grows while other processes create and destroy contexts (H200:
-/// 15.6 % of a core for the loop thread beside 3 new CUDA processes a second, polling
-/// every 10 ms while yielding).
+/// How often the process list is read while yielding to a process that is still
+/// listed. Filling needs it every tick (a newcomer must be seen before its first kernel);
+/// yielding in `presence` mode to a listed process launches nothing whatever else
+/// arrives, so a list read less than this ago is reused until one shows no such process;
+/// from then on (the grace, the return to filling) it is read every tick again, so no
+/// decision to fill rests on a reused list. Reading the list is an NVML call whose CPU
+/// cost grows while other processes create and destroy contexts (H200: 15.6 % of a core
+/// for the loop thread beside 3 new CUDA processes a second, polling every 10 ms while
+/// yielding).
 pub const YIELDING_POLL: Duration = Duration::from_millis(100);
 
 struct Measured {
@@ -374,21 +377,25 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         })
     }
 
-    /// The foreign processes: read every tick, except while yielding, when a list read
-    /// less than [`YIELDING_POLL`] ago is reused.
+    /// The foreign processes: read every tick, except while yielding in `presence` mode to
+    /// a process listed in a read less than [`YIELDING_POLL`] ago, which is then reused
+    /// (the decision is to yield either way).
     fn processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, (ErrorKind, String)> {
-        if self.state == Some(State::Yielding) {
-            if let Some((read, list)) = &mut self.yielding_list
-                && now.saturating_since(*read) < YIELDING_POLL
-            {
-                return Ok(std::mem::take(list));
-            }
-            let list = self.probe.foreign_processes(now).map_err(classify)?;
-            self.yielding_list = Some((now, Vec::new()));
-            return Ok(list);
+        let reusable = self.state == Some(State::Yielding)
+            && self.policy.settings().mode == YieldMode::Presence;
+        if !reusable {
+            self.yielding_list = None;
+            return self.probe.foreign_processes(now).map_err(classify);
         }
-        self.yielding_list = None;
-        self.probe.foreign_processes(now).map_err(classify)
+        if let Some((read, list)) = &mut self.yielding_list
+            && now.saturating_since(*read) < YIELDING_POLL
+            && self.policy.counts_any(list)
+        {
+            return Ok(std::mem::take(list));
+        }
+        let list = self.probe.foreign_processes(now).map_err(classify)?;
+        self.yielding_list = Some((now, Vec::new()));
+        Ok(list)
     }
 
     fn decide(&mut self, now: Time, measured: &Measured, tick: &mut Tick) -> (State, Load) {

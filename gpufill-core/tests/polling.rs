@@ -1,5 +1,6 @@
 //! How often the fill loop reads the process list: every tick while filling (a newcomer
-//! must be seen before its first kernel), every `YIELDING_POLL` while yielding.
+//! must be seen before its first kernel), every `YIELDING_POLL` while yielding to a listed
+//! process, every tick again during the grace.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -12,9 +13,14 @@ use gpufill_core::{
     Utilization, YieldPolicy, YieldSettings,
 };
 
-/// One foreign process listed from 1 s to 3 s; records when the list was read.
+/// One foreign process listed while `listed(now)`; records when the list was read.
 struct CountingProbe {
     reads: Rc<RefCell<Vec<Time>>>,
+    listed: fn(Time) -> bool,
+}
+
+fn one_to_three_s(now: Time) -> bool {
+    now >= Time::from_secs_f64(1.0) && now < Time::from_secs_f64(3.0)
 }
 
 impl Probe for CountingProbe {
@@ -24,8 +30,7 @@ impl Probe for CountingProbe {
     }
     fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Infallible> {
         self.reads.borrow_mut().push(now);
-        let listed = now >= Time::from_secs_f64(1.0) && now < Time::from_secs_f64(3.0);
-        Ok(if listed {
+        Ok(if (self.listed)(now) {
             vec![ProcessInfo {
                 pid: 42,
                 ..ProcessInfo::default()
@@ -50,6 +55,7 @@ fn the_list_is_read_every_tick_while_filling_and_every_100_ms_while_yielding() {
     let reads = Rc::new(RefCell::new(Vec::new()));
     let probe = CountingProbe {
         reads: Rc::clone(&reads),
+        listed: one_to_three_s,
     };
     let settings = YieldSettings {
         grace: Duration::from_secs(1),
@@ -80,18 +86,54 @@ fn the_list_is_read_every_tick_while_filling_and_every_100_ms_while_yielding() {
     assert_eq!(between(0.0, 1.0), 100);
     let first_yield = states.iter().find(|(_, s)| *s == State::Yielding).unwrap();
     assert_eq!(first_yield.0, Time::from_secs_f64(1.0));
-    // Yielding (1 s to the end of the grace at 4 s): one read per 100 ms, 28 in 2.8 s.
-    assert!(between(1.1, 3.9) <= 28 + 1, "{} reads", between(1.1, 3.9));
-    assert!(between(1.1, 3.9) >= 28 - 1, "{} reads", between(1.1, 3.9));
-    // Back to filling at most one poll after the grace ends (3 s + 1 s).
+    // Yielding while it is listed (1 s to 3 s): one read per 100 ms, 19 in 1.1-3.0 s.
+    let listed = between(1.1, 3.0);
+    assert!((18..=20).contains(&listed), "{listed} reads while listed");
+    // The grace (3 s to 4 s): every tick again, so the return to filling rests on fresh
+    // reads.
+    assert!(
+        between(3.1, 3.9) >= 79,
+        "{} reads in the grace",
+        between(3.1, 3.9)
+    );
+    // Back to filling one grace after the last tick that saw it (at most one poll late).
     let resumed = states
         .iter()
         .find(|(t, s)| *t > Time::from_secs_f64(3.0) && *s == State::Filling)
         .unwrap();
-    assert!(resumed.0 >= Time::from_secs_f64(4.0), "{resumed:?}");
+    assert!(resumed.0 >= Time::from_secs_f64(3.99), "{resumed:?}");
     assert!(
         resumed.0 <= Time::from_secs_f64(4.0) + YIELDING_POLL,
         "{resumed:?}"
     );
     assert_eq!(between(4.5, 5.5), 100);
+}
+
+#[test]
+fn a_process_back_at_the_end_of_the_grace_is_seen_before_filling() {
+    // Found by the property test: listed at 0 ms, gone at 11 ms, back at 21 ms, grace
+    // 21 ms. A list reused from 11 ms would have shown none at 21 ms and filled.
+    fn gone_between_10_and_20_ms(now: Time) -> bool {
+        !(Time::from_millis(10)..Time::from_millis(20)).contains(&now)
+    }
+    let probe = CountingProbe {
+        reads: Rc::new(RefCell::new(Vec::new())),
+        listed: gone_between_10_and_20_ms,
+    };
+    let settings = YieldSettings {
+        grace: Duration::from_millis(21),
+        ..YieldSettings::default()
+    };
+    let mut fill = FillLoop::new(
+        probe,
+        NoLoad,
+        ControllerKind::Window.build(),
+        YieldPolicy::new(settings),
+        FillSettings::default(),
+    );
+    for ms in [0, 11, 21, 31, 200] {
+        let tick = fill.step(Time::from_millis(ms));
+        assert_eq!(tick.state, State::Yielding, "at {ms} ms: {tick:?}");
+        assert!(tick.duty.is_zero(), "at {ms} ms: {tick:?}");
+    }
 }
