@@ -41,10 +41,27 @@ def samples_since(h, last_ts):
     return [(x.timeStamp / 1e6, x.sampleValue.uiVal) for x in s if x.timeStamp > last_ts]
 
 
+def task_cpu_seconds(task):
+    """CPU seconds of one thread, `task` being e.g. "123/task/125": its run time from
+    schedstat (nanoseconds), else utime+stime from stat (clock ticks of 10 ms)."""
+    try:
+        with open(f"/proc/{task}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        with open(f"/proc/{task}/stat") as f:
+            parts = f.read().rsplit(")", 1)[1].split()
+        return (int(parts[11]) + int(parts[12])) / CLK
+
+
 def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        parts = f.read().rsplit(")", 1)[1].split()
-    return (int(parts[11]) + int(parts[12])) / CLK
+    """CPU seconds of process `pid`: the sum over its live threads (see task_cpu_seconds)."""
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += task_cpu_seconds(f"{pid}/task/{tid}")
+        except OSError:
+            pass
+    return total
 
 
 def proc_mem_mib(h, pid):

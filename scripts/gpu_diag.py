@@ -4,7 +4,9 @@ against NVML's sample buffer. Usage: python3 scripts/gpu_diag.py carry/gpufill S
 import os, re, subprocess, sys, time, threading
 import pynvml as N
 
-CLK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_bench import task_cpu_seconds  # noqa: E402
+
 
 
 def threads(pid):
@@ -12,8 +14,7 @@ def threads(pid):
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             comm = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
-            st = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-            out[f"{comm}/{tid}"] = (int(st[11]) + int(st[12])) / CLK
+            out[f"{comm}/{tid}"] = task_cpu_seconds(f"{pid}/task/{tid}")
         except OSError:
             pass
     return out

@@ -14,7 +14,7 @@ import time
 import pynvml as N
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_bench import cpu_seconds, samples_since  # noqa: E402,F401
+from gpu_bench import cpu_seconds, samples_since, task_cpu_seconds  # noqa: E402,F401
 
 CHILD_PTX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "spin.ptx")
 
@@ -70,7 +70,7 @@ class Gpufill:
             try:
                 with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
                     name = f.read().strip()
-                out[name] = out.get(name, 0.0) + cpu_seconds(f"{self.pid}/task/{tid}")
+                out[name] = out.get(name, 0.0) + task_cpu_seconds(f"{self.pid}/task/{tid}")
             except OSError:
                 pass
         return out

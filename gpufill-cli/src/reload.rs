@@ -212,7 +212,7 @@ mod tests {
         assert_eq!(applied.metric, crate::config::MetricChoice::Util);
         assert_eq!(applied.load.kernel, crate::config::KernelChoice::Sleep);
         assert_eq!(applied.probe.retry_max_s, 300.0);
-        assert_eq!(applied.tick_ms, 10);
+        assert_eq!(applied.tick_ms, 20);
         assert_eq!(applied.load.period_ms, 20);
         assert_eq!(applied.gpus, GpuSelector::All);
         assert_eq!(applied.metrics.listen, "");

@@ -175,7 +175,11 @@ fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
     let port = g.metrics_port();
     scrape_until(port, "target 40", |t| target(t) == Some(40.0));
 
-    std::fs::write(&file, "target_percent = 70\ntick_ms = 50\n").unwrap();
+    std::fs::write(
+        &file,
+        "target_percent = 70\ntick_ms = 40\n[load]\nperiod_ms = 40\n",
+    )
+    .unwrap();
     g.signal("HUP");
     scrape_until(port, "target 70 after SIGHUP", |t| target(t) == Some(70.0));
     g.wait_for_line("config reloaded");

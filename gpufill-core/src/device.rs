@@ -86,6 +86,20 @@ pub trait LoadSource {
     /// A classified device error.
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error>;
 
+    /// Does, in the caller's thread, the work that is due at `now` with the load in
+    /// force: a source that launches from the loop's own thread (the CUDA launcher)
+    /// launches the burst of a period that has begun. The loop calls it at every step
+    /// right after reading the process list and applying the load, so no work starts on
+    /// a decision older than that step. The default does nothing (a source that runs
+    /// by itself, like the simulated GPU).
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn launch_due(&mut self, now: Time) -> Result<(), Self::Error> {
+        let _ = now;
+        Ok(())
+    }
+
     /// Frees what the source holds on the device while idle (for CUDA, the context), so
     /// that a yielding gpufill holds no GPU memory; the next non-idle `set_load` takes
     /// it again. Called only while the load is idle. The default keeps everything.
@@ -104,6 +118,8 @@ pub trait LoadSource {
 pub struct Reopening<L, F> {
     open: F,
     current: Option<L>,
+    /// The load last asked for, given to a source opened to replace a failed one.
+    load: Load,
 }
 
 impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
@@ -112,6 +128,7 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
         Reopening {
             open,
             current: Some(first),
+            load: Load::IDLE,
         }
     }
 
@@ -128,6 +145,7 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
     /// dropped and replaced by a fresh one, once per call; if the fresh one fails too,
     /// its error is returned (the loop stops, and its supervisor retries later).
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
+        self.load = load;
         let source = match &mut self.current {
             Some(source) => source,
             // Released and asked for nothing: stay released.
@@ -142,6 +160,24 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
                     return Ok(());
                 }
                 self.current.insert((self.open)()?).set_load(now, load)
+            }
+            other => other,
+        }
+    }
+
+    /// A source whose launch fails for good is replaced like in `set_load`: dropped, and
+    /// a fresh one opened with the load in force (it launches from the next step).
+    fn launch_due(&mut self, now: Time) -> Result<(), Self::Error> {
+        let Some(source) = &mut self.current else {
+            return Ok(());
+        };
+        match source.launch_due(now) {
+            Err(e) if e.kind() != ErrorKind::Transient => {
+                self.current = None;
+                if self.load.is_idle() {
+                    return Ok(());
+                }
+                self.current.insert((self.open)()?).set_load(now, self.load)
             }
             other => other,
         }
@@ -173,6 +209,9 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     type Error = L::Error;
     fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
         (**self).set_load(now, load)
+    }
+    fn launch_due(&mut self, now: Time) -> Result<(), Self::Error> {
+        (**self).launch_due(now)
     }
     fn release(&mut self, now: Time) -> Result<(), Self::Error> {
         (**self).release(now)

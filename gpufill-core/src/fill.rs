@@ -9,7 +9,10 @@
 //! 4. only while filling, run the controller on a new sample, skipping the first sample
 //!    after idling (its window still holds idle time);
 //! 5. apply the load if it changed;
-//! 6. after yielding for `release_after` (when set), release the load source, so a
+//! 6. let the load source launch what is due ([`LoadSource::launch_due`]): a launcher
+//!    driven from this thread starts a burst only here, microseconds after the process
+//!    list was read, so it never starts one on a stale list;
+//! 7. after yielding for `release_after` (when set), release the load source, so a
 //!    yielding gpufill holds no GPU memory.
 
 use std::time::Duration;
@@ -299,8 +302,22 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         self.state = Some(state);
         self.apply(now, desired, &mut tick);
+        self.launch_due(now, &mut tick);
         self.release_if_idle_long(now, &mut tick);
         tick
+    }
+
+    fn launch_due(&mut self, now: Time, tick: &mut Tick) {
+        if tick.state == State::Stopped {
+            return;
+        }
+        match self.load.launch_due(now) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Transient => tick.events.push(Event::LoadFault {
+                message: e.to_string(),
+            }),
+            Err(e) => self.stop(now, e.kind(), e.to_string(), tick),
+        }
     }
 
     fn release_if_idle_long(&mut self, now: Time, tick: &mut Tick) {

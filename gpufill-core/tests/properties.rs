@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use gpufill_core::{
     Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings, Load,
-    LoadSource, Probe, ProcessInfo, Shaping, SmShaping, Time, Utilization, Width, YieldMode,
+    LoadSource, Probe, ProcessInfo, Shaping, SmShaping, State, Time, Utilization, Width, YieldMode,
     YieldPolicy, YieldSettings,
 };
 use proptest::prelude::*;
@@ -99,16 +99,26 @@ impl Probe for ScriptProbe {
 struct RecordingLoad {
     now: Rc<RefCell<Step>>,
     applied: Rc<RefCell<Vec<Load>>>,
+    in_force: Load,
+    /// The load in force at each `launch_due`.
+    launched: Rc<RefCell<Vec<Load>>>,
 }
 
 impl LoadSource for RecordingLoad {
     type Error = Scripted;
     fn set_load(&mut self, _: Time, load: Load) -> Result<(), Scripted> {
         self.applied.borrow_mut().push(load);
-        self.now
-            .borrow()
-            .load_fault
-            .map_or(Ok(()), |kind| Err(Scripted(kind)))
+        match self.now.borrow().load_fault {
+            Some(kind) => Err(Scripted(kind)),
+            None => {
+                self.in_force = load;
+                Ok(())
+            }
+        }
+    }
+    fn launch_due(&mut self, _: Time) -> Result<(), Scripted> {
+        self.launched.borrow_mut().push(self.in_force);
+        Ok(())
     }
 }
 
@@ -178,19 +188,36 @@ proptest! {
         let now_step = Rc::new(RefCell::new(steps[0].clone()));
         let applied = Rc::new(RefCell::new(Vec::new()));
         let probe = ScriptProbe { now: Rc::clone(&now_step) };
-        let load = RecordingLoad { now: Rc::clone(&now_step), applied: Rc::clone(&applied) };
+        let launched = Rc::new(RefCell::new(Vec::new()));
+        let load = RecordingLoad {
+            now: Rc::clone(&now_step),
+            applied: Rc::clone(&applied),
+            in_force: Load::IDLE,
+            launched: Rc::clone(&launched),
+        };
         let mut fill = FillLoop::new(probe, load, kind.build(), YieldPolicy::new(yielding), settings);
         let mut now = Time::ZERO;
         for s in steps {
             now += Duration::from_millis(s.dt_ms);
             *now_step.borrow_mut() = s.clone();
+            let launches_before = launched.borrow().len();
             let tick = fill.step(now);
+            let launches: Vec<Load> = launched.borrow()[launches_before..].to_vec();
+            // A stopped loop launches nothing; any other step lets the source launch once,
+            // with the load the tick reports.
+            if tick.state == State::Stopped {
+                prop_assert!(launches.is_empty(), "{tick:?}: {launches:?}");
+            } else {
+                prop_assert_eq!(launches.len(), 1, "{:?}", tick);
+                prop_assert_eq!(launches[0].duty, tick.duty);
+            }
             prop_assert!(tick.duty.fraction() <= settings.max_duty.fraction() + 1e-12, "{tick:?}");
             prop_assert!((0.0..=1.0).contains(&tick.duty.fraction()));
             // A transient failure to apply the idle load keeps the old one for a tick
             // (it is retried next tick): the property holds whenever the load applies.
             if s.foreign && mode == YieldMode::Presence && s.fault.is_none() && s.load_fault.is_none() {
                 prop_assert!(tick.duty.is_zero(), "{tick:?}");
+                prop_assert!(launches.iter().all(|l| l.is_idle()), "{launches:?}");
             }
         }
         for l in applied.borrow().iter() {

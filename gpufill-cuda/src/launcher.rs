@@ -1,34 +1,36 @@
-//! [`CudaLoad`]: a launcher thread per GPU that turns a [`Load`] into bursts of spin
-//! kernels, one burst per period.
+//! [`CudaLoad`]: turns a [`Load`] into bursts of spin kernels, one burst per period,
+//! launched from the caller's thread at [`LoadSource::launch_due`].
 
-use std::mem::MaybeUninit;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use gpufill_core::{Clock, DeviceError, Duty, ErrorKind, Load, LoadSource, SystemClock, Time};
+use gpufill_core::{Clock, DeviceError, ErrorKind, Load, LoadSource, SystemClock, Time};
 
 use crate::CudaError;
 use crate::device::handle;
-use crate::plan::{Burst, backoff, next_period, plan_burst};
+use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
 
 /// Threads per block: one warp, the least a kernel can occupy.
 const BLOCK_THREADS: u32 = 32;
-/// First wait before polling a late burst again (see [`backoff`]).
+/// First wait before polling queued work again while draining (see [`backoff`]).
 const FIRST_POLL: Duration = Duration::from_micros(50);
-/// Longest wait between polls of a late burst.
+/// Longest wait between polls while draining.
 const MAX_POLL: Duration = Duration::from_millis(1);
+/// How long dropping a [`CudaLoad`] waits for its queued kernels (at most one period
+/// is ever queued) before it releases the context anyway.
+const DRAIN_ON_DROP: Duration = Duration::from_secs(2);
 
 /// How the launcher shapes the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LauncherSettings {
     /// One burst per period. 20 ms divides NVML's 200 ms window (H200) into exactly 10
     /// bursts, so every window sees the same on-time and the reading does not jitter.
+    /// The caller's ticks should divide it (see [`Pacer`]).
     pub period: Duration,
     /// The longest single kernel. A stop waits for what is queued, so this and the
     /// period bound how long another process can find the GPU busy with our work.
@@ -72,13 +74,6 @@ impl LauncherSettings {
         }
         Ok(())
     }
-
-    /// How late a previous burst may finish before this period is skipped: a tenth of
-    /// the period. A burst at full duty ends microseconds after the next period starts
-    /// and is waited for; one slowed by another process's time slices is not.
-    fn late_slack(&self) -> Duration {
-        self.period / 10
-    }
 }
 
 /// Counters for benchmarks and tests.
@@ -88,8 +83,8 @@ pub struct LaunchStats {
     pub kernels_launched: u64,
     /// Periods in which kernels were submitted.
     pub bursts: u64,
-    /// Periods with a duty that launched nothing because the previous burst was still
-    /// running (or the thread woke too late for them).
+    /// Periods that launched nothing though the duty asked for work: the previous burst
+    /// was still running past its plan, or no call came in the whole period.
     pub skipped_periods: u64,
 }
 
@@ -102,52 +97,39 @@ pub struct MemoryInfo {
     pub total_bytes: u64,
 }
 
-/// The load source for one GPU: a spin kernel launched by a thread of its own.
+/// The load source for one GPU: spin kernels launched from the caller's thread.
 ///
-/// [`LoadSource::set_load`] only hands the new load to the thread and returns at once.
-/// Dropping it stops the thread, waits for our queued kernels and releases the context.
+/// [`LoadSource::set_load`] records the load; [`LoadSource::launch_due`], called by the
+/// fill loop at every tick right after it read the process list, launches the burst of
+/// a period that has begun. Nothing runs between calls: there is no thread of ours, so
+/// no kernel can start on a decision older than the tick. Dropping it waits for our
+/// queued kernels and releases the context.
 pub struct CudaLoad {
     ordinal: usize,
     settings: LauncherSettings,
     stack_limit: usize,
-    shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
-    // Declared last: dropped after the thread has been joined in `Drop::drop`.
-    ctx: Arc<CudaContext>,
-}
-
-/// What the caller and the launcher thread share.
-struct Shared {
-    state: Mutex<State>,
-    /// Wakes the launcher: a new load, or stop.
-    wake: Condvar,
-    /// Wakes callers of `quiesce`: drained, or exited.
-    drained: Condvar,
-}
-
-struct State {
+    clock: SystemClock,
     load: Load,
-    stop: bool,
-    /// No kernel of ours is queued or running.
-    drained: bool,
-    /// The thread has left its loop.
-    exited: bool,
-    last_error: Option<CudaError>,
-    /// The error that ended the thread, returned by every later `set_load`.
-    fatal: Option<CudaError>,
+    pacer: Pacer,
+    /// Kernels were launched since the event last showed them all finished.
+    pending: bool,
+    /// Periods skipped because the previous burst ran past its plan.
+    skipped: u64,
     stats: LaunchStats,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+    /// The error that broke the context; every later call returns it.
+    broken: Option<CudaError>,
+    // Dropped in this order, after the drain in `Drop::drop`: the event, the function
+    // (and its module), the stream, then our hold on the context.
+    event: CudaEvent,
+    func: CudaFunction,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
 }
 
 impl CudaLoad {
     /// Opens GPU `ordinal`: retains its primary context with blocking sync, sets the
-    /// stack limit to 0, loads the spin kernel and starts the launcher thread
-    /// (`gpufill-launch-{ordinal}`), idle until the first [`LoadSource::set_load`].
+    /// stack limit to 0, loads the spin kernel, and creates our stream and event. Idle
+    /// until the first [`LoadSource::set_load`].
     ///
     /// # Errors
     /// [`CudaError::NoDriver`] without a driver (checked first: no panic), invalid
@@ -163,27 +145,50 @@ impl CudaLoad {
         // no slices (no device allocations at all), so there is nothing to track, and
         // leaving it on would make stream creation synchronize the context.
         unsafe { ctx.disable_event_tracking() };
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                load: Load::IDLE,
-                stop: false,
-                drained: true,
-                exited: false,
-                last_error: None,
-                fatal: None,
-                stats: LaunchStats::default(),
-            }),
-            wake: Condvar::new(),
-            drained: Condvar::new(),
-        });
-        let thread = spawn(ordinal, settings, ctx.clone(), shared.clone())?;
+        ctx.bind_to_thread()
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
+        let module = ctx
+            .load_module(Ptx::from_src(SPIN_PTX))
+            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
+        let func = module
+            .load_function(settings.kernel.entry())
+            .map_err(|e| CudaError::driver("cuModuleGetFunction", e))?;
+        if let Ok(local @ 1..) = func.local_size_bytes() {
+            tracing::warn!(
+                local,
+                "spin kernel uses local memory: the stack limit will grow"
+            );
+        }
+        let stream = if settings.own_stream {
+            // Lower numbers are higher priorities; `least` is the lowest (0, the
+            // default). Priorities order work inside our context only.
+            let (least, _greatest) = result::stream::get_priority_range()
+                .map_err(|e| CudaError::driver("cuCtxGetStreamPriorityRange", e))?;
+            ctx.new_stream_with_priority(least)
+                .map_err(|e| CudaError::driver("cuStreamCreateWithPriority", e))?
+        } else {
+            ctx.default_stream()
+        };
+        // Timing off, and no blocking sync: we only ever query it, never wait on it,
+        // so completing it needs no interrupt and wakes no driver thread.
+        let event = ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
         tracing::info!(gpu = ordinal, stack_limit, ?settings, "opened");
         Ok(CudaLoad {
             ordinal,
             settings,
             stack_limit,
-            shared,
-            thread: Some(thread),
+            clock: SystemClock::new(),
+            load: Load::IDLE,
+            pacer: Pacer::new(settings.period),
+            pending: false,
+            skipped: 0,
+            stats: LaunchStats::default(),
+            broken: None,
+            event,
+            func,
+            stream,
             ctx,
         })
     }
@@ -206,7 +211,10 @@ impl CudaLoad {
 
     /// Counters since opening.
     pub fn stats(&self) -> LaunchStats {
-        self.shared.lock().stats
+        LaunchStats {
+            skipped_periods: self.skipped + self.pacer.missed(),
+            ..self.stats
+        }
     }
 
     /// Free and total device memory, seen from our context.
@@ -224,72 +232,161 @@ impl CudaLoad {
         })
     }
 
-    /// Stops launching (the load becomes idle) and waits until no kernel of ours is
-    /// queued or running, for at most `timeout`. Returns whether the GPU is free of our
-    /// work. At most one period of kernels is ever queued, so this takes at most the
-    /// on-time of one burst (18 ms at duty 0.9 with the defaults).
+    /// Waits until no kernel of ours is queued or running, for at most `timeout`,
+    /// polling (the event has no blocking sync). Returns whether the GPU is free of our
+    /// work. Kernels start only in [`LoadSource::launch_due`] and at most one period
+    /// of them is ever queued, so this takes at most the on-time of one burst (18 ms at
+    /// duty 0.9 with the defaults).
     pub fn quiesce(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut state = self.shared.lock();
-        state.load.duty = Duty::ZERO;
-        self.shared.wake.notify_all();
-        while !(state.drained || state.exited) {
+        let mut attempt = 0;
+        loop {
+            match self.event.try_is_complete() {
+                Ok(true) => return true,
+                Ok(false) => {}
+                // A broken context runs nothing any more.
+                Err(_) => return true,
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
             }
-            state = self
-                .shared
-                .drained
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            std::thread::sleep(backoff(FIRST_POLL, MAX_POLL, attempt).min(left));
+            attempt = attempt.saturating_add(1);
         }
-        true
+    }
+
+    /// Launches `burst` as back-to-back kernels of `width` one-warp blocks and records
+    /// the event after them.
+    fn launch(&mut self, burst: Burst, width: u32) -> Result<(), CudaError> {
+        let cfg = LaunchConfig {
+            grid_dim: (width, 1, 1),
+            block_dim: (BLOCK_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
+        let mut outcome = Ok(());
+        let mut launched = 0u32;
+        for _ in 0..burst.count {
+            // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked
+            // by the ptx tests) and `ns` is a u64 that lives until `launch` returns, which
+            // copies it. The kernel touches no memory, so no argument can be misused.
+            let result = unsafe { self.stream.launch_builder(&self.func).arg(&ns).launch(cfg) };
+            if let Err(e) = result {
+                outcome = Err(CudaError::driver("cuLaunchKernel", e));
+                break;
+            }
+            launched += 1;
+        }
+        if launched > 0 {
+            self.pending = true;
+            self.stats.kernels_launched += u64::from(launched);
+            self.stats.bursts += 1;
+            let recorded = self
+                .event
+                .record(&self.stream)
+                .map_err(|e| CudaError::driver("cuEventRecord", e));
+            outcome = outcome.and(recorded);
+        }
+        tracing::trace!(
+            kernels = launched,
+            kernel_us = burst.kernel.as_micros() as u64,
+            "burst"
+        );
+        outcome
+    }
+
+    /// Whether the work launched so far has finished.
+    fn queued_done(&mut self) -> Result<bool, CudaError> {
+        if self.pending {
+            let done = self
+                .event
+                .try_is_complete()
+                .map_err(|e| CudaError::driver("cuEventQuery", e))?;
+            self.pending = !done;
+        }
+        Ok(!self.pending)
+    }
+
+    /// Remembers an error that leaves the context unusable; passes any error on.
+    fn check(&mut self, outcome: Result<(), CudaError>) -> Result<(), CudaError> {
+        if let Err(e) = &outcome
+            && e.kind() != ErrorKind::Transient
+        {
+            tracing::warn!(gpu = self.ordinal, error = %e, "CUDA context unusable");
+            self.broken = Some(e.clone());
+        }
+        outcome
     }
 }
 
 impl LoadSource for CudaLoad {
     type Error = CudaError;
 
-    /// Hands `load` to the launcher thread and returns at once. A new duty from idle
-    /// starts a period at once; a change while active applies from the next period.
-    /// `now` is not used: the launcher keeps its own clock.
+    /// Records `load`; kernels start at the next [`LoadSource::launch_due`]. A duty
+    /// from idle starts a period at once there; a change while active applies from the
+    /// next period. Idle stops launching; what is queued (at most one period) finishes.
+    /// `now` is not used: periods are timed on the launcher's own clock.
     ///
     /// # Errors
-    /// The launcher thread's last error since the previous call (then cleared), or,
-    /// once the thread has stopped on a lost or unsupported device, that error.
+    /// The error that made the context unusable, if one did.
     fn set_load(&mut self, _now: Time, load: Load) -> Result<(), CudaError> {
-        let mut state = self.shared.lock();
-        if let Some(fatal) = &state.fatal {
-            let fatal = fatal.clone();
-            return Err(state.last_error.take().unwrap_or(fatal));
+        if let Some(broken) = &self.broken {
+            return Err(broken.clone());
         }
-        if self.thread.as_ref().is_none_or(JoinHandle::is_finished) {
-            return Err(CudaError::Launcher {
-                ordinal: self.ordinal,
-                reason: "the thread has exited".into(),
-            });
+        if load.is_idle() {
+            self.pacer.stop();
         }
-        if state.load != load {
-            state.load = load;
-            self.shared.wake.notify_all();
+        self.load = load;
+        Ok(())
+    }
+
+    /// Launches the burst of a period that has begun (see [`Pacer`]); does nothing
+    /// while idle or between period starts.
+    ///
+    /// # Errors
+    /// The failed driver call: transient ones (a resource shortage) are retried at the
+    /// next period; any other leaves the context unusable, and every later call
+    /// returns it (the caller opens a new context).
+    fn launch_due(&mut self, _now: Time) -> Result<(), CudaError> {
+        if let Some(broken) = &self.broken {
+            return Err(broken.clone());
         }
-        state.last_error.take().map_or(Ok(()), Err)
+        if self.load.is_idle() {
+            return Ok(());
+        }
+        let done = self.queued_done();
+        let done = match self.check(done.map(|_| ())) {
+            Ok(()) => !self.pending,
+            Err(e) => return Err(e),
+        };
+        let now = self.clock.now();
+        let duty = self.load.duty.fraction();
+        match self.pacer.pace(now, duty, self.settings.max_kernel, done) {
+            Pace::Wait => Ok(()),
+            Pace::Skip => {
+                self.skipped += 1;
+                Ok(())
+            }
+            Pace::Launch(burst) => {
+                let outcome = self.launch(burst, self.load.width.get());
+                self.check(outcome)
+            }
+        }
     }
 }
 
 impl Drop for CudaLoad {
     fn drop(&mut self) {
-        self.shared.lock().stop = true;
-        self.shared.wake.notify_all();
-        if let Some(thread) = self.thread.take()
-            && thread.join().is_err()
-        {
-            tracing::error!(gpu = self.ordinal, "launcher thread panicked");
+        if self.broken.is_none() && !self.quiesce(DRAIN_ON_DROP) {
+            tracing::warn!(
+                gpu = self.ordinal,
+                "kernels still queued when releasing the context"
+            );
         }
-        // `ctx` drops after this: the primary context is released, and the driver frees
-        // its memory when no one else in the process holds it.
+        // The fields drop after this: the event, module and stream are destroyed, the
+        // primary context is released, and the driver frees its memory when no one
+        // else in the process holds it.
     }
 }
 
@@ -342,402 +439,6 @@ fn zero_stack(ctx: &Arc<CudaContext>) -> usize {
     ctx.get_limit(limit).unwrap_or(usize::MAX)
 }
 
-/// Starts the launcher thread and waits until it has loaded the kernel.
-fn spawn(
-    ordinal: usize,
-    settings: LauncherSettings,
-    ctx: Arc<CudaContext>,
-    shared: Arc<Shared>,
-) -> Result<JoinHandle<()>, CudaError> {
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name(format!("gpufill-launch-{ordinal}"))
-        .spawn(move || {
-            let _span = tracing::info_span!("launcher", gpu = ordinal).entered();
-            match Gpu::new(ctx, settings.own_stream, settings.kernel) {
-                Ok(gpu) => {
-                    let _ = ready_tx.send(Ok(()));
-                    Launcher::new(settings, shared, gpu).run();
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                }
-            }
-        })
-        .map_err(|e| CudaError::Launcher {
-            ordinal,
-            reason: format!("cannot start: {e}"),
-        })?;
-    let ready = ready_rx.recv().unwrap_or_else(|_| {
-        Err(CudaError::Launcher {
-            ordinal,
-            reason: "died while loading the kernel".into(),
-        })
-    });
-    if let Err(e) = ready {
-        let _ = thread.join();
-        return Err(e);
-    }
-    Ok(thread)
-}
-
-/// The CUDA objects the launcher thread owns. Fields drop in order: the event, the
-/// function (and its module), the stream, then this thread's hold on the context.
-struct Gpu {
-    event: Event,
-    func: CudaFunction,
-    stream: Arc<CudaStream>,
-    #[allow(dead_code)] // held so the context outlives the objects above
-    ctx: Arc<CudaContext>,
-}
-
-impl Gpu {
-    /// Loads the module and creates the stream and the event, on the launcher thread.
-    fn new(ctx: Arc<CudaContext>, own_stream: bool, kernel: SpinKernel) -> Result<Gpu, CudaError> {
-        ctx.bind_to_thread()
-            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
-        let module = ctx
-            .load_module(Ptx::from_src(SPIN_PTX))
-            .map_err(|e| CudaError::driver("cuModuleLoadData", e))?;
-        let func = module
-            .load_function(kernel.entry())
-            .map_err(|e| CudaError::driver("cuModuleGetFunction", e))?;
-        if let Ok(local @ 1..) = func.local_size_bytes() {
-            tracing::warn!(
-                local,
-                "spin kernel uses local memory: the stack limit will grow"
-            );
-        }
-        let stream = if own_stream {
-            // Lower numbers are higher priorities; `least` is the lowest (0, the
-            // default). Priorities order work inside our context only.
-            let (least, _greatest) = result::stream::get_priority_range()
-                .map_err(|e| CudaError::driver("cuCtxGetStreamPriorityRange", e))?;
-            ctx.new_stream_with_priority(least)
-                .map_err(|e| CudaError::driver("cuStreamCreateWithPriority", e))?
-        } else {
-            ctx.default_stream()
-        };
-        let event = Event::new()?;
-        Ok(Gpu {
-            event,
-            func,
-            stream,
-            ctx,
-        })
-    }
-
-    /// Submits `burst` as back-to-back kernels of `width` one-warp blocks and records
-    /// the event after them. Returns how many kernels were submitted, and the error that
-    /// stopped the burst early, if any.
-    fn launch(&self, burst: Burst, width: u32) -> (u32, Result<(), CudaError>) {
-        let cfg = LaunchConfig {
-            grid_dim: (width, 1, 1),
-            block_dim: (BLOCK_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
-        let mut launched = 0;
-        for _ in 0..burst.count {
-            // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked
-            // by the ptx tests) and `ns` is a u64 that lives until `launch` returns, which copies
-            // it. The kernel touches no memory, so no argument can be misused.
-            let result = unsafe { self.stream.launch_builder(&self.func).arg(&ns).launch(cfg) };
-            if let Err(e) = result {
-                return (launched, Err(CudaError::driver("cuLaunchKernel", e)));
-            }
-            launched += 1;
-        }
-        (launched, self.event.record(&self.stream))
-    }
-}
-
-/// A CUDA event with `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`: waiting on it
-/// sleeps the thread, and recording it costs no timestamp. cudarc's `CudaEvent` takes
-/// one flag only, hence this wrapper.
-struct Event {
-    raw: sys::CUevent,
-}
-
-impl Event {
-    /// Creates the event in the context current on this thread.
-    fn new() -> Result<Event, CudaError> {
-        use sys::CUevent_flags_enum::*;
-        let flags = CU_EVENT_BLOCKING_SYNC as u32 | CU_EVENT_DISABLE_TIMING as u32;
-        let mut raw = MaybeUninit::uninit();
-        // SAFETY: `raw` is a valid out-pointer; a context is current (Gpu::new bound it).
-        unsafe { sys::cuEventCreate(raw.as_mut_ptr(), flags) }
-            .result()
-            .map_err(|e| CudaError::driver("cuEventCreate", e))?;
-        // SAFETY: cuEventCreate succeeded, so it wrote the handle.
-        let raw = unsafe { raw.assume_init() };
-        Ok(Event { raw })
-    }
-
-    /// Records the work submitted so far on `stream`.
-    fn record(&self, stream: &CudaStream) -> Result<(), CudaError> {
-        // SAFETY: both handles are alive (we own the event; `Gpu` keeps the stream) and
-        // belong to the same context.
-        unsafe { sys::cuEventRecord(self.raw, stream.cu_stream()) }
-            .result()
-            .map_err(|e| CudaError::driver("cuEventRecord", e))
-    }
-
-    /// Whether the recorded work has finished, without waiting.
-    fn is_complete(&self) -> Result<bool, CudaError> {
-        // SAFETY: the event is alive until `drop`.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(CudaError::driver(
-                "cuEventQuery",
-                cudarc::driver::DriverError(code),
-            )),
-        }
-    }
-
-    /// Sleeps until the recorded work has finished.
-    fn synchronize(&self) -> Result<(), CudaError> {
-        // SAFETY: the event is alive until `drop`.
-        unsafe { sys::cuEventSynchronize(self.raw) }
-            .result()
-            .map_err(|e| CudaError::driver("cuEventSynchronize", e))
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: we own the handle and never use it again. Destroying an event whose
-        // work is pending is allowed; the driver frees it when the work completes.
-        let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
-    }
-}
-
-/// Why the launcher woke up.
-enum Wake {
-    Stop,
-    Idle,
-    /// A period is due with this load.
-    Due(Load),
-}
-
-/// How waiting for the previous burst ended.
-enum Previous {
-    Done,
-    /// Still running past the slack: skip this period.
-    Late,
-    /// Idle or stop was requested meanwhile.
-    Interrupted,
-}
-
-struct Launcher {
-    settings: LauncherSettings,
-    shared: Arc<Shared>,
-    gpu: Gpu,
-    clock: SystemClock,
-    /// The event covers kernels that may not have finished.
-    pending: bool,
-}
-
-impl Launcher {
-    fn new(settings: LauncherSettings, shared: Arc<Shared>, gpu: Gpu) -> Self {
-        Launcher {
-            settings,
-            shared,
-            gpu,
-            clock: SystemClock::new(),
-            pending: false,
-        }
-    }
-
-    fn run(mut self) {
-        let mut next: Option<Time> = None;
-        loop {
-            let wake = match next {
-                None => self.wait_for_work(),
-                Some(at) => self.wait_until(at),
-            };
-            let outcome = match wake {
-                Wake::Stop => break,
-                Wake::Idle => {
-                    next = None;
-                    self.drain()
-                }
-                Wake::Due(load) => {
-                    let start = next.unwrap_or_else(|| self.clock.now());
-                    let outcome = self.period(start, load);
-                    next = Some(self.advance(start));
-                    outcome
-                }
-            };
-            if let Err(e) = outcome
-                && self.fail(e)
-            {
-                break;
-            }
-        }
-        self.shutdown();
-    }
-
-    /// Idle: sleeps until a duty or stop arrives. A duty starts a period at once.
-    fn wait_for_work(&self) -> Wake {
-        let mut state = self.shared.lock();
-        loop {
-            if state.stop {
-                return Wake::Stop;
-            }
-            if !state.load.is_idle() {
-                state.drained = false;
-                return Wake::Due(state.load);
-            }
-            state = self
-                .shared
-                .wake
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
-    /// Active: sleeps until the period starting `at`, waking early for idle or stop.
-    fn wait_until(&self, at: Time) -> Wake {
-        let mut state = self.shared.lock();
-        loop {
-            if state.stop {
-                return Wake::Stop;
-            }
-            if state.load.is_idle() {
-                return Wake::Idle;
-            }
-            let left = at - self.clock.now();
-            if left.is_zero() {
-                state.drained = false;
-                return Wake::Due(state.load);
-            }
-            state = self
-                .shared
-                .wake
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// One period starting at `start`: launch its burst unless the previous one is
-    /// still running (never let work queue up).
-    fn period(&mut self, start: Time, load: Load) -> Result<(), CudaError> {
-        if self.pending {
-            match self.wait_previous(start + self.settings.late_slack())? {
-                Previous::Done => {}
-                Previous::Late => {
-                    self.shared.lock().stats.skipped_periods += 1;
-                    return Ok(());
-                }
-                Previous::Interrupted => return Ok(()),
-            }
-        }
-        let room = (start + self.settings.period) - self.clock.now();
-        let duty = load.duty.fraction();
-        let Some(burst) = plan_burst(duty, self.settings.period, self.settings.max_kernel, room)
-        else {
-            return Ok(());
-        };
-        let (launched, outcome) = self.gpu.launch(burst, load.width.get());
-        if launched > 0 {
-            self.pending = true;
-            let mut state = self.shared.lock();
-            state.stats.kernels_launched += u64::from(launched);
-            state.stats.bursts += 1;
-        }
-        tracing::trace!(
-            kernels = launched,
-            kernel_us = burst.kernel.as_micros() as u64,
-            "burst"
-        );
-        outcome
-    }
-
-    /// Polls the previous burst's event until it completes or `limit` passes.
-    fn wait_previous(&mut self, limit: Time) -> Result<Previous, CudaError> {
-        let mut attempt = 0;
-        loop {
-            if self.gpu.event.is_complete()? {
-                self.pending = false;
-                return Ok(Previous::Done);
-            }
-            let left = limit - self.clock.now();
-            if left.is_zero() {
-                return Ok(Previous::Late);
-            }
-            if !self.nap(backoff(FIRST_POLL, MAX_POLL, attempt).min(left)) {
-                return Ok(Previous::Interrupted);
-            }
-            attempt = attempt.saturating_add(1);
-        }
-    }
-
-    /// Sleeps `d` unless idle or stop is requested; returns whether to go on.
-    fn nap(&self, d: Duration) -> bool {
-        let wanted = |s: &State| !s.stop && !s.load.is_idle();
-        let state = self.shared.lock();
-        if !wanted(&state) {
-            return false;
-        }
-        let (state, _) = self
-            .shared
-            .wake
-            .wait_timeout(state, d)
-            .unwrap_or_else(PoisonError::into_inner);
-        wanted(&state)
-    }
-
-    /// The start of the period after `start`, counting whole periods slept through.
-    fn advance(&self, start: Time) -> Time {
-        let (next, missed) = next_period(start, self.settings.period, self.clock.now());
-        if missed > 0 {
-            self.shared.lock().stats.skipped_periods += missed;
-        }
-        next
-    }
-
-    /// Waits for our queued kernels, then tells `quiesce` callers.
-    fn drain(&mut self) -> Result<(), CudaError> {
-        if self.pending {
-            self.gpu.event.synchronize()?;
-            self.pending = false;
-        }
-        self.shared.lock().drained = true;
-        self.shared.drained.notify_all();
-        Ok(())
-    }
-
-    /// Records an error for the next `set_load`; returns whether the thread must stop
-    /// (the device is lost or cannot do this).
-    fn fail(&self, e: CudaError) -> bool {
-        let fatal = e.kind() != ErrorKind::Transient;
-        tracing::warn!(error = %e, fatal, "launcher error");
-        let mut state = self.shared.lock();
-        if fatal {
-            state.fatal = Some(e.clone());
-        }
-        state.last_error = Some(e);
-        fatal
-    }
-
-    /// Leaves nothing running: waits for our kernels, then reports the thread gone.
-    fn shutdown(mut self) {
-        if self.pending {
-            let _ = self.gpu.event.synchronize();
-            self.pending = false;
-        }
-        let mut state = self.shared.lock();
-        state.exited = true;
-        state.drained = true;
-        drop(state);
-        self.shared.drained.notify_all();
-        tracing::debug!("launcher stopped");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -749,7 +450,6 @@ mod tests {
         assert_eq!(s.max_kernel, Duration::from_millis(2));
         assert!(s.own_stream);
         assert_eq!(s.validate(), Ok(()));
-        assert_eq!(s.late_slack(), Duration::from_millis(2));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The launcher's arithmetic, kept pure so CI tests it without a GPU: how a duty turns
-//! into a burst of kernels, and where the next period starts.
+//! into a burst of kernels, and when a burst is due ([`Pacer`]).
 
 use std::time::Duration;
 
@@ -25,24 +25,18 @@ impl Burst {
     }
 }
 
-/// The burst for `duty` of a `period`, in kernels no longer than `max_kernel`, and no
-/// longer than `room` (what is left of the period, so a late burst never spills into
-/// the next one). `None` when the burst would be shorter than [`MIN_BURST`].
+/// The burst for `duty` of a `period`, in kernels no longer than `max_kernel`. `None`
+/// when the burst would be shorter than [`MIN_BURST`].
 ///
 /// The on-time is split evenly into `ceil(on / max_kernel)` kernels, so every kernel is
 /// as long as possible: fewer launches for the same on-time.
-pub fn plan_burst(
-    duty: f64,
-    period: Duration,
-    max_kernel: Duration,
-    room: Duration,
-) -> Option<Burst> {
+pub fn plan_burst(duty: f64, period: Duration, max_kernel: Duration) -> Option<Burst> {
     let duty = if duty.is_nan() {
         0.0
     } else {
         duty.clamp(0.0, 1.0)
     };
-    let on = period.mul_f64(duty).min(room);
+    let on = period.mul_f64(duty);
     if on < MIN_BURST || max_kernel.is_zero() {
         return None;
     }
@@ -56,24 +50,94 @@ pub fn plan_burst(
     })
 }
 
-/// Where the period after the one that started at `start` begins, seen at `now`, and
-/// how many whole periods were missed on the way.
+/// What a launcher does at one call of [`Pacer::pace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// No period begins now (or its burst would be too short): launch nothing.
+    Wait,
+    /// A period begins, but the previous burst is still running past what was planned
+    /// (slowed by another context's time slices): skip it, so work never piles up.
+    Skip,
+    /// A period begins: launch this burst.
+    Launch(Burst),
+}
+
+/// Paces bursts for a launcher driven from the caller's thread: the fill loop calls it
+/// at every tick, right after it read the process list, and a burst starts only at
+/// such a call. Pure arithmetic on the times it is given.
 ///
-/// Periods sit on a fixed grid `start + k * period`, so oversleeping delays one burst
-/// but never shifts the ones after it. If `now` is already past the end of the next
-/// period, the periods in between are missed and the grid point at or before `now` is
-/// returned, which the caller starts at once.
-pub fn next_period(start: Time, period: Duration, now: Time) -> (Time, u64) {
-    let next = start + period;
-    if period.is_zero() || now < next + period {
-        return (next, 0);
+/// - A period begins at the first call at least three quarters of a period after the
+///   previous one began (ticks that divide the period land a period apart, give or take
+///   their jitter). Its burst covers the time since then, `duty x elapsed`, so the duty
+///   holds whatever the jitter of the calls; elapsed counts at most 1.25 periods, so a
+///   caller that overran gets no catch-up burst.
+/// - A burst goes behind a previous one still queued only when that one is due to end
+///   within a tenth of a period of now (full duty: the GPU never idles between bursts);
+///   otherwise the period is skipped. So at most 1.35 periods of work are ever queued
+///   (a tenth of one plus a late burst), and at most 1.1 periods at the usual spacing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacer {
+    period: Duration,
+    /// When the current period began; `None` while idle (the next call starts one).
+    started: Option<Time>,
+    /// When the work queued so far is planned to end.
+    busy_until: Time,
+    /// Whole periods that passed with no call at all (the caller overran).
+    missed: u64,
+}
+
+impl Pacer {
+    /// A pacer for `period`, idle.
+    pub fn new(period: Duration) -> Self {
+        Pacer {
+            period,
+            started: None,
+            busy_until: Time::ZERO,
+            missed: 0,
+        }
     }
-    let behind = (now - next).as_nanos() / period.as_nanos();
-    let missed = u64::try_from(behind).unwrap_or(u64::MAX);
-    (
-        next + period * u32::try_from(missed).unwrap_or(u32::MAX),
-        missed,
-    )
+
+    /// The load went idle: the next call with a duty starts a period at once.
+    pub fn stop(&mut self) {
+        self.started = None;
+    }
+
+    /// Whole periods that passed without a call (each one a period with no burst).
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    /// At `now`, with `duty`, kernels of at most `max_kernel`, and `queued_done` telling
+    /// whether the work launched so far has finished (the launcher's event).
+    pub fn pace(&mut self, now: Time, duty: f64, max_kernel: Duration, queued_done: bool) -> Pace {
+        let elapsed = match self.started {
+            None => self.period,
+            Some(started) => {
+                let since = now - started;
+                if since < self.period - self.period / 4 {
+                    return Pace::Wait;
+                }
+                let whole = since.as_nanos() / self.period.as_nanos().max(1);
+                self.missed += u64::try_from(whole.saturating_sub(1)).unwrap_or(u64::MAX);
+                since.min(self.period + self.period / 4)
+            }
+        };
+        self.started = Some(now);
+        let slack = self.period / 10;
+        if !queued_done && (self.busy_until > now + slack || now > self.busy_until + slack) {
+            return Pace::Skip;
+        }
+        let Some(burst) = plan_burst(duty, elapsed, max_kernel) else {
+            return Pace::Wait;
+        };
+        let from = if queued_done {
+            now
+        } else {
+            self.busy_until.max(now)
+        };
+        self.busy_until = from + burst.on_time();
+        Pace::Launch(burst)
+    }
 }
 
 /// How long to sleep before polling a late burst again: starts at `first`, doubles,
@@ -91,7 +155,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn burst(duty: f64) -> Option<Burst> {
-        plan_burst(duty, 20 * MS, 2 * MS, 20 * MS)
+        plan_burst(duty, 20 * MS, 2 * MS)
     }
 
     #[test]
@@ -144,47 +208,112 @@ mod tests {
     }
 
     #[test]
-    fn a_late_burst_is_cut_to_the_room_left_in_its_period() {
-        let b = plan_burst(0.9, 20 * MS, 2 * MS, 7 * MS).unwrap();
-        assert_eq!(b.on_time(), 7 * MS);
-        assert_eq!(b.count, 4);
-        assert_eq!(
-            plan_burst(0.9, 20 * MS, 2 * MS, Duration::from_micros(3)),
-            None
-        );
-    }
-
-    #[test]
     fn duty_beyond_one_is_clamped() {
         assert_eq!(burst(3.0), burst(1.0));
     }
 
+    fn ms(n: u64) -> Time {
+        Time::from_millis(n)
+    }
+
+    fn launched(p: Pace) -> Burst {
+        match p {
+            Pace::Launch(b) => b,
+            other => panic!("expected a burst, got {other:?}"),
+        }
+    }
+
     #[test]
-    fn periods_stay_on_their_grid_when_the_thread_wakes_late() {
-        let start = Time::from_millis(100);
-        // Woke 3 ms late into the next period: still that period, no drift.
+    fn ticks_of_a_period_launch_every_time_and_half_period_ticks_every_other_time() {
+        let mut p = Pacer::new(20 * MS);
+        // Idle: the first call launches a whole period's burst at once.
         assert_eq!(
-            next_period(start, 20 * MS, Time::from_millis(123)),
-            (Time::from_millis(120), 0)
+            launched(p.pace(ms(3), 0.5, 2 * MS, true)).on_time(),
+            10 * MS
         );
-        // Early: the next grid point.
-        assert_eq!(
-            next_period(start, 20 * MS, Time::from_millis(105)),
-            (Time::from_millis(120), 0)
+        let mut paces = Vec::new();
+        for t in (13..=203).step_by(10) {
+            paces.push(p.pace(ms(t), 0.5, 2 * MS, true));
+        }
+        let bursts = paces
+            .iter()
+            .filter(|p| matches!(p, Pace::Launch(_)))
+            .count();
+        assert_eq!(bursts, 10, "{paces:?}");
+        assert!(
+            paces.iter().step_by(2).all(|p| *p == Pace::Wait),
+            "{paces:?}"
         );
     }
 
     #[test]
-    fn whole_periods_slept_through_are_counted_as_missed() {
-        let start = Time::from_millis(100);
-        assert_eq!(
-            next_period(start, 20 * MS, Time::from_millis(140)),
-            (Time::from_millis(140), 1)
-        );
-        assert_eq!(
-            next_period(start, 20 * MS, Time::from_millis(175)),
-            (Time::from_millis(160), 2)
-        );
+    fn jittery_calls_keep_the_duty_because_each_burst_covers_the_time_since_the_last() {
+        let mut p = Pacer::new(20 * MS);
+        let mut on = Duration::ZERO;
+        let calls = [0, 21, 39, 62, 80, 99, 121, 140];
+        for t in calls {
+            if let Pace::Launch(b) = p.pace(ms(t), 0.5, 2 * MS, true) {
+                on += b.on_time();
+            }
+        }
+        // 140 ms since the first period began, plus the first period: 160 ms at 50 %.
+        let error = on.abs_diff(80 * MS);
+        assert!(error < Duration::from_micros(10), "{on:?}");
+    }
+
+    #[test]
+    fn a_caller_that_overran_gets_at_most_a_period_and_a_quarter_and_the_gap_counts_as_missed() {
+        let mut p = Pacer::new(20 * MS);
+        p.pace(ms(0), 0.9, 2 * MS, true);
+        let b = launched(p.pace(ms(95), 0.9, 2 * MS, true));
+        assert_eq!(b.on_time(), Duration::from_micros(22_500));
+        assert_eq!(p.missed(), 3);
+    }
+
+    #[test]
+    fn full_duty_queues_behind_a_burst_that_is_just_ending() {
+        let mut p = Pacer::new(20 * MS);
+        p.pace(ms(0), 1.0, 2 * MS, true);
+        // The 20 ms burst has not quite finished at the next tick: launched behind it.
+        let b = launched(p.pace(ms(20), 1.0, 2 * MS, false));
+        assert_eq!(b.on_time(), 20 * MS);
+        // A tick 0.3 ms late: the burst covers the 20.3 ms since the last one.
+        let b = launched(p.pace(
+            Time::from_duration(Duration::from_micros(40_300)),
+            1.0,
+            2 * MS,
+            false,
+        ));
+        assert!(b.on_time().abs_diff(Duration::from_micros(20_300)) < Duration::from_nanos(20));
+        // Still running 2.5 ms past its planned end (60.3 ms): skipped, not queued.
+        assert_eq!(p.pace(ms(63), 1.0, 2 * MS, false), Pace::Skip);
+    }
+
+    #[test]
+    fn a_burst_slowed_past_its_plan_skips_the_period_instead_of_queueing() {
+        let mut p = Pacer::new(20 * MS);
+        p.pace(ms(0), 0.5, 2 * MS, true);
+        // Planned to end at 10 ms; still running at 20 ms (another context had the GPU).
+        assert_eq!(p.pace(ms(20), 0.5, 2 * MS, false), Pace::Skip);
+        // The skipped period still counts as begun: next chance one period later.
+        assert_eq!(p.pace(ms(30), 0.5, 2 * MS, true), Pace::Wait);
+        assert!(matches!(p.pace(ms(40), 0.5, 2 * MS, true), Pace::Launch(_)));
+    }
+
+    #[test]
+    fn stopping_makes_the_next_duty_start_at_once() {
+        let mut p = Pacer::new(20 * MS);
+        p.pace(ms(0), 0.5, 2 * MS, true);
+        assert_eq!(p.pace(ms(5), 0.5, 2 * MS, true), Pace::Wait);
+        p.stop();
+        assert!(matches!(p.pace(ms(6), 0.5, 2 * MS, true), Pace::Launch(_)));
+    }
+
+    #[test]
+    fn a_duty_too_small_for_a_kernel_launches_nothing() {
+        let mut p = Pacer::new(20 * MS);
+        assert_eq!(p.pace(ms(0), 0.0, 2 * MS, true), Pace::Wait);
+        assert_eq!(p.pace(ms(20), 0.0001, 2 * MS, true), Pace::Wait);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! opens a CUDA context through gpufill-cuda, as any CUDA job would, and runs short spin
 //! kernels at a low duty until its time is up, then exits.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpufill_core::{Duty, Load, LoadSource, Time, Width};
@@ -30,7 +30,13 @@ pub fn run(ordinal: usize, seconds: f64) -> anyhow::Result<()> {
     };
     load.set_load(Time::ZERO, busy)
         .context("cannot start the kernels")?;
-    std::thread::sleep(Duration::from_secs_f64(seconds));
+    // The launcher launches from this thread: call it once a period until time is up.
+    let period = load.settings().period;
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < until {
+        load.launch_due(Time::ZERO).context("the kernels failed")?;
+        std::thread::sleep(period);
+    }
     load.set_load(Time::ZERO, Load::IDLE)
         .context("the kernels failed")?;
     load.quiesce(Duration::from_secs(1));

@@ -76,7 +76,8 @@ pub struct Config {
     pub controller: ControllerChoice,
     /// What is held at the target: NVML utilization, or GPM SM utilization.
     pub metric: MetricChoice,
-    /// Loop tick in milliseconds, `1..=1000`: how often processes and utilization are read.
+    /// Loop tick in milliseconds, `1..=1000`: how often processes and utilization are
+    /// read, and when bursts may start (so it divides `load.period_ms`).
     #[serde(deserialize_with = "int_in::<_, _, TICK_MS_MIN, TICK_MS_MAX>")]
     pub tick_ms: u64,
     /// The `[load]` table: the shape of our kernels.
@@ -103,7 +104,7 @@ impl Default for Config {
             gpus: GpuSelector::All,
             controller: ControllerChoice::Pi,
             metric: MetricChoice::Util,
-            tick_ms: 10,
+            tick_ms: 20,
             load: LoadConfig::default(),
             yielding: YieldConfig::default(),
             probe: ProbeConfig::default(),
@@ -123,7 +124,7 @@ pub struct LoadConfig {
     /// Upper bound of our own time share, percent in `[0, 100]`.
     #[serde(deserialize_with = "number")]
     pub max_duty_percent: f64,
-    /// Launch period in milliseconds, `1..=1000`.
+    /// Launch period in milliseconds, `1..=1000`, a multiple of `tick_ms`.
     #[serde(deserialize_with = "int_in::<_, _, PERIOD_MS_MIN, PERIOD_MS_MAX>")]
     pub period_ms: u64,
     /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
@@ -349,6 +350,7 @@ impl Config {
                 int_problem(load.max_kernel_us, KERNEL_US_MIN, KERNEL_US_MAX),
             ),
             ("load.max_kernel_us", self.kernel_longer_than_period()),
+            ("load.period_ms", self.period_off_the_tick()),
             (
                 "yield.grace_s",
                 float_problem(self.yielding.grace_s, 0.0, 86400.0),
@@ -388,6 +390,17 @@ impl Config {
             format!(
                 "must not exceed load.period_ms ({} ms = {period_us} us), got {}",
                 self.load.period_ms, self.load.max_kernel_us
+            )
+        })
+    }
+
+    /// Bursts start only at ticks (the launcher runs in the loop's thread, right after
+    /// the process check), so a period that is not a whole number of ticks cannot be kept.
+    fn period_off_the_tick(&self) -> Option<String> {
+        let (period, tick) = (self.load.period_ms, self.tick_ms);
+        (tick > 0 && period % tick != 0).then(|| {
+            format!(
+                "must be a multiple of tick_ms ({tick} ms): bursts start only at ticks, got {period}"
             )
         })
     }

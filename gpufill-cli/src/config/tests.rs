@@ -92,7 +92,8 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
         &["0", "100", "0.0"],
         &["-0.001", "100.001"],
     ),
-    ("tick_ms", "", &["1", "1000"], &["0", "1001", "-1"]),
+    // Up to 20: longer ticks also need a longer period (below).
+    ("tick_ms", "", &["1", "20"], &["0", "1001", "-1"]),
     (
         "load.width_blocks",
         "[load]\n",
@@ -107,7 +108,7 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
     ),
     (
         "load.period_ms",
-        "[load]\nmax_kernel_us = 10\n",
+        "tick_ms = 1\n[load]\nmax_kernel_us = 10\n",
         &["1", "1000"],
         &["0", "1001"],
     ),
@@ -119,7 +120,7 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
     ),
     (
         "load.max_kernel_us",
-        "[load]\nperiod_ms = 1\n",
+        "tick_ms = 1\n[load]\nperiod_ms = 1\n",
         &["1000"],
         &["1001"],
     ),
@@ -196,6 +197,27 @@ fn nan_and_infinities_are_refused() {
         config.validate(None).unwrap_err().key(),
         Some("probe.fault_hold_s")
     );
+}
+
+#[test]
+fn a_period_that_is_not_a_whole_number_of_ticks_is_refused() {
+    let e = error("tick_ms = 20\n[load]\nperiod_ms = 30\n");
+    assert_eq!(
+        e.to_string(),
+        "gpufill.toml:3:13: load.period_ms: must be a multiple of tick_ms (20 ms): bursts \
+         start only at ticks, got 30"
+    );
+    // The default period (20 ms) with a longer tick: no position, as the file lacks it.
+    let e = error("tick_ms = 50\n");
+    assert_eq!(e.key(), Some("load.period_ms"));
+    assert_eq!(e.position(), None);
+    for ok in [
+        "tick_ms = 10\n",
+        "tick_ms = 20\n[load]\nperiod_ms = 40\n",
+        "tick_ms = 1000\n[load]\nperiod_ms = 1000\n",
+    ] {
+        assert!(parse(ok).is_ok(), "{ok}");
+    }
 }
 
 #[test]
@@ -416,7 +438,7 @@ fn validate_refuses_gpu_lists_built_in_code() {
 
 #[test]
 fn flags_override_file_values() {
-    let mut config = parse("target_percent = 30\ntick_ms = 20\n[load]\nperiod_ms = 50\n").unwrap();
+    let mut config = parse("target_percent = 30\ntick_ms = 25\n[load]\nperiod_ms = 50\n").unwrap();
     config.apply(&Overrides {
         target_percent: Some(70.0),
         gpus: Some(list(&[GpuId::Index(1)])),
@@ -427,7 +449,7 @@ fn flags_override_file_values() {
     assert_eq!(config.target_percent, 70.0);
     assert_eq!(config.gpus, list(&[GpuId::Index(1)]));
     assert_eq!(
-        config.tick_ms, 20,
+        config.tick_ms, 25,
         "a value without a flag keeps the file's"
     );
     assert_eq!(config.period(), Duration::from_millis(50));
@@ -455,7 +477,7 @@ fn defaults_resolve_to_the_core_defaults() {
     assert_eq!(config.yield_settings(), YieldSettings::default());
     assert_eq!(config.controller_kind(), ControllerKind::default());
     assert_eq!(config.yield_policy(), YieldPolicyChoice::Presence);
-    assert_eq!(config.tick(), Duration::from_millis(10));
+    assert_eq!(config.tick(), Duration::from_millis(20));
     assert_eq!(config.period(), Duration::from_millis(20));
     assert_eq!(config.max_kernel(), Duration::from_micros(2000));
 }
@@ -505,8 +527,8 @@ fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
 
 #[test]
 fn load_reads_a_file_and_names_it_in_errors() {
-    let good = temp_file("good.toml", b"tick_ms = 100\n");
-    assert_eq!(Config::load(&good).unwrap().tick_ms, 100);
+    let good = temp_file("good.toml", b"tick_ms = 10\n");
+    assert_eq!(Config::load(&good).unwrap().tick_ms, 10);
     let bad = temp_file("bad.toml", b"tick_ms = 0\n");
     let e = Config::load(&bad).unwrap_err();
     assert_eq!(
