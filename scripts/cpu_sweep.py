@@ -12,7 +12,7 @@ To compare builds side by side, name them with `--exe LABEL=PATH` and prefix con
 with the label (`old:10/20`); `--repeats N` runs the whole list N times, interleaved,
 and the summary gives the median of each row.
 
-    python3 scripts/cpu_sweep.py carry/gpufill [--hold 8] [--configs 10/20,25/50] [--no-churn]
+    python3 scripts/cpu_sweep.py carry/gpufill [--hold 8] [--configs 10/20,25/50/5000] [--no-churn]
     python3 scripts/cpu_sweep.py --exe old=carry-old/gpufill --exe new=carry/gpufill \
         --configs old:10/20,new:20/20 --repeats 3 --no-churn
 
@@ -45,9 +45,11 @@ def group(per_thread):
     return out
 
 
-def measure(exe, h, tick, period, hold, during=None, extra=(), label=""):
+def measure(exe, h, tick, period, hold, during=None, extra=(), label="", kernel_us=None):
     cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     cfg.write(f"tick_ms = {tick}\n[load]\nperiod_ms = {period}\n")
+    if kernel_us:
+        cfg.write(f"max_kernel_us = {kernel_us}\n")
     cfg.close()
     g = Gpufill(exe, ["--gpus", "0", "--target", "50", "--config", cfg.name, *extra])
     g.wait_for("filling", 30)
@@ -70,7 +72,8 @@ def measure(exe, h, tick, period, hold, during=None, extra=(), label=""):
     per = {k: 100 * (b[k] - a.get(k, 0.0)) / wall for k in b}
     grouped = group(per)
     return {
-        "exe": label or exe, "tick_ms": tick, "period_ms": period, "churn": bool(during),
+        "exe": label or exe, "tick_ms": tick, "period_ms": period, "max_kernel_us": kernel_us,
+        "churn": bool(during),
         "cpu_total_pct": sum(per.values()),
         "cpu_by_thread_pct": dict(sorted(grouped.items(), key=lambda kv: -kv[1])),
         "mae_nvml_util": mae(util, 50) if not during else None,
@@ -79,12 +82,13 @@ def measure(exe, h, tick, period, hold, during=None, extra=(), label=""):
 
 
 def parse_config(text, exes, default_exe):
-    """`[label:]tick/period` -> (label, path, tick, period)."""
-    label, _, pair = text.rpartition(":")
-    tick, period = (int(x) for x in pair.split("/"))
+    """`[label:]tick/period[/max_kernel_us]` -> (label, path, tick, period, kernel_us)."""
+    label, _, spec = text.rpartition(":")
+    numbers = [int(x) for x in spec.split("/")]
+    tick, period, kernel_us = (numbers + [None])[:3]
     if label and label not in exes:
         sys.exit(f"unknown build label {label!r}: give it with --exe {label}=PATH")
-    return label, exes.get(label, default_exe), tick, period
+    return label, exes.get(label, default_exe), tick, period, kernel_us
 
 
 def median(values):
@@ -100,7 +104,7 @@ def main():
                     help="a build to compare, used by configs prefixed with LABEL:")
     ap.add_argument("--hold", type=float, default=8.0)
     ap.add_argument("--configs", default=",".join(f"{t}/{p}" for t, p in CONFIGS),
-                    help="[label:]tick_ms/period_ms, comma-separated")
+                    help="[label:]tick_ms/period_ms[/max_kernel_us], comma-separated")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-churn", action="store_true")
     args = ap.parse_args()
@@ -110,31 +114,33 @@ def main():
     h = N.nvmlDeviceGetHandleByIndex(0)
     rows = []
     for _ in range(args.repeats):
-        for label, exe, t, p in configs:
-            rows.append(measure(exe, h, t, p, args.hold, label=label))
+        for label, exe, t, p, k in configs:
+            rows.append(measure(exe, h, t, p, args.hold, label=label, kernel_us=k))
     env = dict(os.environ)
 
     def children():
         churn.churn(args.hold, 3, env, 1, 3)
 
     if not args.no_churn:
-        label, exe, t, p = configs[0]
+        label, exe, t, p, k = configs[0]
         rows.append(measure(exe, h, t, p, args.hold, during=children,
-                            extra=["--grace", "0.2"], label=label))
-    print(f"{'build':>8}{'tick':>5}{'period':>7}{'churn':>6}{'cpu%':>7}{'mae':>6}  threads (% of a core)")
+                            extra=["--grace", "0.2"], label=label, kernel_us=k))
+    print(f"{'build':>8}{'tick':>5}{'period':>7}{'kernel':>7}{'churn':>6}{'cpu%':>7}{'mae':>6}"
+          "  threads (% of a core)")
     for r in rows:
         m = "-" if r["mae_nvml_util"] is None else f"{r['mae_nvml_util']:.2f}"
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(r["cpu_by_thread_pct"].items())[:5])
-        print(f"{os.path.basename(r['exe']):>8}{r['tick_ms']:>5}{r['period_ms']:>7}"
+        kernel = r["max_kernel_us"] or "-"
+        print(f"{os.path.basename(r['exe']):>8}{r['tick_ms']:>5}{r['period_ms']:>7}{kernel:>7}"
               f"{'yes' if r['churn'] else 'no':>6}{r['cpu_total_pct']:>7.2f}{m:>6}  {top}")
     if args.repeats > 1:
         print("medians over the repeats:")
-        for label, exe, t, p in configs:
+        for label, exe, t, p, k in configs:
             mine = [r for r in rows if r["exe"] == (label or exe) and r["tick_ms"] == t
-                    and r["period_ms"] == p and not r["churn"]]
+                    and r["period_ms"] == p and r["max_kernel_us"] == k and not r["churn"]]
             cpu = [r["cpu_total_pct"] for r in mine]
             err = [r["mae_nvml_util"] for r in mine]
-            print(f"{label or exe:>8}{t:>5}{p:>7}  cpu% {median(cpu):.2f} "
+            print(f"{label or exe:>8}{t:>5}{p:>7}{k or '-':>7}  cpu% {median(cpu):.2f} "
                   f"(of {', '.join(f'{c:.2f}' for c in cpu)}), mae {median(err):.2f}")
     out = os.environ.get("OUT", "cpu-sweep-out")
     os.makedirs(out, exist_ok=True)

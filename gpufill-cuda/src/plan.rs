@@ -25,23 +25,36 @@ impl Burst {
     }
 }
 
-/// The burst for `duty` of a `period`, in kernels no longer than `max_kernel`. `None`
-/// when the burst would be shorter than [`MIN_BURST`].
+/// The burst for `duty` over `elapsed` (the time since the previous burst began; one
+/// `period` at the usual spacing), in kernels no longer than `max_kernel`. `None` when
+/// the burst would be shorter than [`MIN_BURST`].
 ///
-/// The on-time is split evenly into `ceil(on / max_kernel)` kernels, so every kernel is
-/// as long as possible: fewer launches for the same on-time.
-pub fn plan_burst(duty: f64, period: Duration, max_kernel: Duration) -> Option<Burst> {
+/// The kernel count is that of the period's burst, `ceil(duty x period / max_kernel)`,
+/// and the on-time `duty x elapsed` is split evenly among them, so every kernel is as
+/// long as possible (fewer launches for the same on-time) and a tick a few microseconds
+/// late does not cost an extra launch. What does not fit in those kernels is dropped
+/// (only when `duty x period` is a whole number of kernels, and only the lateness: the
+/// controller makes up for it).
+pub fn plan_burst(
+    duty: f64,
+    period: Duration,
+    elapsed: Duration,
+    max_kernel: Duration,
+) -> Option<Burst> {
     let duty = if duty.is_nan() {
         0.0
     } else {
         duty.clamp(0.0, 1.0)
     };
-    let on = period.mul_f64(duty);
-    if on < MIN_BURST || max_kernel.is_zero() {
+    if max_kernel.is_zero() {
         return None;
     }
-    let on_ns = on.as_nanos();
-    let count = on_ns.div_ceil(max_kernel.as_nanos());
+    let max_ns = max_kernel.as_nanos();
+    let count = period.mul_f64(duty).as_nanos().div_ceil(max_ns).max(1);
+    let on_ns = elapsed.mul_f64(duty).as_nanos().min(count * max_ns);
+    if on_ns < MIN_BURST.as_nanos() {
+        return None;
+    }
     let count = u32::try_from(count).ok()?;
     let kernel_ns = u64::try_from(on_ns / u128::from(count)).ok()?;
     Some(Burst {
@@ -127,7 +140,7 @@ impl Pacer {
         if !queued_done && (self.busy_until > now + slack || now > self.busy_until + slack) {
             return Pace::Skip;
         }
-        let Some(burst) = plan_burst(duty, elapsed, max_kernel) else {
+        let Some(burst) = plan_burst(duty, self.period, elapsed, max_kernel) else {
             return Pace::Wait;
         };
         let from = if queued_done {
@@ -155,7 +168,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn burst(duty: f64) -> Option<Burst> {
-        plan_burst(duty, 20 * MS, 2 * MS)
+        plan_burst(duty, 20 * MS, 20 * MS, 2 * MS)
     }
 
     #[test]
@@ -252,21 +265,51 @@ mod tests {
         let mut on = Duration::ZERO;
         let calls = [0, 21, 39, 62, 80, 99, 121, 140];
         for t in calls {
-            if let Pace::Launch(b) = p.pace(ms(t), 0.5, 2 * MS, true) {
+            if let Pace::Launch(b) = p.pace(ms(t), 0.42, 2 * MS, true) {
+                assert_eq!(b.count, 5, "{b:?}");
                 on += b.on_time();
             }
         }
-        // 140 ms since the first period began, plus the first period: 160 ms at 50 %.
-        let error = on.abs_diff(80 * MS);
+        // 140 ms since the first period began, plus the first period: 160 ms at 42 %.
+        let error = on.abs_diff(Duration::from_micros(67_200));
         assert!(error < Duration::from_micros(10), "{on:?}");
+    }
+
+    #[test]
+    fn a_late_tick_never_costs_an_extra_kernel_or_a_longer_one() {
+        // 50 % of 20 ms is exactly five 2 ms kernels: a tick 0.1 ms late keeps five, and
+        // the 50 us that would not fit is dropped rather than launched as a sixth.
+        let b = plan_burst(0.5, 20 * MS, Duration::from_micros(20_100), 2 * MS).unwrap();
+        assert_eq!(
+            b,
+            Burst {
+                count: 5,
+                kernel: 2 * MS
+            }
+        );
+        // 45 %: five kernels of 1.8 ms have room, so the lateness is covered.
+        let b = plan_burst(0.45, 20 * MS, Duration::from_micros(20_100), 2 * MS).unwrap();
+        assert_eq!(b.count, 5);
+        assert_eq!(b.on_time(), Duration::from_nanos(9_045_000));
+        // Early: the same kernels, shorter.
+        let b = plan_burst(0.5, 20 * MS, 16 * MS, 2 * MS).unwrap();
+        assert_eq!(
+            b,
+            Burst {
+                count: 5,
+                kernel: Duration::from_micros(1600)
+            }
+        );
     }
 
     #[test]
     fn a_caller_that_overran_gets_at_most_a_period_and_a_quarter_and_the_gap_counts_as_missed() {
         let mut p = Pacer::new(20 * MS);
         p.pace(ms(0), 0.9, 2 * MS, true);
-        let b = launched(p.pace(ms(95), 0.9, 2 * MS, true));
-        assert_eq!(b.on_time(), Duration::from_micros(22_500));
+        let b = launched(p.pace(ms(95), 0.85, 2 * MS, true));
+        // 1.25 periods at 85 %: 21.25 ms, capped by the period's nine 2 ms kernels.
+        assert_eq!(b.on_time(), 18 * MS);
+        assert_eq!(b.count, 9);
         assert_eq!(p.missed(), 3);
     }
 
@@ -277,15 +320,15 @@ mod tests {
         // The 20 ms burst has not quite finished at the next tick: launched behind it.
         let b = launched(p.pace(ms(20), 1.0, 2 * MS, false));
         assert_eq!(b.on_time(), 20 * MS);
-        // A tick 0.3 ms late: the burst covers the 20.3 ms since the last one.
+        // A tick 0.3 ms late: ten 2 ms kernels again (the 0.3 ms does not fit them).
         let b = launched(p.pace(
             Time::from_duration(Duration::from_micros(40_300)),
             1.0,
             2 * MS,
             false,
         ));
-        assert!(b.on_time().abs_diff(Duration::from_micros(20_300)) < Duration::from_nanos(20));
-        // Still running 2.5 ms past its planned end (60.3 ms): skipped, not queued.
+        assert_eq!(b.on_time(), 20 * MS);
+        // Still running 2.7 ms past its planned end (60.3 ms): skipped, not queued.
         assert_eq!(p.pace(ms(63), 1.0, 2 * MS, false), Pace::Skip);
     }
 

@@ -54,16 +54,25 @@ fn own_cpu_ns() -> Option<u64> {
 }
 
 /// Drives `gpu` as the fill loop does: `load` applied, then `launch_due` every `tick`
-/// on a fixed grid for `length`. Returns the wall time and this thread's CPU share in
-/// percent of a core.
+/// on a fixed grid for `length`, ending with a call (so a burst may have just been
+/// launched). Returns the wall time and this thread's CPU share in percent of a core.
 fn drive(gpu: &mut CudaLoad, load: Load, tick: Duration, length: Duration) -> (Duration, f64) {
     gpu.set_load(Time::ZERO, load).unwrap();
+    ticking(tick, length, || gpu.launch_due(Time::ZERO).unwrap())
+}
+
+/// Calls `work` every `tick` on a fixed grid for `length`, ending with a call. Returns
+/// the wall time and this thread's CPU share in percent of a core.
+fn ticking(tick: Duration, length: Duration, mut work: impl FnMut()) -> (Duration, f64) {
     let cpu0 = own_cpu_ns();
     let start = Instant::now();
     let mut next = start;
-    while next - start < length {
-        gpu.launch_due(Time::ZERO).unwrap();
+    loop {
+        work();
         next += tick;
+        if next - start > length {
+            break;
+        }
         sleep(next.saturating_duration_since(Instant::now()));
     }
     let wall = start.elapsed();
@@ -144,7 +153,11 @@ fn half_duty_for_two_seconds_runs_a_hundred_bursts_of_five_kernels_at_either_tic
         );
         assert!(cpu < 10.0, "launching CPU {cpu:.2} % of a core");
         assert!((95..=105).contains(&s.bursts), "bursts: {}", s.bursts);
-        assert!(s.kernels_launched <= 5 * s.bursts && s.kernels_launched >= 4 * s.bursts);
+        assert_eq!(
+            s.kernels_launched,
+            5 * s.bursts,
+            "late ticks cost no extra kernel"
+        );
         assert!(s.skipped_periods <= 2, "skipped: {}", s.skipped_periods);
     }
 }
@@ -255,4 +268,51 @@ fn the_sleep_kernel_runs_full_width_bursts() {
     );
     assert!((48..=52).contains(&s.bursts), "bursts: {}", s.bursts);
     assert!(s.skipped_periods <= 2, "skipped: {}", s.skipped_periods);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn cpu_per_tick_alone_and_per_kernel_launched() {
+    let _gpu = exclusive();
+    let tick = 20 * MS;
+    let length = 3000 * MS;
+    let calls = (length.as_millis() / tick.as_millis()) as f64;
+    let (_, idle) = ticking(tick, length, || {});
+    println!(
+        "hw: cost: a bare 20 ms tick (sleep, wake): {idle:.3} % of a core = {:.1} us a tick",
+        idle * 200.0
+    );
+    let mut rows = Vec::new();
+    for kernel_ms in [10, 2, 1] {
+        let settings = LauncherSettings {
+            max_kernel: kernel_ms * MS,
+            ..LauncherSettings::default()
+        };
+        let (mut gpu, _) = open(settings);
+        let before = gpu.stats();
+        let (_, cpu) = drive(&mut gpu, load(0.5), tick, length);
+        let s = delta(before, gpu.stats());
+        gpu.set_load(Time::ZERO, Load::IDLE).unwrap();
+        assert!(gpu.quiesce(Duration::from_secs(1)));
+        let per_burst = s.kernels_launched as f64 / s.bursts.max(1) as f64;
+        println!(
+            "hw: cost: duty 0.5 in {kernel_ms} ms kernels ({per_burst:.2} a burst): {cpu:.3} % of \
+             a core = {:.1} us a tick",
+            cpu * 200.0
+        );
+        assert!(s.bursts as f64 >= calls * 0.95, "{s:?}");
+        rows.push((per_burst, cpu * 200.0));
+    }
+    // Least-squares line through (kernels a burst, us a tick).
+    let n = rows.len() as f64;
+    let (mx, my) = (
+        rows.iter().map(|r| r.0).sum::<f64>() / n,
+        rows.iter().map(|r| r.1).sum::<f64>() / n,
+    );
+    let slope = rows.iter().map(|r| (r.0 - mx) * (r.1 - my)).sum::<f64>()
+        / rows.iter().map(|r| (r.0 - mx).powi(2)).sum::<f64>();
+    println!(
+        "hw: cost: {slope:.1} us of CPU per kernel launched, {:.1} us per burst besides",
+        my - slope * mx - idle * 200.0
+    );
 }
