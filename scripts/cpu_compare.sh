@@ -7,7 +7,8 @@
 #
 # Build here: scripts/build-carry.sh, then put the previous build at carry/old/gpufill.
 # On the GPU machine (carry: ["carry"]): bash scripts/cpu_compare.sh
-# CONFIGS=label:tick/period[/max_kernel_us],... picks the rows; BENCH=0 skips the bench.
+# CONFIGS=label:tick/period[/max_kernel_us],... picks the rows; REPEATS (3) repeats them;
+# TICK_COST=1 adds scripts/tick_cost.py; BENCH=0 skips the bench.
 set -uo pipefail
 OUT=${OUT:-cpu-compare-out}
 CONFIGS=${CONFIGS:-new:20/20,old:10/20,new:20/20/5000,new:40/40}
@@ -22,7 +23,11 @@ carry/hw-nvml --ignored --nocapture nvml_call_costs 2>&1 | grep -E "^ |test resu
   tee "$OUT/hw-nvml.txt"
 echo "== CPU: old build (launcher thread) against new (launch in the loop thread)"
 python3 scripts/cpu_sweep.py carry/gpufill --exe old=carry/old/gpufill --exe new=carry/gpufill \
-  --configs "$CONFIGS" --repeats 3 --hold 10 2>&1 | tee "$OUT/cpu_sweep.txt"
+  --configs "$CONFIGS" --repeats "${REPEATS:-3}" --hold 10 2>&1 | tee "$OUT/cpu_sweep.txt"
+if [ "${TICK_COST:-0}" != 0 ]; then
+  echo "== one tick of the loop thread, split"
+  python3 scripts/tick_cost.py carry/gpufill --repeats 2 2>&1 | tee "$OUT/tick_cost.txt"
+fi
 if [ "${BENCH:-1}" != 0 ]; then
   echo "== bench at the new defaults"
   carry/gpufill bench --out "$OUT/bench" >"$OUT/bench.txt" 2>&1

@@ -45,13 +45,14 @@ def group(per_thread):
     return out
 
 
-def measure(exe, h, tick, period, hold, during=None, extra=(), label="", kernel_us=None):
+def measure(exe, h, tick, period, hold, during=None, extra=(), label="", kernel_us=None,
+            target=50):
     cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     cfg.write(f"tick_ms = {tick}\n[load]\nperiod_ms = {period}\n")
     if kernel_us:
         cfg.write(f"max_kernel_us = {kernel_us}\n")
     cfg.close()
-    g = Gpufill(exe, ["--gpus", "0", "--target", "50", "--config", cfg.name, *extra])
+    g = Gpufill(exe, ["--gpus", "0", "--target", str(target), "--config", cfg.name, *extra])
     g.wait_for("filling", 30)
     time.sleep(3)
     a, ta = threads(g.pid), time.time()
@@ -76,7 +77,7 @@ def measure(exe, h, tick, period, hold, during=None, extra=(), label="", kernel_
         "churn": bool(during),
         "cpu_total_pct": sum(per.values()),
         "cpu_by_thread_pct": dict(sorted(grouped.items(), key=lambda kv: -kv[1])),
-        "mae_nvml_util": mae(util, 50) if not during else None,
+        "mae_nvml_util": mae(util, target) if not during else None,
         "yield_lines": g.count("yielding"),
     }
 
