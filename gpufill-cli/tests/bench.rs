@@ -5,7 +5,7 @@ use predicates::str::contains;
 
 mod common;
 
-use common::{gpufill, read_csv};
+use common::{gpufill, read_csv, ticks_in};
 
 fn polyline_points(svg: &str, id: &str) -> usize {
     let doc = roxmltree::Document::parse(svg).expect("bench.svg is XML");
@@ -44,20 +44,23 @@ fn bench_on_the_simulated_gpu_writes_the_table_plot_csv_and_summary() {
         "{stdout}"
     );
 
-    // The CSV: one row per 20 ms tick on one time axis, every target, a yield.
+    // The CSV: one row per tick on one time axis, every target, a yield.
     let rows = read_csv(&out.join("bench.csv"));
     let span = rows.last().unwrap().t - rows[0].t;
-    assert_eq!(rows.len(), (span / 0.02).round() as usize + 1);
+    assert_eq!(rows.len(), ticks_in(span) + 1);
     // 5 targets x 5 s, then 2 s + 3 s foreign + 5 s grace + 2 s.
     assert!((span - 37.0).abs() < 0.5, "{span}");
     assert!(rows.iter().any(|r| r.state == "yielding"));
-    // Each target 5 s of 20 ms ticks; the last one goes on through the yield test.
+    // Each target 5 s of ticks; the last one goes on through the yield test.
     for target in [10.0, 25.0, 50.0, 75.0] {
-        assert_eq!(rows.iter().filter(|r| r.target == target).count(), 250);
+        assert_eq!(
+            rows.iter().filter(|r| r.target == target).count(),
+            ticks_in(5.0)
+        );
     }
     assert_eq!(
         rows.iter().filter(|r| r.target == 90.0).count(),
-        rows.len() - 1000
+        rows.len() - 4 * ticks_in(5.0)
     );
 
     // The plot: valid XML, one point per NVML sample in the CSV, a shaded yield window.
@@ -103,7 +106,7 @@ fn bench_without_the_yield_test_says_it_was_skipped() {
     let svg = std::fs::read_to_string(dir.path().join("bench.svg")).unwrap();
     assert!(!svg.contains(r#"class="shade""#));
     let rows = read_csv(&dir.path().join("bench.csv"));
-    assert_eq!(rows.len(), 100);
+    assert_eq!(rows.len(), ticks_in(2.0));
     assert!(
         rows.iter()
             .all(|r| r.target == 40.0 && r.state == "filling")

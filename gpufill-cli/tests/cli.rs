@@ -6,7 +6,7 @@ use predicates::str::contains;
 
 mod common;
 
-use common::{Row, gpufill, read_csv};
+use common::{Row, gpufill, read_csv, ticks_in};
 
 /// Settle time and mean absolute error over the util changes (new samples) in `[from, to)`.
 fn judge(rows: &[Row], from: f64, to: f64) -> (f64, f64) {
@@ -41,7 +41,7 @@ fn simulate_settles_within_a_second_and_holds_within_a_point() {
         .success()
         .stdout(contains("settled within 2 points of 50.0%"));
     let rows = read_csv(&csv);
-    assert_eq!(rows.len(), 1000, "one row per 20 ms tick");
+    assert_eq!(rows.len(), ticks_in(20.0), "one row per tick");
     let (settle, mae) = judge(&rows, 0.0, 20.0);
     assert!(settle <= 1.0, "settle {settle}");
     assert!(mae <= 1.0, "mae {mae}");

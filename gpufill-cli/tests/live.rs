@@ -177,7 +177,7 @@ fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
 
     std::fs::write(
         &file,
-        "target_percent = 70\ntick_ms = 40\n[load]\nperiod_ms = 40\n",
+        "target_percent = 70\ntick_ms = 20\n[load]\nperiod_ms = 20\n",
     )
     .unwrap();
     g.signal("HUP");

@@ -34,7 +34,7 @@ fn simulate_with_the_sm_metric_holds_the_target_and_shows_the_width() {
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("t_s,target,sm,duty,width,state"));
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 500, "one row per 20 ms tick");
+    assert_eq!(rows.len(), common::ticks_in(10.0), "one row per tick");
     for row in &rows {
         let width: u32 = row[4].parse().unwrap();
         assert!((1..=132).contains(&width), "{row:?}");

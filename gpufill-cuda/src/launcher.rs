@@ -28,9 +28,11 @@ const DRAIN_ON_DROP: Duration = Duration::from_secs(2);
 /// How the launcher shapes the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LauncherSettings {
-    /// One burst per period. 20 ms divides NVML's 200 ms window (H200) into exactly 10
+    /// One burst per period. 40 ms divides NVML's 200 ms window (H200) into exactly 5
     /// bursts, so every window sees the same on-time and the reading does not jitter.
-    /// The caller's ticks should divide it (see [`Pacer`]).
+    /// The caller's ticks should divide it (see [`Pacer`]). At most one period of our
+    /// kernels is queued, so it also bounds how long a newcomer can find our work on the
+    /// GPU after the check that missed it.
     pub period: Duration,
     /// The longest single kernel. A stop waits for what is queued, so this and the
     /// period bound how long another process can find the GPU busy with our work.
@@ -45,7 +47,7 @@ pub struct LauncherSettings {
 impl Default for LauncherSettings {
     fn default() -> Self {
         LauncherSettings {
-            period: Duration::from_millis(20),
+            period: Duration::from_millis(40),
             max_kernel: Duration::from_millis(2),
             own_stream: true,
             kernel: SpinKernel::Spin,
@@ -444,9 +446,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_settings_are_a_twenty_ms_period_of_two_ms_kernels_on_our_own_stream() {
+    fn default_settings_are_a_forty_ms_period_of_two_ms_kernels_on_our_own_stream() {
         let s = LauncherSettings::default();
-        assert_eq!(s.period, Duration::from_millis(20));
+        assert_eq!(s.period, Duration::from_millis(40));
         assert_eq!(s.max_kernel, Duration::from_millis(2));
         assert!(s.own_stream);
         assert_eq!(s.validate(), Ok(()));
@@ -466,7 +468,7 @@ mod tests {
             "{err}"
         );
         let s = LauncherSettings {
-            max_kernel: Duration::from_millis(30),
+            max_kernel: Duration::from_millis(41),
             ..LauncherSettings::default()
         };
         assert!(s.validate().unwrap_err().to_string().contains("max kernel"));

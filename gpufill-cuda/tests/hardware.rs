@@ -85,6 +85,14 @@ fn ticking(tick: Duration, length: Duration, mut work: impl FnMut()) -> (Duratio
 
 const MS: Duration = Duration::from_millis(1);
 
+/// The launcher with a 20 ms period (the default is 40 ms), driven at 20 ms ticks below.
+fn twenty_ms() -> LauncherSettings {
+    LauncherSettings {
+        period: 20 * MS,
+        ..LauncherSettings::default()
+    }
+}
+
 fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
     LaunchStats {
         kernels_launched: b.kernels_launched - a.kernels_launched,
@@ -104,7 +112,7 @@ fn lists_devices_and_opens_device_0_with_a_zero_stack() {
     for d in gpufill_cuda::devices().expect("list devices") {
         println!("hw: device {d:?}");
     }
-    let (gpu, took) = open(LauncherSettings::default());
+    let (gpu, took) = open(twenty_ms());
     println!(
         "hw: opened GPU 0 in {took:.2?}; stack limit {} bytes",
         gpu.stack_limit()
@@ -135,7 +143,7 @@ fn lists_devices_and_opens_device_0_with_a_zero_stack() {
 #[ignore = "needs an NVIDIA GPU"]
 fn half_duty_for_two_seconds_runs_a_hundred_bursts_of_five_kernels_at_either_tick() {
     let _gpu = exclusive();
-    let (mut gpu, _) = open(LauncherSettings::default());
+    let (mut gpu, _) = open(twenty_ms());
     for tick in [20 * MS, 10 * MS] {
         let before = gpu.stats();
         let (wall, cpu) = drive(&mut gpu, load(0.5), tick, 2000 * MS);
@@ -166,7 +174,7 @@ fn half_duty_for_two_seconds_runs_a_hundred_bursts_of_five_kernels_at_either_tic
 #[ignore = "needs an NVIDIA GPU"]
 fn quiesce_at_duty_0_9_returns_within_25_ms_and_idle_launches_nothing() {
     let _gpu = exclusive();
-    let (mut gpu, _) = open(LauncherSettings::default());
+    let (mut gpu, _) = open(twenty_ms());
     let mut worst = Duration::ZERO;
     for round in 0..5u64 {
         // Vary the phase between the quiesce call and the last burst.
@@ -198,7 +206,7 @@ fn opens_and_drops_three_times_in_a_row() {
     for (round, own_stream) in [true, false, true].into_iter().enumerate() {
         let settings = LauncherSettings {
             own_stream,
-            ..LauncherSettings::default()
+            ..twenty_ms()
         };
         let (mut gpu, took) = open(settings);
         print_memory(
@@ -226,7 +234,7 @@ fn opens_and_drops_three_times_in_a_row() {
 #[ignore = "needs an NVIDIA GPU"]
 fn full_duty_queues_each_burst_behind_the_last_instead_of_skipping() {
     let _gpu = exclusive();
-    let (mut gpu, _) = open(LauncherSettings::default());
+    let (mut gpu, _) = open(twenty_ms());
     let (wall, _) = drive(&mut gpu, load(1.0), 20 * MS, 1000 * MS);
     let s = gpu.stats();
     gpu.set_load(Time::ZERO, Load::IDLE).unwrap();
@@ -286,7 +294,7 @@ fn cpu_per_tick_alone_and_per_kernel_launched() {
     for kernel_ms in [10, 2, 1] {
         let settings = LauncherSettings {
             max_kernel: kernel_ms * MS,
-            ..LauncherSettings::default()
+            ..twenty_ms()
         };
         let (mut gpu, _) = open(settings);
         let before = gpu.stats();

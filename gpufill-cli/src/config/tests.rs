@@ -207,7 +207,7 @@ fn a_period_that_is_not_a_whole_number_of_ticks_is_refused() {
         "gpufill.toml:3:13: load.period_ms: must be a multiple of tick_ms (20 ms): bursts \
          start only at ticks, got 30"
     );
-    // The default period (20 ms) with a longer tick: no position, as the file lacks it.
+    // The default period (40 ms) with a tick that does not divide it: no position, as the file lacks it.
     let e = error("tick_ms = 50\n");
     assert_eq!(e.key(), Some("load.period_ms"));
     assert_eq!(e.position(), None);
@@ -477,8 +477,8 @@ fn defaults_resolve_to_the_core_defaults() {
     assert_eq!(config.yield_settings(), YieldSettings::default());
     assert_eq!(config.controller_kind(), ControllerKind::default());
     assert_eq!(config.yield_policy(), YieldPolicyChoice::Presence);
-    assert_eq!(config.tick(), Duration::from_millis(20));
-    assert_eq!(config.period(), Duration::from_millis(20));
+    assert_eq!(config.tick(), Duration::from_millis(40));
+    assert_eq!(config.period(), Duration::from_millis(40));
     assert_eq!(config.max_kernel(), Duration::from_micros(2000));
 }
 

@@ -6,6 +6,16 @@ use std::path::Path;
 
 use assert_cmd::Command;
 
+/// The default loop tick, seconds: `simulate` and `bench` write one CSV row per tick.
+pub fn tick_s() -> f64 {
+    gpufill_cli::config::Config::default().tick().as_secs_f64()
+}
+
+/// How many default ticks fit in `seconds`.
+pub fn ticks_in(seconds: f64) -> usize {
+    (seconds / tick_s()).round() as usize
+}
+
 /// The `gpufill` binary under test.
 pub fn gpufill() -> Command {
     Command::cargo_bin("gpufill").unwrap()
