@@ -191,6 +191,10 @@ pub struct BenchArgs {
     /// The GPU to measure: NVML index or UUID [default: the first GPU `run` would fill].
     #[arg(long, value_name = "ID", value_parser = parse_gpu)]
     pub gpu: Option<GpuId>,
+    /// TOML config file: the loop, load and yield settings to measure (its target and
+    /// GPUs are not used; `metric` must be `util`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Targets to hold one after the other, percent.
     #[arg(
         long,

@@ -30,7 +30,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
 use crate::cli::BenchArgs;
-use crate::config::Config;
+use crate::config::{Config, MetricChoice};
 use summary::{BenchSummary, YieldObservation, summarize_target, summarize_yield};
 
 /// How long the foreign process of the yield test runs.
@@ -163,7 +163,7 @@ impl Recording {
 /// missing driver, a busy GPU (without `--force`), a failed GPU or unwritable files.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let targets = check_args(args)?;
-    let config = Config::default();
+    let config = bench_config(args)?;
     let mut rig: Box<dyn Rig> = if args.sim {
         Box::new(sim::SimRig::new(&config))
     } else {
@@ -188,6 +188,22 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(y) if !y.passed() => bail!("the yield test failed"),
         _ => Ok(()),
     }
+}
+
+/// The settings measured: the file's (`--config`), else the defaults. Only the `util`
+/// metric can be benched: its readings are what the table and plot show.
+fn bench_config(args: &BenchArgs) -> Result<Config, UsageError> {
+    let Some(path) = &args.config else {
+        return Ok(Config::default());
+    };
+    let config = Config::load(path).map_err(|e| UsageError(e.into()))?;
+    if config.metric != MetricChoice::Util {
+        return Err(UsageError(anyhow::anyhow!(
+            "{}: metric: bench measures metric = \"util\" only",
+            path.display()
+        )));
+    }
+    Ok(config)
 }
 
 fn check_args(args: &BenchArgs) -> Result<Vec<Utilization>, UsageError> {
@@ -488,6 +504,7 @@ mod tests {
     fn args() -> BenchArgs {
         BenchArgs {
             gpu: None,
+            config: None,
             targets: vec![50.0],
             seconds: 3.0,
             out: "unused".into(),
