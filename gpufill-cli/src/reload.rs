@@ -189,7 +189,7 @@ mod tests {
         new.load.max_duty_percent = 80.0;
         new.yielding.grace_s = 1.0;
         new.schedule.idle_after_s = 60.0;
-        new.tick_ms = 50;
+        new.tick_ms = 20;
         new.load.period_ms = 100;
         new.gpus = GpuSelector::parse_flag("0").unwrap();
         new.metrics.listen = "127.0.0.1:9401".into();
@@ -212,8 +212,8 @@ mod tests {
         assert_eq!(applied.metric, crate::config::MetricChoice::Util);
         assert_eq!(applied.load.kernel, crate::config::KernelChoice::Sleep);
         assert_eq!(applied.probe.retry_max_s, 300.0);
-        assert_eq!(applied.tick_ms, 40);
-        assert_eq!(applied.load.period_ms, 40);
+        assert_eq!(applied.tick_ms, 50);
+        assert_eq!(applied.load.period_ms, 50);
         assert_eq!(applied.gpus, GpuSelector::All);
         assert_eq!(applied.metrics.listen, "");
         assert_eq!(applied.target_percent, 70.0);

@@ -28,8 +28,10 @@ const DRAIN_ON_DROP: Duration = Duration::from_secs(2);
 /// How the launcher shapes the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LauncherSettings {
-    /// One burst per period. 40 ms divides NVML's 200 ms window (H200) into exactly 5
-    /// bursts, so every window sees the same on-time and the reading does not jitter.
+    /// One burst per period. 50 ms divides NVML's utilization sample (H200: one each
+    /// 200 ms, which reads as an average over 100 ms) into whole bursts, so every sample
+    /// sees the same on-time: NVML then reads the duty exactly, where a 40 ms period
+    /// read up to 8 points off depending on the phase (docs/benchmarks.md).
     /// The caller's ticks should divide it (see [`Pacer`]). At most one period of our
     /// kernels is queued, so it also bounds how long a newcomer can find our work on the
     /// GPU after the check that missed it.
@@ -47,7 +49,7 @@ pub struct LauncherSettings {
 impl Default for LauncherSettings {
     fn default() -> Self {
         LauncherSettings {
-            period: Duration::from_millis(40),
+            period: Duration::from_millis(50),
             max_kernel: Duration::from_millis(2),
             own_stream: true,
             kernel: SpinKernel::Spin,
@@ -446,9 +448,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_settings_are_a_forty_ms_period_of_two_ms_kernels_on_our_own_stream() {
+    fn default_settings_are_a_fifty_ms_period_of_two_ms_kernels_on_our_own_stream() {
         let s = LauncherSettings::default();
-        assert_eq!(s.period, Duration::from_millis(40));
+        assert_eq!(s.period, Duration::from_millis(50));
         assert_eq!(s.max_kernel, Duration::from_millis(2));
         assert!(s.own_stream);
         assert_eq!(s.validate(), Ok(()));
@@ -468,7 +470,7 @@ mod tests {
             "{err}"
         );
         let s = LauncherSettings {
-            max_kernel: Duration::from_millis(41),
+            max_kernel: Duration::from_millis(51),
             ..LauncherSettings::default()
         };
         assert!(s.validate().unwrap_err().to_string().contains("max kernel"));

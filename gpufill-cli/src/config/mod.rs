@@ -104,7 +104,7 @@ impl Default for Config {
             gpus: GpuSelector::All,
             controller: ControllerChoice::Pi,
             metric: MetricChoice::Util,
-            tick_ms: 40,
+            tick_ms: 50,
             load: LoadConfig::default(),
             yielding: YieldConfig::default(),
             probe: ProbeConfig::default(),
@@ -139,7 +139,7 @@ impl Default for LoadConfig {
         LoadConfig {
             width_blocks: 1,
             max_duty_percent: 100.0,
-            period_ms: 40,
+            period_ms: 50,
             max_kernel_us: 2000,
             kernel: KernelChoice::Sleep,
         }

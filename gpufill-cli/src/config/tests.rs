@@ -92,8 +92,8 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
         &["0", "100", "0.0"],
         &["-0.001", "100.001"],
     ),
-    // Up to 20: longer ticks also need a longer period (below).
-    ("tick_ms", "", &["1", "20"], &["0", "1001", "-1"]),
+    // Ticks that divide the default period; longer ones need a longer period (below).
+    ("tick_ms", "", &["1", "25", "50"], &["0", "1001", "-1"]),
     (
         "load.width_blocks",
         "[load]\n",
@@ -207,8 +207,8 @@ fn a_period_that_is_not_a_whole_number_of_ticks_is_refused() {
         "gpufill.toml:3:13: load.period_ms: must be a multiple of tick_ms (20 ms): bursts \
          start only at ticks, got 30"
     );
-    // The default period (40 ms) with a tick that does not divide it: no position, as the file lacks it.
-    let e = error("tick_ms = 50\n");
+    // The default period (50 ms) with a tick that does not divide it: no position, as the file lacks it.
+    let e = error("tick_ms = 20\n");
     assert_eq!(e.key(), Some("load.period_ms"));
     assert_eq!(e.position(), None);
     for ok in [
@@ -477,8 +477,8 @@ fn defaults_resolve_to_the_core_defaults() {
     assert_eq!(config.yield_settings(), YieldSettings::default());
     assert_eq!(config.controller_kind(), ControllerKind::default());
     assert_eq!(config.yield_policy(), YieldPolicyChoice::Presence);
-    assert_eq!(config.tick(), Duration::from_millis(40));
-    assert_eq!(config.period(), Duration::from_millis(40));
+    assert_eq!(config.tick(), Duration::from_millis(50));
+    assert_eq!(config.period(), Duration::from_millis(50));
     assert_eq!(config.max_kernel(), Duration::from_micros(2000));
 }
 
