@@ -7,7 +7,7 @@ against the target (the phase's first 3 s and, after the job, the 5 s grace left
 out), and gpufill's yield lines for that GPU. Expected: GPU 0 yields during the job
 and fills again after, every other GPU tracks 50 % throughout. CPU: gpufill's total
 CPU % of a core over the run, per GPU (total / GPUs), and per worker thread
-(`gpufill-gpuN`, the launcher threads together).
+(`gpufill-gpuN`, which also launch the kernels, and the driver's threads).
 
 Writes multi_gpu.json and gpufill.log to $OUT. Runs about 2 min. Usage:
 

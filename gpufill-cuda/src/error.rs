@@ -33,14 +33,6 @@ pub enum CudaError {
     /// [`crate::LauncherSettings`] out of range.
     #[error("invalid launcher settings: {0}")]
     Settings(String),
-    /// The launcher thread could not be started or has died.
-    #[error("launcher thread for GPU {ordinal}: {reason}")]
-    Launcher {
-        /// The device.
-        ordinal: usize,
-        /// What happened.
-        reason: String,
-    },
 }
 
 impl CudaError {
@@ -74,7 +66,6 @@ impl DeviceError for CudaError {
                 ErrorKind::Unsupported
             }
             CudaError::Driver { code, .. } => classify(*code),
-            CudaError::Launcher { .. } => ErrorKind::Lost,
         }
     }
 }

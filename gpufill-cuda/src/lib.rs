@@ -20,49 +20,57 @@
 //!   would share, never an extra one: one context per process and GPU is the floor of what
 //!   `nvidia-smi` shows for us.
 //! - **Blocking sync**, set with `cuDevicePrimaryCtxSetFlags` before retaining it (works on
-//!   any driver, unlike `cuCtxSetFlags`, which needs 12.1), and events created with
-//!   `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`: waiting for the GPU sleeps the
-//!   thread instead of spinning a core.
+//!   any driver, unlike `cuCtxSetFlags`, which needs 12.1), so a wait on the context sleeps
+//!   instead of spinning a core. We never wait on the GPU while filling: our one event is
+//!   created with `CU_EVENT_DISABLE_TIMING` only and is queried, never waited on, so its
+//!   completion raises no interrupt for the driver's event thread to handle.
 //! - **Stack limit 0**, right after creation. The driver reserves stack size x resident
 //!   threads x SMs of device memory; on an H200 that is 264 of the context's 518 MiB,
 //!   which the spin kernel never uses. `CU_CTX_LMEM_RESIZE_TO_MAX` is never set (it would
 //!   keep a grown reservation). cudarc's event tracking is off: we have no buffers to
 //!   track, and it would synchronize when the stream is created.
 //!
-//! # The launcher: short kernels in bursts, one burst per 20 ms
+//! # The launcher: bursts of short kernels, launched from the loop's thread
 //!
-//! Each [`CudaLoad`] has a thread (`gpufill-launch-{ordinal}`). [`set_load`](gpufill_core::LoadSource::set_load)
-//! only updates shared state and returns. The thread works on a grid of periods
-//! (default 20 ms), with absolute deadlines so that waking late never shifts later periods:
+//! [`CudaLoad`] has no thread of its own. [`set_load`](gpufill_core::LoadSource::set_load)
+//! records the load; [`launch_due`](gpufill_core::LoadSource::launch_due), which the fill
+//! loop calls at every tick right after it read the process list, launches the burst of a
+//! period that has begun ([`plan::Pacer`]):
 //!
-//! - at each period start, if the previous burst has not finished (checked on its event,
-//!   allowing a tenth of a period of lateness), the period is **skipped**: work never
-//!   queues up;
-//! - otherwise the on-time `duty x period` is split into `ceil(on / max_kernel)` equal
-//!   kernels of at most 2 ms ([`plan::plan_burst`]), launched back to back as `width`
-//!   one-warp blocks, followed by the event; then the thread sleeps until the next period;
-//! - a duty of 0 stops launching, waits for what is queued and sleeps on a condition
-//!   variable (no CPU while idle); a duty arriving while idle starts a period at once.
+//! - a period (default 50 ms, a whole number of ticks) begins at the first call at least
+//!   three quarters of a period after the previous one began; its burst is `duty x` the
+//!   time since then, in `ceil(duty x period / max_kernel)` equal kernels of at most 2 ms
+//!   ([`plan::plan_burst`]), launched back to back as `width` one-warp blocks on our
+//!   lowest-priority stream, followed by the event;
+//! - if the previous burst is still running (the event says so) and was planned to end
+//!   more than a tenth of a period ago, another context has slowed it: the period is
+//!   **skipped**, so work never piles up. One that is just ending (full duty) gets the next
+//!   burst queued behind it, so the GPU does not idle between them;
+//! - a duty of 0 launches nothing more; what is queued (at most one burst) finishes.
 //!
 //! Why this shape:
-//! - **CPU**: every launch-synchronize-sleep cycle costs tens of microseconds of CPU, so
-//!   one wake-up per period (and one launch call per 2 ms of on-time) should keep the
-//!   launcher under 1 % of a core, where one cycle per kernel measured 4.5-13 %.
-//! - **Getting out of the way**: a stop waits for what is queued, at most one burst (18 ms
-//!   at duty 0.9) of kernels of at most 2 ms, far inside the ~85 ms head start NVML gives
-//!   on a newcomer; short kernels also bound how long a newcomer waits for our current
-//!   kernel once it is there.
-//! - **A steady reading**: NVML samples utilization over 200 ms on an H200. A period that
-//!   divides it puts exactly 10 bursts in every window, so the reading does not jitter
-//!   with the phase between our bursts and NVML's window.
+//! - **Never on a stale list**: a burst starts only microseconds after the process check
+//!   of the same tick, so no kernel of ours starts once a newcomer is listed. When one is
+//!   listed, at most the burst already queued is left: `duty x period` (25 ms at the
+//!   default 50 % target, 45 ms at 90 %), inside the ~85 ms NVML gives between listing a
+//!   PyTorch process and its first kernel (measured on an H200: docs/benchmarks.md).
+//! - **CPU**: one wake-up per period does the process check and the launch. A wake-up costs
+//!   about 40 us of CPU on the H200 VMs, NVML's process check about 100 us (it is cold
+//!   after each sleep: 5 us in a tight loop), a burst's launch about 65 us plus 3-4 us per
+//!   kernel. So the period sets the CPU: 0.6-0.7 % of a core at 50 ms, 1.0-1.3 % at 20 ms;
+//!   a launcher thread of its own, as before, cost 1.5-2.0 % with a 10 ms tick.
+//! - **A reading that follows the duty**: NVML publishes one utilization value every 200 ms
+//!   on an H200. With 20, 25 and 50 ms periods it read exactly the duty at every target;
+//!   with 40 ms it read up to 8 points off, depending on the phase between our bursts and
+//!   its window, and the phase drifts. Periods that divide 100 ms are safe there.
 //!
 //! # Stopping and dropping
 //!
-//! [`CudaLoad::quiesce`] stops launching and waits until none of our kernels is queued
-//! or running (the CLI's "stopped within 100 ms with the GPU idle"). Dropping a
-//! [`CudaLoad`] stops the thread, which waits for its queued kernels and destroys its
-//! event, module and stream; then the primary context is released, and the driver frees
-//! its memory once no one else in the process holds it. Nothing of ours runs after drop.
+//! [`CudaLoad::quiesce`] waits (polling the event) until none of our kernels is queued or
+//! running (the CLI's "stopped with the GPU idle"). Dropping a [`CudaLoad`] does the same,
+//! then destroys its event, module and stream and releases the primary context; the driver
+//! frees its memory once no one else in the process holds it. Nothing of ours runs after
+//! drop.
 //!
 //! # Errors, and machines without a driver
 //!
@@ -70,9 +78,10 @@
 //! and returns [`CudaError::NoDriver`] if not: cudarc would panic instead. Driver results
 //! are classified once, in [`classify`]: no device or an unusable setup is
 //! `Unsupported`, sticky context errors (launch failure, illegal address, ECC, device
-//! unavailable) are `Lost`, resource shortages and unknown codes are `Transient`. The
-//! launcher thread reports its errors through the next `set_load`; a lost or unsupported
-//! device ends the thread, and every later `set_load` returns that error.
+//! unavailable) are `Lost`, resource shortages and unknown codes are `Transient`.
+//! `launch_due` returns a failed launch at once; after a lost or unsupported one, every
+//! later call returns that error, and the caller opens a new context
+//! (`gpufill_core::device::Reopening`).
 //!
 //! [`devices`] lists the GPUs (name, NVML-style UUID, SM count) without creating a
 //! context.

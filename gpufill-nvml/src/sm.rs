@@ -3,10 +3,10 @@
 //!
 //! GPM (GPU Performance Monitoring, Hopper and later) gives a metric between two
 //! samples taken at least 100 ms apart (nvml.h, `nvmlGpmMetricsGet`). The probe takes
-//! one every [`GPM_PERIOD`] (200 ms): ten of the launcher's 20 ms bursts in each
+//! one every [`GPM_PERIOD`] (200 ms): four of the launcher's 50 ms bursts in each
 //! window, so the reading does not jitter with the phase, and two NVML calls per 200 ms
-//! cost no noticeable CPU. The 10 ms tick still reads the process list every tick, so
-//! yielding is exactly as fast as with the `util` metric.
+//! cost no noticeable CPU. The loop still reads the process list every tick, right
+//! before each burst, so yielding is exactly as fast as with the `util` metric.
 
 use std::time::Duration;
 
