@@ -197,7 +197,7 @@ mod tests {
                 let _ = fill.idle(clock.now());
                 return tick;
             }
-            next += period;
+            next = gpufill_core::time::next_tick(next, period, clock.now());
             clock.sleep_until(next);
         }
     }

@@ -22,7 +22,7 @@ use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 use crate::policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 
 use crate::shaper::{Shaper, Shaping};
-use crate::time::{Clock, Time};
+use crate::time::{Clock, Time, next_tick};
 use crate::units::{Duty, Load, Utilization, Width};
 
 /// Settings of a [`FillLoop`].
@@ -355,7 +355,9 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     }
 
     /// Runs ticks every `period` on `clock` until `keep_going` returns false or the loop
-    /// stops, then leaves the device idle. Returns the last tick.
+    /// stops, then leaves the device idle. Returns the last tick. A step that overruns its
+    /// tick is followed by the next one at once, then the grid goes on from there
+    /// ([`next_tick`]): no burst of catch-up ticks.
     pub fn run<K: Clock>(
         &mut self,
         clock: &K,
@@ -370,7 +372,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 let _ = self.idle(clock.now());
                 return tick;
             }
-            next += period;
+            next = next_tick(next, period, clock.now());
             clock.sleep_until(next);
         }
     }

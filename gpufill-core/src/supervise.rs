@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::controller::Controller;
 use crate::device::{LoadSource, Probe};
 use crate::fill::{FillLoop, State, Tick};
-use crate::time::{Clock, Time};
+use crate::time::{Clock, Time, next_tick};
 use crate::units::{Duty, Utilization, Width};
 
 /// A delay that doubles on every failure, from `initial` up to `max`.
@@ -265,12 +265,8 @@ where
                 let _ = self.idle(clock.now());
                 return step;
             }
-            next += period;
-            let now = clock.now();
-            if next < now {
-                // Overran (a slow reopen): do not try to catch up with a burst of ticks.
-                next = now;
-            }
+            // A slow reopen overruns: no burst of catch-up ticks after it.
+            next = next_tick(next, period, clock.now());
             clock.sleep_until(next);
         }
     }

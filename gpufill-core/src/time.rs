@@ -80,6 +80,13 @@ pub trait Clock {
     fn sleep_until(&self, deadline: Time);
 }
 
+/// When the tick after the one due at `previous` is due, seen at `now`: one `period`
+/// later on the same grid, or `now` if that has passed already (a step overran: the
+/// next one starts at once, and no burst of catch-up ticks follows).
+pub fn next_tick(previous: Time, period: Duration, now: Time) -> Time {
+    (previous + period).max(now)
+}
+
 /// The real monotonic clock; its epoch is the moment it was created.
 #[derive(Clone, Copy, Debug)]
 pub struct SystemClock {
@@ -144,6 +151,18 @@ impl Clock for VirtualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_stay_on_their_grid_and_an_overrun_starts_the_next_at_once() {
+        let ms = Time::from_millis;
+        let period = Duration::from_millis(50);
+        assert_eq!(next_tick(ms(100), period, ms(120)), ms(150));
+        // A step that ended at 170 ms overran the 150 ms tick: the next starts at once,
+        // and the one after is a period later, not back to back.
+        let next = next_tick(ms(100), period, ms(170));
+        assert_eq!(next, ms(170));
+        assert_eq!(next_tick(next, period, ms(171)), ms(220));
+    }
 
     #[test]
     fn subtracting_a_later_time_saturates_at_zero() {

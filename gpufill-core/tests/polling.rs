@@ -1,6 +1,7 @@
 //! How often the fill loop reads the process list: every tick while filling (a newcomer
 //! must be seen before its first kernel), every `YIELDING_POLL` while yielding to a listed
-//! process, every tick again during the grace.
+//! process, every tick again during the grace; and no burst of reads after a step that
+//! overran its tick.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -9,8 +10,8 @@ use std::time::Duration;
 
 use gpufill_core::fill::YIELDING_POLL;
 use gpufill_core::{
-    ControllerKind, FillLoop, FillSettings, Load, LoadSource, Probe, ProcessInfo, State, Time,
-    Utilization, YieldPolicy, YieldSettings,
+    Clock, ControllerKind, FillLoop, FillSettings, Load, LoadSource, Probe, ProcessInfo, State,
+    Time, Utilization, VirtualClock, YieldPolicy, YieldSettings,
 };
 
 /// One foreign process listed while `listed(now)`; records when the list was read.
@@ -136,4 +137,59 @@ fn a_process_back_at_the_end_of_the_grace_is_seen_before_filling() {
         assert_eq!(tick.state, State::Yielding, "at {ms} ms: {tick:?}");
         assert!(tick.duty.is_zero(), "at {ms} ms: {tick:?}");
     }
+}
+
+/// A probe whose process read at `slow_at` takes `slow_for` of the virtual clock.
+struct SlowOnceProbe<'a> {
+    clock: &'a VirtualClock,
+    reads: Vec<Time>,
+    slow_at: Time,
+    slow_for: Duration,
+}
+
+impl Probe for SlowOnceProbe<'_> {
+    type Error = Infallible;
+    fn utilization(&mut self, _: Time) -> Result<Option<Utilization>, Infallible> {
+        Ok(None)
+    }
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Infallible> {
+        self.reads.push(now);
+        if now == self.slow_at {
+            self.clock.sleep_until(now + self.slow_for);
+        }
+        Ok(Vec::new())
+    }
+}
+
+#[test]
+fn after_a_step_that_overran_the_loop_does_not_catch_up_with_back_to_back_ticks() {
+    let clock = VirtualClock::starting_at(Time::ZERO);
+    let probe = SlowOnceProbe {
+        clock: &clock,
+        reads: Vec::new(),
+        slow_at: Time::from_millis(500),
+        slow_for: Duration::from_millis(180),
+    };
+    let mut fill = FillLoop::new(
+        probe,
+        NoLoad,
+        ControllerKind::Pi.build(),
+        YieldPolicy::new(YieldSettings::default()),
+        FillSettings::default(),
+    );
+    let tick = Duration::from_millis(50);
+    fill.run(&clock, tick, |t| t.at < Time::from_millis(1000));
+    let reads = &fill.probe().reads;
+    let gaps: Vec<Duration> = reads.windows(2).map(|w| w[1] - w[0]).collect();
+    // 50 ms apart before, one 180 ms gap for the slow read, then 50 ms again (not three
+    // reads in a row at 680 ms to make up for the ticks due at 550, 600 and 650 ms).
+    assert!(gaps.iter().all(|g| *g >= tick), "{reads:?}");
+    assert_eq!(
+        reads
+            .iter()
+            .filter(|t| **t == Time::from_millis(680))
+            .count(),
+        1
+    );
+    assert!(reads.contains(&Time::from_millis(730)), "{reads:?}");
 }

@@ -85,7 +85,7 @@ fn ticking(tick: Duration, length: Duration, mut work: impl FnMut()) -> (Duratio
 
 const MS: Duration = Duration::from_millis(1);
 
-/// The launcher with a 20 ms period (the default is 40 ms), driven at 20 ms ticks below.
+/// The launcher with a 20 ms period (the default is 50 ms), driven at 20 ms ticks below.
 fn twenty_ms() -> LauncherSettings {
     LauncherSettings {
         period: 20 * MS,

@@ -159,7 +159,7 @@ impl Rig for RealRig {
 
     fn wait(&mut self) {
         // A late tick (the yield test's quiesce waits) causes no burst of catch-up ticks.
-        self.next = (self.next + self.tick).max(self.clock.now());
+        self.next = gpufill_core::time::next_tick(self.next, self.tick, self.clock.now());
         self.clock.sleep_until(self.next);
     }
 
