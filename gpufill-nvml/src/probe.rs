@@ -161,18 +161,16 @@ impl NvmlProbe {
         activity.transpose()
     }
 
-    /// Device memory held by our own processes, bytes (for metrics); `None` when
-    /// none of them is listed with a size.
+    /// Device memory held by our own processes, bytes (for metrics): 0 when none of
+    /// them is listed (no context, as after `release_context`); `None` when they are
+    /// listed without a size (the driver does not say, e.g. in some containers).
     ///
     /// # Errors
     /// A classified NVML error.
     pub fn own_memory_bytes(&self) -> Result<Option<u64>, ProbeError> {
         let mut try_mps = self.try_mps;
-        let sizes = compute_processes(&self.device, &mut try_mps)?
-            .into_iter()
-            .filter(|p| self.own.contains(p.pid))
-            .filter_map(|p| p.used_memory_bytes);
-        Ok(sizes.reduce(|a, b| a + b))
+        let list = compute_processes(&self.device, &mut try_mps)?;
+        Ok(own_memory(&list, &self.own))
     }
 
     /// Board power draw, watts.
@@ -422,6 +420,17 @@ pub(crate) fn fresh_process_utilization(
     (fresh, newest)
 }
 
+/// The memory of `own`'s entries in `list`: 0 when none is listed, `None` when they are
+/// listed without a size.
+fn own_memory(list: &[ProcessInfo], own: &OwnProcess) -> Option<u64> {
+    let mut ours = list.iter().filter(|p| own.contains(p.pid)).peekable();
+    if ours.peek().is_none() {
+        return Some(0);
+    }
+    ours.filter_map(|p| p.used_memory_bytes)
+        .reduce(|a, b| a + b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -435,6 +444,27 @@ mod tests {
             enc_util: 0,
             dec_util: 0,
         }
+    }
+
+    #[test]
+    fn our_memory_is_zero_when_we_are_not_listed_and_unknown_without_a_size() {
+        let process = |pid, bytes| ProcessInfo {
+            pid,
+            used_memory_bytes: bytes,
+            name: None,
+        };
+        let own = OwnProcess::pid(7);
+        let mib = |n: u64| n << 20;
+        assert_eq!(own_memory(&[], &own), Some(0));
+        assert_eq!(own_memory(&[process(9, Some(mib(600)))], &own), Some(0));
+        assert_eq!(
+            own_memory(
+                &[process(7, Some(mib(254))), process(9, Some(mib(600)))],
+                &own
+            ),
+            Some(mib(254))
+        );
+        assert_eq!(own_memory(&[process(7, None)], &own), None);
     }
 
     #[test]
