@@ -258,7 +258,7 @@ fn the_sleep_kernel_runs_full_width_bursts() {
     let sms = gpufill_cuda::devices().expect("devices")[0].sm_count;
     let settings = LauncherSettings {
         kernel: gpufill_cuda::SpinKernel::Sleep,
-        ..LauncherSettings::default()
+        ..twenty_ms()
     };
     let (mut gpu, _) = open(settings);
     let before = gpu.stats();
