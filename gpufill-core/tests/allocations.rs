@@ -1,10 +1,12 @@
 //! The loop allocates nothing per tick while filling, a constant few small vectors per
 //! tick while a process is listed, and the heap does not grow in either state. A
-//! counting global allocator sees every allocation of this test binary (one test).
+//! counting global allocator counts the allocations of the test's own thread (not the
+//! harness's: it allocates when it reports a slow test).
 #![cfg(feature = "sim")]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use gpufill_core::sim::{ForeignJob, SimConfig, Simulation};
@@ -13,18 +15,32 @@ use gpufill_core::{ControllerKind, FillSettings, State, Time, YieldSettings};
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Signed: the thread may free what it allocated before counting began.
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+thread_local! {
+    /// Set on the test's thread: only its allocations count.
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    COUNTED.try_with(Cell::get).unwrap_or(false)
+}
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        if counted() {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        if counted() {
+            LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.dealloc(ptr, layout) }
     }
@@ -35,6 +51,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn steady_filling_and_yielding_ticks_allocate_nothing() {
+    COUNTED.with(|c| c.set(true));
     let cfg = SimConfig {
         foreign: vec![ForeignJob::compute_bound(200.0, 400.0, 0.5)],
         ..SimConfig::default()
@@ -58,7 +75,7 @@ fn steady_filling_and_yielding_ticks_allocate_nothing() {
         });
         // No growth: what the ticks allocated they freed (the sim's sample queue may
         // keep a few bytes of capacity).
-        let grown = LIVE_BYTES.load(Ordering::Relaxed).saturating_sub(live);
+        let grown = LIVE_BYTES.load(Ordering::Relaxed) - live;
         assert!(grown < 1024, "{state:?}: {grown} bytes kept");
         (ALLOCATIONS.load(Ordering::Relaxed) - before, ticks)
     };
@@ -73,7 +90,7 @@ fn steady_filling_and_yielding_ticks_allocate_nothing() {
     // PIDs are three small allocations a tick, freed within it.
     assert_eq!(states[0], 0, "allocations while filling: {states:?}");
     assert!(
-        states[1] <= 3 * 18_900,
-        "allocations while yielding: {states:?}"
+        (1..=3 * 18_900).contains(&states[1]),
+        "allocations while yielding (some, or the allocator counts nothing): {states:?}"
     );
 }
