@@ -359,10 +359,9 @@ impl LoadSource for CudaLoad {
         if self.load.is_idle() {
             return Ok(());
         }
-        let done = self.queued_done();
-        let done = match self.check(done.map(|_| ())) {
-            Ok(()) => !self.pending,
-            Err(e) => return Err(e),
+        let done = match self.queued_done() {
+            Ok(done) => done,
+            Err(e) => return self.check(Err(e)),
         };
         let now = self.clock.now();
         let duty = self.load.duty.fraction();
