@@ -158,45 +158,23 @@ fn bench_without_a_driver_says_so_and_exits_1() {
 fn bench_measures_the_settings_of_a_config_file_and_refuses_the_sm_metric() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("g.toml");
-    std::fs::write(&config, "tick_ms = 20\n[load]\nperiod_ms = 20\n").unwrap();
-    gpufill()
-        .args([
-            "bench",
-            "--sim",
-            "--no-yield",
-            "--targets",
-            "40",
-            "--seconds",
-            "2",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--out")
-        .arg(dir.path())
-        .assert()
+    let bench_with = |text: &str| {
+        std::fs::write(&config, text).unwrap();
+        gpufill()
+            .args(["bench", "--sim", "--no-yield", "--targets", "40"])
+            .args(["--seconds", "2", "--config"])
+            .arg(&config)
+            .arg("--out")
+            .arg(dir.path())
+            .assert()
+    };
+    bench_with("tick_ms = 20\n[load]\nperiod_ms = 20\n")
         .success()
         .stdout(contains("tick 20 ms"));
     // One row per 20 ms tick, not per default tick.
     assert_eq!(read_csv(&dir.path().join("bench.csv")).len(), 100);
 
-    std::fs::write(&config, "metric = \"sm\"\n").unwrap();
-    gpufill()
-        .args([
-            "bench",
-            "--sim",
-            "--no-yield",
-            "--targets",
-            "40",
-            "--seconds",
-            "2",
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--out")
-        .arg(dir.path())
-        .assert()
-        .code(2)
-        .stderr(contains(
-            "g.toml: metric: bench measures metric = \"util\" only",
-        ));
+    bench_with("metric = \"sm\"\n").code(2).stderr(contains(
+        "g.toml: metric: bench measures metric = \"util\" only",
+    ));
 }
