@@ -46,7 +46,8 @@
 //!   more than a tenth of a period ago, another context has slowed it: the period is
 //!   **skipped**, so work never piles up. One that is just ending (full duty) gets the next
 //!   burst queued behind it, so the GPU does not idle between them;
-//! - a duty of 0 launches nothing more; what is queued (at most one burst) finishes.
+//! - a duty of 0 launches nothing more; what is queued (about one burst at most: a burst
+//!   queued behind one just ending adds at most a tenth of a period) finishes.
 //!
 //! Why this shape:
 //! - **Never on a stale list**: a burst starts only microseconds after the process check
@@ -56,7 +57,7 @@
 //!   PyTorch process and its first kernel (measured on an H200: docs/benchmarks.md).
 //! - **CPU**: one wake-up per period does the process check and the launch. A wake-up costs
 //!   about 40 us of CPU on the H200 VMs, NVML's process check about 100 us (it is cold
-//!   after each sleep: 5 us in a tight loop), a burst's launch about 65 us plus 3-4 us per
+//!   after each sleep: 5 us in a tight loop), a burst's launch 47-69 us plus 2.6-4 us per
 //!   kernel. So the period sets the CPU: 0.6-0.7 % of a core at 50 ms, 1.0-1.3 % at 20 ms;
 //!   a launcher thread of its own, as before, cost 1.5-2.0 % with a 10 ms tick.
 //! - **A reading that follows the duty**: NVML publishes one utilization value every 200 ms
