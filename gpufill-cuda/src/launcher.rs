@@ -240,7 +240,7 @@ impl CudaLoad {
     /// polling (the event has no blocking sync). Returns whether the GPU is free of our
     /// work. Kernels start only in [`LoadSource::launch_due`] and about one burst of
     /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time
-    /// (45 ms at duty 0.9 with the default 50 ms period; 18.2-19.2 ms measured at duty
+    /// (45 ms at duty 0.9 with the default 50 ms period; 17.9-19.2 ms measured at duty
     /// 0.9 with a 20 ms period).
     pub fn quiesce(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
