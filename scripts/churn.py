@@ -2,7 +2,7 @@
 """Churn: many short-lived CUDA processes beside `gpufill run` on GPU 0.
 
 Each child is a bare Python (`-S`) that, through ctypes on libcuda, inits CUDA, takes
-the primary context, loads kernels/spin.ptx with cuModuleLoadData, times a few 1 ms
+the primary context, loads gpufill-cuda/kernels/spin.ptx with cuModuleLoadData, times a few 1 ms
 spin kernels (launch to synchronize) and exits: about half a second each. Children
 start at `--rate` per second, first for `--baseline` s without gpufill (their kernel
 latency alone), then for `--duration` s beside `gpufill run --gpus 0 --grace G` (a

@@ -2,7 +2,7 @@
 """Board power and GPM SM utilization of gpufill's spin kernels, over width x duty.
 
 Runs on the GPU machine (CuPy, pynvml; no gpufill binary needed). For each kernel of
-kernels/spin.ptx (`spin`, `spin_sleep`), each grid shape and each duty it launches
+gpufill-cuda/kernels/spin.ptx (`spin`, `spin_sleep`), each grid shape and each duty it launches
 kernels duty-cycled like gpufill's launcher (a 20 ms period, bursts of <= 2 ms kernels,
 then sleep), and records over the steady part: mean board power, NVML utilization and
 GPM SM utilization (Hopper+). This is the data behind the width/duty power model of

@@ -8,7 +8,7 @@
    gpufill's `filling` line) and MAE as in gpu_bench.py; power is the mean after settling.
 2. (a) `gpufill run --metric util` at the NVML utilization that run 1 showed, one warp:
    the same time share with one SM instead of a wide grid.
-3. (b) a full-grid `spin` (kernels/spin.ptx, sm_count x 8 blocks of 256 threads) launched
+3. (b) a full-grid `spin` (gpufill-cuda/kernels/spin.ptx, sm_count x 8 blocks of 256 threads) launched
    from CuPy in a child process, duty-cycled on a 20 ms period to the same SM utilization
    (duty = T / the SM utilization it reads at full duty): the naive wide filler.
 

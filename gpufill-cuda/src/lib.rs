@@ -8,7 +8,7 @@
 //!
 //! # The kernel
 //!
-//! `kernels/spin.cu`, shipped as PTX for `sm_70` at ISA 7.0 ([`ptx::SPIN_PTX`]) and
+//! `gpufill-cuda/kernels/spin.cu`, shipped as PTX for `sm_70` at ISA 7.0 ([`ptx::SPIN_PTX`]) and
 //! JIT-compiled by the driver: every thread busy-waits on `%globaltimer` for a number of
 //! nanoseconds passed as its only argument. A wall-clock wait keeps its length whatever
 //! the SM clock does. It touches no memory and has no stack frame, so we allocate

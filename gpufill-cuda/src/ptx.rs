@@ -1,8 +1,8 @@
-//! The spin kernels, embedded as PTX (`kernels/spin.ptx`, generated from `kernels/spin.cu`;
-//! `kernels/README.md` says how). The driver JIT-compiles it when the module loads.
+//! The spin kernels, embedded as PTX (`gpufill-cuda/kernels/spin.ptx`, generated from `gpufill-cuda/kernels/spin.cu`;
+//! `gpufill-cuda/kernels/README.md` says how). The driver JIT-compiles it when the module loads.
 
-/// The PTX text of `kernels/spin.ptx`: `.target sm_70`, PTX ISA 7.0.
-pub const SPIN_PTX: &str = include_str!("../../kernels/spin.ptx");
+/// The PTX text of `gpufill-cuda/kernels/spin.ptx`: `.target sm_70`, PTX ISA 7.0.
+pub const SPIN_PTX: &str = include_str!("../kernels/spin.ptx");
 
 /// The entry gpufill launches: `spin(unsigned long long spin_ns)`, busy-waiting on
 /// `%globaltimer` for `spin_ns` nanoseconds in every thread.

@@ -6,7 +6,7 @@
 //! there [`Nvml::init`] returns a clear
 //! [`ErrorKind::Unsupported`](gpufill_core::ErrorKind::Unsupported) error instead of
 //! failing to start. The crate holds no control logic: it measures, and it classifies
-//! NVML's errors. The arithmetic it does need (the sample schedule, own-process
+//! NVML's errors. The arithmetic it does need (when samples arrive, own-process
 //! identification, filtering per-process samples) is in pure functions tested on CPU.
 //!
 //! # Pieces
@@ -71,7 +71,7 @@
 mod error;
 mod own;
 mod probe;
-mod schedule;
+mod sample_timing;
 mod session;
 mod sm;
 

@@ -12,7 +12,7 @@ use nvml_wrapper::{Device, GpmSample};
 
 use crate::error::{ProbeError, classify};
 use crate::own::OwnProcess;
-use crate::schedule::Schedule;
+use crate::sample_timing::SampleTiming;
 use crate::session::{
     Nvml, add_mps_clients, compute_processes, mig_enabled, milliwatts_to_watts, running_processes,
 };
@@ -34,7 +34,7 @@ pub struct NvmlProbe {
     uuid: String,
     index: u32,
     own: OwnProcess,
-    schedule: Schedule,
+    timing: SampleTiming,
     /// Cleared once the MPS process list proves unsupported.
     try_mps: bool,
     /// Whether each PID seen is the MPS server (names are looked up once per PID).
@@ -70,7 +70,7 @@ impl NvmlProbe {
             device,
             uuid,
             own,
-            schedule: Schedule::default(),
+            timing: SampleTiming::default(),
             try_mps: true,
             names: HashMap::new(),
             next_activity_read: None,
@@ -99,14 +99,14 @@ impl NvmlProbe {
     /// The NVML sample period in use: learned from the device after the first
     /// [`Probe::utilization`] call, 200 ms until then.
     pub fn sample_period(&self) -> Duration {
-        self.schedule.period()
+        self.timing.period()
     }
 
     /// Whether reads are aligned to the device's sample times (else they are merely
     /// one period apart: before the first resync, while idle, or where
     /// `nvmlDeviceGetSamples` is unsupported).
     pub fn sample_phase_known(&self) -> bool {
-        self.schedule.phase_known()
+        self.timing.phase_known()
     }
 
     /// Per-process SM utilization since the previous call, as `(pid, percent)` sorted
@@ -198,35 +198,35 @@ impl NvmlProbe {
     }
 
     /// Reads the sample timestamps again to learn the period and phase (see
-    /// [`crate::schedule`]); `entered` is when the caller's `now` was current.
+    /// [`crate::sample_timing`]); `entered` is when the caller's `now` was current.
     fn resync(&mut self, now: Time, entered: Instant) -> Result<(), ProbeError> {
-        let last_seen = self.schedule.last_seen_us();
+        let last_seen = self.timing.last_seen_us();
         match self.device.samples(Sampling::GpuUtilization, last_seen) {
             Ok(samples) => {
                 let wall_now_us = wall_clock_us();
                 let at = now + entered.elapsed();
                 let stamps: Vec<u64> = samples.iter().map(|s| s.timestamp).collect();
-                self.schedule.learn(&stamps, wall_now_us, at);
+                self.timing.learn(&stamps, wall_now_us, at);
                 tracing::debug!(
                     gpu = %self.uuid,
                     samples = stamps.len(),
-                    period_ms = self.schedule.period().as_secs_f64() * 1e3,
-                    phase_known = self.schedule.phase_known(),
-                    "utilization schedule resynced"
+                    period_ms = self.timing.period().as_secs_f64() * 1e3,
+                    phase_known = self.timing.phase_known(),
+                    "utilization sample timing resynced"
                 );
             }
             // Nothing newer than `last_seen`: the GPU is idle and reads 0 %.
-            Err(NvmlError::NotFound) => self.schedule.nothing_new(now),
+            Err(NvmlError::NotFound) => self.timing.nothing_new(now),
             Err(e) => match classify(&e) {
                 ErrorKind::Unsupported => {
                     tracing::info!(gpu = %self.uuid, error = %e,
                         "no utilization sample timestamps; polling every 200 ms");
-                    self.schedule.samples_unsupported();
+                    self.timing.samples_unsupported();
                 }
                 ErrorKind::Lost => return Err(ProbeError::nvml("nvmlDeviceGetSamples", e)),
                 ErrorKind::Transient => {
                     tracing::debug!(gpu = %self.uuid, error = %e, "sample timestamps unavailable");
-                    self.schedule.nothing_new(now);
+                    self.timing.nothing_new(now);
                 }
             },
         }
@@ -252,17 +252,17 @@ impl Probe for NvmlProbe {
 
     fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, ProbeError> {
         let entered = Instant::now();
-        if self.schedule.resync_due(now) {
+        if self.timing.resync_due(now) {
             self.resync(now, entered)?;
         }
-        if !self.schedule.read_due(now) {
+        if !self.timing.read_due(now) {
             return Ok(None);
         }
         let rates = self
             .device
             .utilization_rates()
             .map_err(|e| ProbeError::nvml("nvmlDeviceGetUtilizationRates", e))?;
-        self.schedule.mark_read(now);
+        self.timing.mark_read(now);
         Ok(Some(Utilization::saturating_from_fraction(
             f64::from(rates.gpu) / 100.0,
         )))

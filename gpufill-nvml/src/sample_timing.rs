@@ -4,7 +4,7 @@
 //! H200, 1/6 s to 1 s on other products). `nvmlDeviceGetSamples` tells when (each
 //! sample carries a CPU wall-clock timestamp in microseconds) but costs milliseconds;
 //! `nvmlDeviceGetUtilizationRates` costs microseconds but has no timestamp. So the
-//! probe reads the timestamps now and then ([`Schedule::learn`]), derives the period
+//! probe reads the timestamps now and then ([`SampleTiming::learn`]), derives the period
 //! and the phase, and in between reads the cheap value once per period, a quarter of
 //! a period after each expected publication ([`next_read_due`]), far from the
 //! boundary where jitter would make it read one sample twice or miss one.
@@ -82,9 +82,9 @@ pub fn next_read_due(
     ))
 }
 
-/// The state of the schedule: period, phase, last read and when to resync.
+/// The state of the timing: period, phase, last read and when to resync.
 #[derive(Clone, Debug)]
-pub(crate) struct Schedule {
+pub(crate) struct SampleTiming {
     period: Duration,
     phase: Option<Time>,
     last_read: Option<Time>,
@@ -94,9 +94,9 @@ pub(crate) struct Schedule {
     last_seen_us: Option<u64>,
 }
 
-impl Default for Schedule {
+impl Default for SampleTiming {
     fn default() -> Self {
-        Schedule {
+        SampleTiming {
             period: NOMINAL_PERIOD,
             phase: None,
             last_read: None,
@@ -107,7 +107,7 @@ impl Default for Schedule {
     }
 }
 
-impl Schedule {
+impl SampleTiming {
     /// Whether it is time to read the sample timestamps again.
     pub(crate) fn resync_due(&self, now: Time) -> bool {
         self.next_resync.is_some_and(|due| now >= due)
@@ -158,7 +158,7 @@ impl Schedule {
     }
 
     /// No new sample since the last one learned (NVML's `NotFound` while idle) or the
-    /// read failed for now: keep the schedule and look again soon.
+    /// read failed for now: keep the timing and look again soon.
     pub(crate) fn nothing_new(&mut self, now: Time) {
         self.next_resync = Some(now + RESYNC_RETRY);
     }
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(next_read_due(Some(ms(77)), ms(80), None, period), ms(277));
     }
 
-    impl Schedule {
+    impl SampleTiming {
         fn take_read(&mut self, now: Time) -> bool {
             let due = self.read_due(now);
             if due {
@@ -307,89 +307,89 @@ mod tests {
         }
     }
 
-    /// Drives a schedule every 10 ms from `from` to `to` and returns the read times.
-    fn reads(schedule: &mut Schedule, from: u64, to: u64) -> Vec<u64> {
+    /// Drives a timing every 10 ms from `from` to `to` and returns the read times.
+    fn reads(timing: &mut SampleTiming, from: u64, to: u64) -> Vec<u64> {
         (from..to)
             .step_by(10)
-            .filter(|&t| schedule.take_read(ms(t)))
+            .filter(|&t| timing.take_read(ms(t)))
             .collect()
     }
 
     #[test]
     fn a_learned_schedule_reads_once_per_period_a_quarter_after_each_sample() {
-        let mut schedule = Schedule::default();
-        assert!(schedule.resync_due(Time::ZERO));
+        let mut timing = SampleTiming::default();
+        assert!(timing.resync_due(Time::ZERO));
         // At loop time 1 s the wall clock reads 5_000_020 us; samples every 200 ms.
         let stamps: Vec<u64> = (0..10).map(|k| 3_200_000 + k * 200 * MS).collect();
-        schedule.learn(&stamps, 5_000_020, ms(1_000));
-        assert!(schedule.phase_known());
-        assert_eq!(schedule.period(), Duration::from_millis(200));
-        assert_eq!(schedule.last_seen_us(), Some(5_000_000));
-        assert!(!schedule.resync_due(ms(10_990)));
-        assert!(schedule.resync_due(ms(11_000)));
+        timing.learn(&stamps, 5_000_020, ms(1_000));
+        assert!(timing.phase_known());
+        assert_eq!(timing.period(), Duration::from_millis(200));
+        assert_eq!(timing.last_seen_us(), Some(5_000_000));
+        assert!(!timing.resync_due(ms(10_990)));
+        assert!(timing.resync_due(ms(11_000)));
         // The last sample was at loop time 999.98 ms: reads at ~1050, 1250, ...
         assert_eq!(
-            reads(&mut schedule, 1_000, 2_000),
+            reads(&mut timing, 1_000, 2_000),
             vec![1_050, 1_250, 1_450, 1_650, 1_850]
         );
     }
 
     #[test]
     fn two_seconds_of_ticks_give_ten_reads() {
-        let mut schedule = Schedule::default();
+        let mut timing = SampleTiming::default();
         let stamps: Vec<u64> = (0..20).map(|k| 1_000_000 + k * 200 * MS).collect();
-        schedule.learn(&stamps, 4_810_000, ms(500));
-        assert_eq!(reads(&mut schedule, 500, 2_500).len(), 10);
+        timing.learn(&stamps, 4_810_000, ms(500));
+        assert_eq!(reads(&mut timing, 500, 2_500).len(), 10);
     }
 
     #[test]
     fn an_idle_device_keeps_the_nominal_period_and_retries_soon() {
-        let mut schedule = Schedule::default();
-        schedule.nothing_new(ms(0));
-        assert_eq!(schedule.period(), NOMINAL_PERIOD);
-        assert!(!schedule.phase_known());
-        assert!(schedule.resync_due(ms(1_000)));
-        assert_eq!(reads(&mut schedule, 0, 1_000), vec![0, 200, 400, 600, 800]);
+        let mut timing = SampleTiming::default();
+        timing.nothing_new(ms(0));
+        assert_eq!(timing.period(), NOMINAL_PERIOD);
+        assert!(!timing.phase_known());
+        assert!(timing.resync_due(ms(1_000)));
+        assert_eq!(reads(&mut timing, 0, 1_000), vec![0, 200, 400, 600, 800]);
     }
 
     #[test]
     fn stale_samples_give_a_phase_but_a_quick_resync() {
-        let mut schedule = Schedule::default();
+        let mut timing = SampleTiming::default();
         let stamps: Vec<u64> = (0..5).map(|k| k * 200 * MS).collect();
-        schedule.learn(&stamps, 60_000 * MS, ms(100_000));
-        assert!(schedule.phase_known());
-        assert!(schedule.resync_due(ms(101_000)));
+        timing.learn(&stamps, 60_000 * MS, ms(100_000));
+        assert!(timing.phase_known());
+        assert!(timing.resync_due(ms(101_000)));
     }
 
     #[test]
     fn timestamps_from_the_future_leave_the_phase_unknown() {
-        let mut schedule = Schedule::default();
+        let mut timing = SampleTiming::default();
         let stamps: Vec<u64> = (0..5).map(|k| 10_000 * MS + k * 200 * MS).collect();
-        schedule.learn(&stamps, 1_000 * MS, ms(1_000));
-        assert!(!schedule.phase_known());
-        assert_eq!(schedule.period(), Duration::from_millis(200));
+        timing.learn(&stamps, 1_000 * MS, ms(1_000));
+        assert!(!timing.phase_known());
+        assert_eq!(timing.period(), Duration::from_millis(200));
     }
 
     #[test]
     fn a_resync_that_shifts_the_phase_neither_skips_nor_repeats_a_sample() {
-        let mut schedule = Schedule::default();
+        let mut timing = SampleTiming::default();
         let stamps: Vec<u64> = (0..5).map(|k| k * 200 * MS).collect();
-        schedule.learn(&stamps, 800 * MS, ms(800));
-        assert_eq!(reads(&mut schedule, 800, 1_300), vec![850, 1_050, 1_250]);
+        timing.learn(&stamps, 800 * MS, ms(800));
+        assert_eq!(reads(&mut timing, 800, 1_300), vec![850, 1_050, 1_250]);
         // The phase turns out 8 ms later than learned.
-        schedule.learn(&[1_008 * MS, 1_208 * MS], 1_300 * MS, ms(1_300));
+        timing.learn(&[1_008 * MS, 1_208 * MS], 1_300 * MS, ms(1_300));
         assert_eq!(
-            reads(&mut schedule, 1_300, 2_000),
+            reads(&mut timing, 1_300, 2_000),
             vec![1_460, 1_660, 1_860]
         );
     }
 
     #[test]
     fn unsupported_samples_fall_back_to_polling_every_nominal_period() {
-        let mut schedule = Schedule::default();
-        assert!(schedule.take_read(ms(3)));
-        schedule.samples_unsupported();
-        assert!(!schedule.resync_due(ms(1_000_000)));
-        assert_eq!(reads(&mut schedule, 10, 700), vec![210, 410, 610]);
+        let mut timing = SampleTiming::default();
+        assert!(timing.take_read(ms(3)));
+        timing.samples_unsupported();
+        assert!(!timing.resync_due(ms(1_000_000)));
+        assert_eq!(reads(&mut timing, 10, 700), vec![210, 410, 610]);
     }
 }

@@ -1,4 +1,4 @@
-// gpufill's spin kernels. Compiled to kernels/spin.ptx (see kernels/README.md), which
+// gpufill's spin kernels. Compiled to gpufill-cuda/kernels/spin.ptx (see gpufill-cuda/kernels/README.md), which
 // gpufill-cuda embeds and the driver JIT-compiles for the GPU at hand.
 //
 // Each thread busy-waits on %globaltimer, the GPU's nanosecond wall clock, until

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Regenerates kernels/spin.ptx from kernels/spin.cu with NVRTC, on a CPU-only machine.
+"""Regenerates gpufill-cuda/kernels/spin.ptx from gpufill-cuda/kernels/spin.cu with NVRTC, on a CPU-only machine.
 
 NVRTC is NVIDIA's runtime compiler library: the same front end (NVVM) as nvcc, shipped
 on PyPI without the rest of the toolkit. It needs no GPU and no driver.
 
     pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-nvcc-cu12   # NVRTC; ptxas for checking
-    python3 kernels/build_ptx.py                               # writes kernels/spin.ptx
+    python3 gpufill-cuda/kernels/build_ptx.py                               # writes gpufill-cuda/kernels/spin.ptx
 
 The PTX ISA version NVRTC writes (8.8 for CUDA 12.9) is lowered to PTX_VERSION so that
 older drivers can JIT the file: the kernels use nothing newer than PTX ISA 6.3
-(`nanosleep`). Check the result with ptxas (see kernels/README.md).
+(`nanosleep`). Check the result with ptxas (see gpufill-cuda/kernels/README.md).
 """
 
 import ctypes
@@ -79,7 +79,7 @@ def main():
         sys.exit("expected exactly one .version line in NVRTC's output")
     header = (
         "//\n"
-        f"// kernels/spin.ptx: generated from kernels/spin.cu by kernels/build_ptx.py\n"
+        f"// gpufill-cuda/kernels/spin.ptx: generated from gpufill-cuda/kernels/spin.cu by gpufill-cuda/kernels/build_ptx.py\n"
         f"// (NVRTC {major.value}.{minor.value}, --gpu-architecture={ARCH}); .version lowered to\n"
         f"// {PTX_VERSION} so that CUDA 11.0+ drivers can JIT it. Do not edit by hand.\n"
     )
