@@ -3,9 +3,15 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::str::FromStr;
 
-use crate::config::{ControllerChoice, GpuId, GpuSelector, KernelChoice, MetricChoice, Overrides};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use gpufill_core::ControllerKind;
+use gpufill_cuda::SpinKernel;
+use gpufill_runtime::{GpuId, GpuSelector, Metric};
+
+use crate::config::Overrides;
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -27,8 +33,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Fill the selected GPUs until SIGINT/SIGTERM.
+    #[command(allow_negative_numbers = true)]
     Run(RunArgs),
     /// Run the real control loop against a simulated GPU, in virtual time.
+    #[command(allow_negative_numbers = true)]
     Simulate(SimulateArgs),
     /// Show each GPU: name, UUID, utilization, memory and compute processes.
     Status,
@@ -36,6 +44,7 @@ pub enum Command {
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Measure tracking, memory, power and yielding on this machine's GPU.
+    #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
     /// The foreign CUDA process of `bench`'s yield test (internal).
     #[command(hide = true)]
@@ -68,15 +77,16 @@ pub struct LoopFlags {
     /// Utilization to hold, percent 0-100 [config: target_percent].
     #[arg(long, value_name = "PCT")]
     pub target: Option<f64>,
-    /// Controller [config: controller].
-    #[arg(long, value_enum)]
-    pub controller: Option<ControllerFlag>,
+    /// Controller: pi (gpufill's PI controller, the default) or window (the original
+    /// tool's 10 s rule, for comparison) [config: controller].
+    #[arg(long, value_parser = named::<ControllerKind>(ControllerKind::ALL.iter().map(|k| k.as_str())))]
+    pub controller: Option<ControllerKind>,
     /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
-    #[arg(long, value_enum)]
-    pub metric: Option<MetricChoice>,
+    #[arg(long, value_parser = named::<Metric>(Metric::ALL.iter().map(|m| m.as_str())))]
+    pub metric: Option<Metric>,
     /// The spin kernel [config: load.kernel].
-    #[arg(long, value_enum)]
-    pub kernel: Option<KernelChoice>,
+    #[arg(long, value_parser = named::<SpinKernel>(SpinKernel::ALL.iter().map(|k| k.name())))]
+    pub kernel: Option<SpinKernel>,
     /// Blocks (one warp each) per kernel [config: load.width_blocks].
     #[arg(long, value_name = "BLOCKS")]
     pub width: Option<u32>,
@@ -86,22 +96,24 @@ pub struct LoopFlags {
     /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
     #[arg(long, value_name = "SECS")]
     pub grace: Option<f64>,
-    /// Loop tick in milliseconds [config: tick_ms].
+    /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
     #[arg(long, value_name = "MS")]
     pub tick_ms: Option<u64>,
+    /// Launch period in milliseconds, a multiple of the tick [config: load.period_ms].
+    #[arg(long, value_name = "MS")]
+    pub period_ms: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
     /// picks a free port (logged) [config: metrics.listen].
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
 }
 
-/// `--controller`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ControllerFlag {
-    /// PI controller with feed-forward (default).
-    Pi,
-    /// The original tool's 10 s window rule, for comparison.
-    Window,
+/// A value parser for a choice: its names in `--help`, parsed with its `FromStr`.
+fn named<T>(names: impl Iterator<Item = &'static str>) -> impl TypedValueParser<Value = T>
+where
+    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(names).try_map(|name: String| name.parse::<T>())
 }
 
 impl LoopFlags {
@@ -109,16 +121,14 @@ impl LoopFlags {
     pub fn overrides(&self) -> Overrides {
         Overrides {
             target_percent: self.target,
-            controller: self.controller.map(|c| match c {
-                ControllerFlag::Pi => ControllerChoice::Pi,
-                ControllerFlag::Window => ControllerChoice::Window,
-            }),
+            controller: self.controller,
             metric: self.metric,
             kernel: self.kernel,
             width_blocks: self.width,
             max_duty_percent: self.max_duty,
             grace_s: self.grace,
             tick_ms: self.tick_ms,
+            period_ms: self.period_ms,
             metrics_listen: self.metrics.clone(),
             ..Overrides::default()
         }
@@ -154,8 +164,8 @@ pub struct SimulateArgs {
     pub duration: f64,
     /// A foreign job, START-END:LOAD (seconds, seconds, percent of time it wants the GPU),
     /// e.g. 5-12:30. Repeatable.
-    #[arg(long, value_name = "START-END:LOAD", value_parser = crate::simulate::parse_foreign)]
-    pub foreign: Vec<crate::simulate::ForeignSpec>,
+    #[arg(long, value_name = "START-END:LOAD", value_parser = parse_foreign)]
+    pub foreign: Vec<ForeignSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -183,6 +193,47 @@ pub struct SimulateArgs {
     /// host's local time).
     #[arg(long, value_name = "HH:MM", value_parser = gpufill_core::TimeOfDay::parse)]
     pub start_time: Option<gpufill_core::TimeOfDay>,
+}
+
+/// One `--foreign START-END:LOAD`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ForeignSpec {
+    /// When it appears, in seconds.
+    pub start_s: f64,
+    /// When it leaves, in seconds.
+    pub end_s: f64,
+    /// Share of time it wants the GPU, percent.
+    pub load_percent: f64,
+}
+
+/// Parses `START-END:LOAD`, e.g. `5-12:30`.
+///
+/// # Errors
+/// A message saying what is wrong, for clap to print.
+pub fn parse_foreign(s: &str) -> Result<ForeignSpec, String> {
+    let bad = || format!("expected START-END:LOAD in seconds and percent, e.g. 5-12:30, got {s:?}");
+    let (span, load) = s.split_once(':').ok_or_else(bad)?;
+    let (start, end) = span.split_once('-').ok_or_else(bad)?;
+    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+    let (start_s, end_s, load_percent) = match (num(start), num(end), num(load)) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => return Err(bad()),
+    };
+    if start_s < 0.0 || end_s <= start_s {
+        return Err(format!(
+            "foreign job {s:?}: END must be after START, both at least 0"
+        ));
+    }
+    if !(0.0..=100.0).contains(&load_percent) {
+        return Err(format!(
+            "foreign job {s:?}: LOAD must be a percent between 0 and 100"
+        ));
+    }
+    Ok(ForeignSpec {
+        start_s,
+        end_s,
+        load_percent,
+    })
 }
 
 /// `gpufill bench`.
@@ -224,5 +275,32 @@ fn parse_gpu(s: &str) -> Result<GpuId, String> {
     match s.trim().parse::<i64>() {
         Ok(index) => GpuId::from_index(index),
         Err(_) => GpuId::from_uuid(s.trim()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_foreign_job_spec() {
+        assert_eq!(
+            parse_foreign("5-12:30").unwrap(),
+            ForeignSpec {
+                start_s: 5.0,
+                end_s: 12.0,
+                load_percent: 30.0
+            }
+        );
+        assert_eq!(parse_foreign("0.5-1.5:100").unwrap().end_s, 1.5);
+    }
+
+    #[test]
+    fn rejects_malformed_foreign_job_specs() {
+        for bad in [
+            "", "5-12", "5:30", "12-5:30", "5-12:130", "a-b:c", "5-12:nan", "-1-3:10",
+        ] {
+            assert!(parse_foreign(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,32 +1,27 @@
-//! The `gpufill` binary's pieces: flags ([`cli`]), TOML config ([`config`]), logging,
-//! and one module per subcommand. Only this crate knows TOML, flags, signals and the
-//! log subscriber; the control logic lives in `gpufill-core`, the hardware in
-//! `gpufill-cuda` and `gpufill-nvml`.
+//! The `gpufill` binary's edges over [`gpufill_runtime`]: flags ([`cli`]), the TOML file
+//! ([`config`], resolved once into the runtime's `Settings`), signals and SIGHUP reloads
+//! ([`reload`]), the metrics and health HTTP listener ([`metrics`]), terminal output and
+//! exit codes. Each subcommand is a module ([`run`], [`simulate`], [`status`], [`bench`]);
+//! the control logic lives in `gpufill-core`, the hardware in `gpufill-cuda` and
+//! `gpufill-nvml`, and the runtime (opening GPUs, the supervised agent) in
+//! `gpufill-runtime`.
 
 pub mod bench;
 pub mod cli;
 pub mod config;
-pub mod faultlog;
-pub mod live;
-pub mod localtime;
+pub mod error;
 pub mod logging;
 pub mod metrics;
 pub mod reload;
 pub mod run;
-pub mod select;
 pub mod simulate;
-pub mod sm;
 pub mod status;
 
 use std::path::Path;
 
 use cli::{Command, ConfigCommand, LoopFlags};
-use config::Config;
-
-/// A usage or config error: the binary exits with status 2.
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct UsageError(#[from] pub anyhow::Error);
+use config::{Config, Overrides};
+pub use error::UsageError;
 
 /// Loads the config file named by the flags (or the defaults), applies the flags, and validates.
 ///
@@ -40,24 +35,13 @@ pub fn resolve_config(flags: &LoopFlags) -> Result<Config, UsageError> {
     config.apply(&flags.overrides());
     // The file was validated when loaded, so what fails now came from a flag.
     config.validate(None).map_err(|e| {
-        let flag = e.key().and_then(flag_for_key).unwrap_or("a flag");
+        let flag = e
+            .key()
+            .and_then(Overrides::flag_for_key)
+            .unwrap_or("a flag");
         UsageError(anyhow::Error::new(e).context(format!("invalid {flag}")))
     })?;
     Ok(config)
-}
-
-/// The flag that sets a config key, for error messages.
-fn flag_for_key(key: &str) -> Option<&'static str> {
-    Some(match key {
-        "target_percent" => "--target",
-        "controller" => "--controller",
-        "tick_ms" => "--tick-ms",
-        "load.width_blocks" => "--width",
-        "load.max_duty_percent" => "--max-duty",
-        "yield.grace_s" => "--grace",
-        "metrics.listen" => "--metrics",
-        _ => return None,
-    })
 }
 
 fn check_config(file: Option<&Path>) -> anyhow::Result<()> {

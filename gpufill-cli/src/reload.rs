@@ -3,7 +3,7 @@
 //!
 //! A file that fails to load or validate is refused with one `error` line naming
 //! `file:line:col: key: reason`, and the settings in force stay. Keys that cannot change
-//! while running ([`RESTART_KEYS`]) keep their old values, each with a `warn` line; every
+//! while running ([`gpufill_runtime::RESTART_KEYS`] and `metrics.listen`) keep their old values, each with a `warn` line; every
 //! other key (target, schedule, yield, max duty, width, grace, fault hold, controller)
 //! takes effect at each worker's next tick, without restarting workers or CUDA contexts.
 
@@ -16,75 +16,17 @@ use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError, Overrides};
 
-/// Keys that need a restart, as (dotted key, whether two configs differ in it, copy
-/// the old value into the new config).
-type RestartKey = (
-    &'static str,
-    fn(&Config, &Config) -> bool,
-    fn(&Config, &mut Config),
-);
-
-/// The keys a running gpufill cannot change: they shape threads, the launcher, or the
-/// endpoint, which are set up once.
-pub const RESTART_KEYS: &[RestartKey] = &[
-    (
-        "gpus",
-        |a, b| a.gpus != b.gpus,
-        |o, n| n.gpus = o.gpus.clone(),
-    ),
-    (
-        "tick_ms",
-        |a, b| a.tick_ms != b.tick_ms,
-        |o, n| n.tick_ms = o.tick_ms,
-    ),
-    (
-        "load.period_ms",
-        |a, b| a.load.period_ms != b.load.period_ms,
-        |o, n| n.load.period_ms = o.load.period_ms,
-    ),
-    (
-        "load.max_kernel_us",
-        |a, b| a.load.max_kernel_us != b.load.max_kernel_us,
-        |o, n| n.load.max_kernel_us = o.load.max_kernel_us,
-    ),
-    (
-        "probe.retry_initial_s",
-        |a, b| a.probe.retry_initial_s != b.probe.retry_initial_s,
-        |o, n| n.probe.retry_initial_s = o.probe.retry_initial_s,
-    ),
-    (
-        "probe.retry_max_s",
-        |a, b| a.probe.retry_max_s != b.probe.retry_max_s,
-        |o, n| n.probe.retry_max_s = o.probe.retry_max_s,
-    ),
-    (
-        "metric",
-        |a, b| a.metric != b.metric,
-        |o, n| n.metric = o.metric,
-    ),
-    (
-        "load.kernel",
-        |a, b| a.load.kernel != b.load.kernel,
-        |o, n| n.load.kernel = o.load.kernel,
-    ),
-    (
-        "metrics.listen",
-        |a, b| a.metrics.listen != b.metrics.listen,
-        |o, n| n.metrics.listen = o.metrics.listen.clone(),
-    ),
-];
-
-/// What a reload would do: the config to apply, with the restart-only keys kept at
-/// their old values, and the names of those that the new file changed.
-pub fn diff(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
-    let mut kept = Vec::new();
-    for (key, differs, keep) in RESTART_KEYS {
-        if differs(old, &new) {
-            keep(old, &mut new);
-            kept.push(*key);
-        }
+/// What a reload would do: the config to apply, with the keys that need a restart
+/// kept at their old values, and the names of those that the new file changed: the
+/// runtime's ([`gpufill_runtime::RESTART_KEYS`]) and the binary's `metrics.listen`.
+pub fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
+    let (settings, mut kept) = old.to_settings().live_update(new.to_settings());
+    let mut metrics = new.metrics;
+    if metrics.listen != old.metrics.listen {
+        metrics.listen.clone_from(&old.metrics.listen);
+        kept.push("metrics.listen");
     }
-    (new, kept)
+    (Config::from_settings(&settings, metrics), kept)
 }
 
 /// Loads `path` and lays `flags` over it, as at start.
@@ -177,7 +119,8 @@ impl Reloader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::GpuSelector;
+    use gpufill_cuda::SpinKernel;
+    use gpufill_runtime::{GpuSelector, Metric};
 
     #[test]
     fn live_keys_pass_and_restart_keys_keep_their_old_values() {
@@ -194,8 +137,8 @@ mod tests {
         new.gpus = GpuSelector::parse_flag("0").unwrap();
         new.metrics.listen = "127.0.0.1:9401".into();
         new.probe.retry_max_s = 60.0;
-        new.metric = crate::config::MetricChoice::Sm;
-        new.load.kernel = crate::config::KernelChoice::Spin;
+        new.metric = Metric::Sm;
+        new.load.kernel = SpinKernel::Spin;
         let (applied, kept) = diff(&old, new);
         assert_eq!(
             kept,
@@ -209,8 +152,8 @@ mod tests {
                 "metrics.listen"
             ]
         );
-        assert_eq!(applied.metric, crate::config::MetricChoice::Util);
-        assert_eq!(applied.load.kernel, crate::config::KernelChoice::Sleep);
+        assert_eq!(applied.metric, Metric::Util);
+        assert_eq!(applied.load.kernel, SpinKernel::Sleep);
         assert_eq!(applied.probe.retry_max_s, 300.0);
         assert_eq!(applied.tick_ms, 50);
         assert_eq!(applied.load.period_ms, 50);

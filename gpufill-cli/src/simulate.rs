@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -10,12 +11,11 @@ use gpufill_core::sim::{
     tracking,
 };
 use gpufill_core::{State, Tick, Time, TimeOfDay};
+use gpufill_runtime::{DayClock, GpuLabels, Metric, Registry, Settings, Steering};
 
 use crate::UsageError;
 use crate::cli::SimulateArgs;
-use crate::config::{Config, MetricChoice};
-use crate::live::{DayClock, Live};
-use crate::metrics::{self, GpuLabels};
+use crate::config::Config;
 use crate::reload::Reloader;
 
 /// The labels of the simulated GPU's series.
@@ -25,47 +25,6 @@ fn sim_labels() -> GpuLabels {
         uuid: "GPU-00000000-0000-0000-0000-000000000000".to_owned(),
         model: "simulated GPU".to_owned(),
     }
-}
-
-/// One `--foreign START-END:LOAD`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ForeignSpec {
-    /// When it appears, in seconds.
-    pub start_s: f64,
-    /// When it leaves, in seconds.
-    pub end_s: f64,
-    /// Share of time it wants the GPU, percent.
-    pub load_percent: f64,
-}
-
-/// Parses `START-END:LOAD`, e.g. `5-12:30`.
-///
-/// # Errors
-/// A message saying what is wrong, for clap to print.
-pub fn parse_foreign(s: &str) -> Result<ForeignSpec, String> {
-    let bad = || format!("expected START-END:LOAD in seconds and percent, e.g. 5-12:30, got {s:?}");
-    let (span, load) = s.split_once(':').ok_or_else(bad)?;
-    let (start, end) = span.split_once('-').ok_or_else(bad)?;
-    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let (start_s, end_s, load_percent) = match (num(start), num(end), num(load)) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(bad()),
-    };
-    if start_s < 0.0 || end_s <= start_s {
-        return Err(format!(
-            "foreign job {s:?}: END must be after START, both at least 0"
-        ));
-    }
-    if !(0.0..=100.0).contains(&load_percent) {
-        return Err(format!(
-            "foreign job {s:?}: LOAD must be a percent between 0 and 100"
-        ));
-    }
-    Ok(ForeignSpec {
-        start_s,
-        end_s,
-        load_percent,
-    })
 }
 
 fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
@@ -99,81 +58,158 @@ fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
     Ok(())
 }
 
-/// Runs the simulation described by `args` and `config`, printing a table to `out`.
+/// Runs the simulation described by `args` and `config`, printing a table to `out`:
+/// [`Setup::new`] builds it, [`drive`] runs it, [`report`] summarizes it.
 ///
 /// # Errors
 /// [`UsageError`] for bad flags; I/O errors writing the CSV.
 pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
     check_args(args)?;
-    let sim_cfg = SimConfig {
-        sample_period: Duration::from_millis(args.sample_ms),
-        mps: args.mps,
-        foreign: args
-            .foreign
-            .iter()
-            .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
-            .collect(),
-        ..SimConfig::default()
-    };
-    let sm = config.metric == MetricChoice::Sm;
-    let settings = gpufill_core::FillSettings {
-        shaping: config.metric.shaping(sim_cfg.sm_count, config.load.kernel),
-        ..config.fill_settings()
-    };
-    let mut sim = Simulation::with_gpu(
-        SimGpu::new(sim_cfg),
-        sm,
-        settings,
-        config.yield_settings_with(args.mps),
-        config.controller_kind().build(),
-        config.tick(),
-    );
-    let publisher = metrics::start_endpoint(config.metrics.addr(), vec![sim_labels()])?.pop();
-    // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
-    let start_time = args
-        .start_time
-        .or_else(crate::localtime::now)
-        .unwrap_or(TimeOfDay::MIDNIGHT);
-    let mut live = Live::new(config, args.mps, DayClock::StartingAt(start_time))
-        .with_publisher(publisher.flatten().map(|p| p.measuring_sm_activity(sm)));
-    let mut reloader = match &args.flags.config {
-        Some(path) => Some(Reloader::install(
-            Some(path.clone()),
+    let mut setup = Setup::new(args, config)?;
+    setup.write_header(out)?;
+    let recorded = drive(&mut setup, args, out)?;
+    report(out, &setup, &recorded, args)
+}
+
+/// Everything a simulation runs with.
+pub struct Setup {
+    sim: Simulation,
+    steering: Steering,
+    reloader: Option<Reloader>,
+    settings: Settings,
+    csv: Option<(BufWriter<File>, PathBuf)>,
+    sm: bool,
+    start_time: TimeOfDay,
+}
+
+impl Setup {
+    /// The simulated GPU, its loop, the steering (schedule, metrics), the reloader
+    /// (with `--config`) and the CSV file.
+    ///
+    /// # Errors
+    /// The metrics address cannot be bound, a signal handler cannot be installed, or
+    /// the CSV file cannot be created.
+    pub fn new(args: &SimulateArgs, config: &Config) -> anyhow::Result<Setup> {
+        let settings = config.to_settings();
+        let sim_cfg = SimConfig {
+            sample_period: Duration::from_millis(args.sample_ms),
+            mps: args.mps,
+            foreign: args
+                .foreign
+                .iter()
+                .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
+                .collect(),
+            ..SimConfig::default()
+        };
+        let sm = settings.metric == Metric::Sm;
+        let fill_settings = gpufill_core::FillSettings {
+            shaping: settings.shaping(sim_cfg.sm_count),
+            ..settings.fill_settings()
+        };
+        let sim = Simulation::with_gpu(
+            SimGpu::new(sim_cfg),
+            sm,
+            fill_settings,
+            settings.yield_settings(args.mps),
+            settings.controller.build(),
+            settings.tick(),
+        );
+        // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
+        let start_time = args
+            .start_time
+            .or_else(gpufill_runtime::local_time_of_day)
+            .unwrap_or(TimeOfDay::MIDNIGHT);
+        let (registry, mut publishers) = Registry::new(vec![sim_labels()]);
+        crate::metrics::start_endpoint(config.metrics.addr(), registry)?;
+        let publisher = config
+            .metrics
+            .addr()
+            .and(publishers.pop())
+            .map(|p| p.measuring_sm_activity(sm));
+        let steering = Steering::new(&settings, args.mps, DayClock::StartingAt(start_time))
+            .with_publisher(publisher);
+        // SIGHUP re-reads --config; without one it only says there is nothing to reload.
+        let reloader = Some(Reloader::install(
+            args.flags.config.clone(),
             args.flags.overrides(),
             config.clone(),
-        )?),
-        None => None,
-    };
-    let mut csv = match &args.csv {
-        Some(path) => {
-            let file =
-                File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-            let mut w = BufWriter::new(file);
-            if sm {
+        )?);
+        let csv = match &args.csv {
+            Some(path) => {
+                let file = File::create(path)
+                    .with_context(|| format!("cannot create {}", path.display()))?;
+                Some((BufWriter::new(file), path.clone()))
+            }
+            None => None,
+        };
+        Ok(Setup {
+            sim,
+            steering,
+            reloader,
+            settings,
+            csv,
+            sm,
+            start_time,
+        })
+    }
+
+    fn write_header(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
+        if let Some((w, _)) = self.csv.as_mut() {
+            if self.sm {
                 writeln!(w, "t_s,target,sm,duty,width,state")?;
             } else {
                 writeln!(w, "t_s,target,util,duty,state")?;
             }
-            Some((w, path))
         }
-        None => None,
-    };
-    if !config.schedule.window.is_empty() {
-        writeln!(out, "time of day at the start: {start_time}")?;
+        if !self.settings.schedule.windows.is_empty() {
+            writeln!(out, "time of day at the start: {}", self.start_time)?;
+        }
+        if self.sm {
+            writeln!(
+                out,
+                "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
+                "t_s", "target", "sm", "duty", "width", "state"
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
+                "t_s", "target", "util", "duty", "state"
+            )?;
+        }
+        Ok(())
     }
-    if sm {
-        writeln!(
-            out,
-            "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
-            "t_s", "target", "sm", "duty", "width", "state"
-        )?;
-    } else {
-        writeln!(
-            out,
-            "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
-            "t_s", "target", "util", "duty", "state"
-        )?;
+
+    fn reload(&mut self) {
+        let Some(new) = self.reloader.as_mut().and_then(Reloader::poll) else {
+            return;
+        };
+        let (settings, _) = self.settings.live_update(new.to_settings());
+        self.steering.apply(self.sim.fill_mut(), &settings);
+        self.settings = settings;
     }
+}
+
+/// What a run kept for its report.
+pub struct Recorded {
+    ticks: Vec<Tick>,
+    judged_until: Time,
+    hours: Vec<Period>,
+    churn: ChurnReport,
+    last_state: Option<(Time, State)>,
+}
+
+/// Steps the loop in virtual time to `--duration` (or until the loop stops), writing
+/// table rows and CSV lines as it goes, and keeps what the report needs.
+///
+/// # Errors
+/// Writing the CSV file failed.
+pub fn drive(
+    setup: &mut Setup,
+    args: &SimulateArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<Recorded> {
+    let (sm, tick_len) = (setup.sm, setup.settings.tick());
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
     let mut io_result = Ok(());
@@ -201,15 +237,14 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     let mut last_state = None;
     let wall_start = Instant::now();
     let mut stopped = false;
-    while sim.now() < end && !stopped {
-        if let Some(new) = reloader.as_mut().and_then(Reloader::poll) {
-            live.apply(sim.fill_mut(), &new);
-        }
-        let now = sim.now();
-        churn.before_tick(&sim);
-        live.before_step(sim.fill_mut(), now);
+    while setup.sim.now() < end && !stopped {
+        setup.reload();
+        let now = setup.sim.now();
+        churn.before_tick(&setup.sim);
+        setup.steering.before_step(setup.sim.fill_mut(), now);
         let mut stepped = None;
-        sim.run_until(now + config.tick(), |tick| {
+        let (csv, steering) = (&mut setup.csv, &mut setup.steering);
+        setup.sim.run_until(now + tick_len, |tick| {
             if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
                 io_result = write_csv_row(w, tick, sm);
             }
@@ -217,7 +252,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
                 let _ = write_row(out, tick, sm);
                 next_row += every;
             }
-            live.after_step(tick, || (None, None));
+            steering.after_step(tick, || (None, None));
             stopped = tick.state == State::Stopped;
             last_state = Some((tick.at, tick.state));
             hours.record(tick);
@@ -228,24 +263,50 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             stepped = Some(tick.clone());
         });
         if let Some(tick) = stepped {
-            churn.after_tick(&sim, &tick);
+            churn.after_tick(&setup.sim, &tick);
         }
         if args.realtime {
-            let due = wall_start + sim.now().since_epoch();
+            let due = wall_start + setup.sim.now().since_epoch();
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
     }
     io_result.context("cannot write the CSV file")?;
-    if let Some((mut w, path)) = csv {
+    if let Some((w, path)) = setup.csv.as_mut() {
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let churn = churn.finish(&sim);
-    summarize(out, &sim, &ticks, judged_until, args, sm)?;
-    if args.random_foreign.is_some() || long {
-        write_long_run(out, &churn, hours.periods())?;
+    Ok(Recorded {
+        ticks,
+        judged_until,
+        hours: hours.periods().to_vec(),
+        churn: churn.finish(&setup.sim),
+        last_state,
+    })
+}
+
+/// Prints the tracking summary, the foreign jobs' report and, for long or churning
+/// runs, the hourly table.
+///
+/// # Errors
+/// Writing to `out` failed, or the simulated loop stopped.
+pub fn report(
+    out: &mut dyn Write,
+    setup: &Setup,
+    recorded: &Recorded,
+    args: &SimulateArgs,
+) -> anyhow::Result<()> {
+    summarize(
+        out,
+        &setup.sim,
+        &recorded.ticks,
+        recorded.judged_until,
+        args,
+        setup.sm,
+    )?;
+    if args.random_foreign.is_some() || args.duration > 3600.0 {
+        write_long_run(out, &recorded.churn, &recorded.hours)?;
     }
-    if let Some((at, State::Stopped)) = last_state {
+    if let Some((at, State::Stopped)) = recorded.last_state {
         bail!("the simulated loop stopped at {:.2} s", at.as_secs_f64());
     }
     Ok(())
@@ -419,31 +480,4 @@ fn summarize(
         )?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_foreign_job_spec() {
-        assert_eq!(
-            parse_foreign("5-12:30").unwrap(),
-            ForeignSpec {
-                start_s: 5.0,
-                end_s: 12.0,
-                load_percent: 30.0
-            }
-        );
-        assert_eq!(parse_foreign("0.5-1.5:100").unwrap().end_s, 1.5);
-    }
-
-    #[test]
-    fn rejects_malformed_foreign_job_specs() {
-        for bad in [
-            "", "5-12", "5:30", "12-5:30", "5-12:130", "a-b:c", "5-12:nan", "-1-3:10",
-        ] {
-            assert!(parse_foreign(bad).is_err(), "{bad}");
-        }
-    }
 }

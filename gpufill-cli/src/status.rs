@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Context, bail};
 use gpufill_nvml::{GpuInfo, Nvml};
 
-use crate::run::NO_DRIVER;
+use gpufill_runtime::NO_DRIVER;
 
 const MIB: f64 = 1024.0 * 1024.0;
 

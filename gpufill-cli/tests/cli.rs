@@ -96,7 +96,7 @@ fn a_bad_config_value_exits_2_naming_file_line_and_key() {
 
 #[test]
 fn config_check_accepts_the_example_and_rejects_unknown_keys() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpufill.example.toml");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("gpufill.example.toml");
     gpufill()
         .args(["config", "check"])
         .arg(&example)

@@ -52,7 +52,7 @@ impl Default for LauncherSettings {
             period: Duration::from_millis(50),
             max_kernel: Duration::from_millis(2),
             own_stream: true,
-            kernel: SpinKernel::Spin,
+            kernel: SpinKernel::default(),
         }
     }
 }

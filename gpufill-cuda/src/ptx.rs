@@ -11,23 +11,54 @@ pub const SPIN: &str = "spin";
 /// The same wait with `__nanosleep(200)` in the loop: same residency, less power.
 pub const SPIN_SLEEP: &str = "spin_sleep";
 
-/// Which entry of [`SPIN_PTX`] the launcher runs.
+/// Which entry of [`SPIN_PTX`] the launcher runs: the one kernel choice, named in the
+/// config as `load.kernel = "spin" | "sleep"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum SpinKernel {
-    /// [`SPIN`]: a pure busy-wait.
-    #[default]
+    /// [`SPIN`]: a pure busy-wait on `%globaltimer`.
     Spin,
-    /// [`SPIN_SLEEP`]: the busy-wait with `__nanosleep(200)` per iteration.
+    /// [`SPIN_SLEEP`]: the busy-wait with `__nanosleep(200)` per iteration: the same NVML
+    /// and GPM readings for less power (docs/benchmarks.md, the power grid), so the default.
+    #[default]
     Sleep,
 }
 
 impl SpinKernel {
+    /// Every kernel, in the order the config's names list them.
+    pub const ALL: [SpinKernel; 2] = [SpinKernel::Spin, SpinKernel::Sleep];
+
     /// The PTX entry name.
     pub fn entry(self) -> &'static str {
         match self {
             SpinKernel::Spin => SPIN,
             SpinKernel::Sleep => SPIN_SLEEP,
         }
+    }
+
+    /// The short name used in the config and on the command line: `spin` or `sleep`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpinKernel::Spin => "spin",
+            SpinKernel::Sleep => "sleep",
+        }
+    }
+}
+
+impl std::str::FromStr for SpinKernel {
+    type Err = String;
+
+    /// Parses [`SpinKernel::name`].
+    fn from_str(name: &str) -> Result<Self, String> {
+        SpinKernel::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| format!("expected \"spin\" or \"sleep\", got {name:?}"))
+    }
+}
+
+impl std::fmt::Display for SpinKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -80,6 +111,18 @@ mod tests {
             assert_eq!(params.matches(".param").count(), 1, "{name}: {params}");
             assert!(params.starts_with(".param .u64 "), "{name}: {params}");
         }
+    }
+
+    #[test]
+    fn kernel_names_parse_back_and_others_are_refused() {
+        for kernel in SpinKernel::ALL {
+            assert_eq!(kernel.name().parse::<SpinKernel>(), Ok(kernel));
+        }
+        assert_eq!(SpinKernel::default(), SpinKernel::Sleep);
+        assert_eq!(
+            "nap".parse::<SpinKernel>(),
+            Err("expected \"spin\" or \"sleep\", got \"nap\"".to_owned())
+        );
     }
 
     #[test]

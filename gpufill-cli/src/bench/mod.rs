@@ -30,7 +30,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::UsageError;
 use crate::cli::BenchArgs;
-use crate::config::{Config, MetricChoice};
+use gpufill_runtime::{Metric, Settings};
+
+use crate::config::Config;
 use summary::{BenchSummary, YieldObservation, summarize_target, summarize_yield};
 
 /// How long the foreign process of the yield test runs.
@@ -192,18 +194,18 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// The settings measured: the file's (`--config`), else the defaults. Only the `util`
 /// metric can be benched: its readings are what the table and plot show.
-fn bench_config(args: &BenchArgs) -> Result<Config, UsageError> {
+fn bench_config(args: &BenchArgs) -> Result<Settings, UsageError> {
     let Some(path) = &args.config else {
-        return Ok(Config::default());
+        return Ok(Settings::default());
     };
     let config = Config::load(path).map_err(|e| UsageError(e.into()))?;
-    if config.metric != MetricChoice::Util {
+    if config.metric != Metric::Util {
         return Err(UsageError(anyhow::anyhow!(
             "{}: metric: bench measures metric = \"util\" only",
             path.display()
         )));
     }
-    Ok(config)
+    Ok(config.to_settings())
 }
 
 fn check_args(args: &BenchArgs) -> Result<Vec<Utilization>, UsageError> {
@@ -231,7 +233,7 @@ fn check_args(args: &BenchArgs) -> Result<Vec<Utilization>, UsageError> {
         .collect()
 }
 
-fn progress_bar(args: &BenchArgs, targets: &[Utilization], config: &Config) -> ProgressBar {
+fn progress_bar(args: &BenchArgs, targets: &[Utilization], config: &Settings) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -252,15 +254,15 @@ fn progress_bar(args: &BenchArgs, targets: &[Utilization], config: &Config) -> P
 }
 
 /// The expected length of the yield test.
-fn yield_test_length(config: &Config) -> Duration {
-    YIELD_MARGIN * 2 + FOREIGN_RUN + config.yield_settings().grace
+fn yield_test_length(config: &Settings) -> Duration {
+    YIELD_MARGIN * 2 + FOREIGN_RUN + config.yield_settings(false).grace
 }
 
 fn measure(
     rig: &mut dyn Rig,
     args: &BenchArgs,
     targets: &[Utilization],
-    config: &Config,
+    config: &Settings,
     bar: &ProgressBar,
 ) -> anyhow::Result<(Recording, Option<String>)> {
     let mut rec = Recording {
@@ -291,11 +293,11 @@ fn yield_test(
     rig: &mut dyn Rig,
     rec: &mut Recording,
     target: Utilization,
-    config: &Config,
+    config: &Settings,
     bar: &ProgressBar,
 ) -> anyhow::Result<()> {
     rec.hold(rig, target, YIELD_MARGIN, bar)?;
-    let grace = config.yield_settings().grace;
+    let grace = config.yield_settings(false).grace;
     let spawned = rig.now();
     rig.start_foreign(FOREIGN_RUN)?;
     let deadline = spawned + FOREIGN_RUN + grace + Duration::from_secs(10);
@@ -341,7 +343,7 @@ fn yield_test(
 fn summarize(
     rig: &dyn Rig,
     args: &BenchArgs,
-    config: &Config,
+    config: &Settings,
     rec: &Recording,
     yield_skipped: Option<String>,
 ) -> BenchSummary {
@@ -494,7 +496,7 @@ mod tests {
 
     fn scripted(launches_while_yielding: bool, foreign_fails: bool) -> Scripted {
         Scripted {
-            sim: sim::SimRig::new(&Config::default()),
+            sim: sim::SimRig::new(&Settings::default()),
             kernels: 0,
             launches_while_yielding,
             foreign_fails,
@@ -515,7 +517,7 @@ mod tests {
     }
 
     fn bench(rig: &mut Scripted) -> anyhow::Result<BenchSummary> {
-        let (args, config) = (args(), Config::default());
+        let (args, config) = (args(), Settings::default());
         let targets = check_args(&args)?;
         let (rec, skipped) = measure(rig, &args, &targets, &config, &ProgressBar::hidden())?;
         Ok(summarize(rig, &args, &config, &rec, skipped))

@@ -13,9 +13,10 @@ use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
 use gpufill_nvml::Nvml;
 
 use super::{ForeignSeen, Rig};
+use gpufill_runtime::{GpuSelector, NO_DRIVER, RealLoop, Settings};
+
+use crate::UsageError;
 use crate::cli::BenchArgs;
-use crate::config::{Config, GpuSelector};
-use crate::run::{self, RealLoop, Target};
 
 /// How often the watcher reads NVML's process list (17 us a call on the H200).
 const WATCH_EVERY: Duration = Duration::from_millis(1);
@@ -29,7 +30,7 @@ pub(crate) struct RealRig {
     tick: Duration,
     next: Time,
     nvml: Nvml,
-    target: Target,
+    target: gpufill_runtime::Gpu,
     idle_power: Option<f64>,
     mps: bool,
     /// Compute PIDs present before we started (only with `--force`).
@@ -50,16 +51,23 @@ impl RealRig {
     /// # Errors
     /// The driver is missing (the message of `gpufill run`), the GPU does not exist
     /// (a usage error), another process is on it (without `--force`), or opening fails.
-    pub(crate) fn open(args: &BenchArgs, config: &Config) -> anyhow::Result<RealRig> {
+    pub(crate) fn open(args: &BenchArgs, settings: &Settings) -> anyhow::Result<RealRig> {
         if !gpufill_cuda::driver_present() {
-            bail!(run::NO_DRIVER);
+            bail!(NO_DRIVER);
         }
         let nvml = Nvml::init().context("cannot start NVML")?;
         let selector = args
             .gpu
             .clone()
-            .map_or_else(|| config.gpus.clone(), |id| GpuSelector::List(vec![id]));
-        let Some(target) = run::select(&nvml, &selector)?.into_iter().next() else {
+            .map_or_else(|| settings.gpus.clone(), |id| GpuSelector::List(vec![id]));
+        let gpus = gpufill_runtime::select(nvml, &selector).map_err(|e| {
+            if e.is_settings_error() {
+                UsageError(e.into()).into()
+            } else {
+                anyhow::Error::new(e)
+            }
+        })?;
+        let Some(target) = gpus.into_iter().next() else {
             bail!("no GPU to bench");
         };
         let present = nvml.compute_pids(&target.uuid)?;
@@ -70,16 +78,16 @@ impl RealRig {
                 target.index
             );
         }
-        let mut config = config.clone();
-        config.yielding.ignore_pids.extend(&present);
+        let mut settings = settings.clone();
+        settings.yielding.ignore_pids.extend(&present);
         let idle_power = idle_power(&nvml, &target.uuid);
-        let mps = run::mps_daemon_running();
-        let fill = run::open_loop(nvml, &target, &config, mps)?;
+        let mps = gpufill_runtime::mps::daemon_running();
+        let fill = gpufill_runtime::open_gpu(nvml, &target, &settings, mps)?;
         let clock = SystemClock::new();
         Ok(RealRig {
             fill,
             clock,
-            tick: config.tick(),
+            tick: settings.tick(),
             next: clock.now(),
             nvml,
             target,

@@ -8,7 +8,7 @@ use gpufill_core::sim::{ForeignJob, SimConfig, Simulation};
 use gpufill_core::{Tick, Time, Utilization};
 
 use super::{ForeignSeen, Rig};
-use crate::config::Config;
+use gpufill_runtime::Settings;
 
 /// Share of time the simulated foreign job wants the GPU.
 const FOREIGN_LOAD: f64 = 0.5;
@@ -24,15 +24,15 @@ pub(crate) struct SimRig {
 
 impl SimRig {
     /// A fresh simulated GPU (the H200 model) at time zero.
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &Settings) -> Self {
         let cfg = SimConfig::default();
         let stop_tail = cfg.stop_tail;
         SimRig {
             sim: Simulation::new(
                 cfg,
                 config.fill_settings(),
-                config.yield_settings(),
-                config.controller_kind().build(),
+                config.yield_settings(false),
+                config.controller.build(),
                 config.tick(),
             ),
             tick: config.tick(),

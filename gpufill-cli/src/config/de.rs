@@ -6,7 +6,11 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
-use super::{PID_MAX, PID_MIN};
+use gpufill_runtime::bounds::PID;
+pub(super) use gpufill_runtime::{float_problem, range_reason};
+
+const PID_MIN: u64 = PID.0;
+const PID_MAX: u64 = PID.1;
 
 /// A table, and only a table: serde's derived structs also read sequences by position,
 /// which would make `probe = [1]` (or `[[probe]]`) mean `fault_hold_s = 1`.
@@ -88,19 +92,6 @@ where
     T::try_from(v).map_err(|_| de::Error::custom(range_reason(MIN, MAX, v)))
 }
 
-pub(super) fn range_reason(
-    min: impl fmt::Display,
-    max: impl fmt::Display,
-    got: impl fmt::Display,
-) -> String {
-    format!("must be between {min} and {max}, got {got}")
-}
-
-pub(super) fn int_problem(v: u64, min: u64, max: u64) -> Option<String> {
-    (!(min..=max).contains(&v)).then(|| range_reason(min, max, v))
-}
-
-pub(super) fn float_problem(v: f64, min: f64, max: f64) -> Option<String> {
-    // `contains` is false for NaN; infinities fall outside any finite range.
-    (!(min..=max).contains(&v)).then(|| range_reason(min, max, v))
+fn int_problem(v: u64, min: u64, max: u64) -> Option<String> {
+    gpufill_runtime::int_problem(v, (min, max))
 }

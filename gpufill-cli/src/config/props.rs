@@ -96,7 +96,8 @@ proptest! {
             Ok(config) => {
                 // Accepted values resolve without panicking and render back equal.
                 prop_assert!(config.validate(None).is_ok());
-                let _ = (config.fill_settings(), config.yield_settings(), config.retry_settings());
+                let settings = config.to_settings();
+                let _ = (settings.fill_settings(), settings.yield_settings(false), settings.retry_settings());
                 prop_assert_eq!(Config::from_toml_str(&config.to_toml_string(), None).unwrap(), config);
             }
             Err(e) => {

@@ -2,14 +2,11 @@
 
 use std::net::SocketAddr;
 
-use gpufill_core::{IdleRule, Schedule, TimeOfDay, Utilization, Window};
+use gpufill_core::TimeOfDay;
+use gpufill_runtime::{ScheduleSettings, WindowSettings};
 use serde::{Deserialize, Deserializer, Serialize, de};
 
 use super::de::{float_problem, number};
-use super::seconds;
-
-/// Longest `schedule.idle_after_s`: 30 days.
-pub(super) const IDLE_AFTER_MAX_S: f64 = 30.0 * 86400.0;
 
 /// The `[schedule]` table: the idle rule and time-of-day windows. Precedence: a
 /// matching window, then the idle rule, then `target_percent`.
@@ -31,11 +28,7 @@ pub struct ScheduleConfig {
 
 impl Default for ScheduleConfig {
     fn default() -> Self {
-        ScheduleConfig {
-            idle_after_s: 0.0,
-            idle_target_percent: 60.0,
-            window: Vec::new(),
-        }
+        ScheduleConfig::from_settings(&ScheduleSettings::default())
     }
 }
 
@@ -96,47 +89,40 @@ fn percent<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 }
 
 impl ScheduleConfig {
-    /// The first problem, as (key, reason).
-    pub(super) fn problem(&self) -> Option<(&'static str, String)> {
-        let checks = [
-            (
-                "schedule.idle_after_s",
-                float_problem(self.idle_after_s, 0.0, IDLE_AFTER_MAX_S),
-            ),
-            (
-                "schedule.idle_target_percent",
-                float_problem(self.idle_target_percent, 0.0, 100.0),
-            ),
-        ];
-        checks
-            .into_iter()
-            .find_map(|(key, problem)| problem.map(|reason| (key, reason)))
-    }
-
-    /// The core's schedule, with `default` as the target when no rule applies.
-    pub(super) fn resolve(&self, default: Utilization) -> Schedule {
-        let pct = |p: f64| Utilization::saturating_from_fraction(p / 100.0);
-        let idle = (self.idle_after_s > 0.0).then(|| IdleRule {
-            after: seconds(self.idle_after_s),
-            target: pct(self.idle_target_percent),
-        });
-        // Windows were checked when parsed; one that does not parse is left out
-        // rather than panicking.
+    /// The runtime's schedule settings. Windows were checked when parsed; one that
+    /// does not parse is left out rather than panicking.
+    pub(super) fn to_settings(&self) -> ScheduleSettings {
         let windows = self
             .window
             .iter()
             .filter_map(|w| {
-                Some(Window {
+                Some(WindowSettings {
                     start: TimeOfDay::parse(&w.start).ok()?,
                     end: TimeOfDay::parse(&w.end).ok()?,
-                    target: pct(w.target_percent),
+                    target_percent: w.target_percent,
                 })
             })
             .collect();
-        Schedule {
-            default,
-            idle,
+        ScheduleSettings {
+            idle_after_s: self.idle_after_s,
+            idle_target_percent: self.idle_target_percent,
             windows,
+        }
+    }
+
+    pub(super) fn from_settings(s: &ScheduleSettings) -> ScheduleConfig {
+        ScheduleConfig {
+            idle_after_s: s.idle_after_s,
+            idle_target_percent: s.idle_target_percent,
+            window: s
+                .windows
+                .iter()
+                .map(|w| WindowConfig {
+                    start: w.start.to_string(),
+                    end: w.end.to_string(),
+                    target_percent: w.target_percent,
+                })
+                .collect(),
         }
     }
 }

@@ -1,10 +1,14 @@
 //! Tests of the configuration: parsing, errors, layering.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpufill_core::{Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings};
+use gpufill_runtime::GpuId;
 
 use super::*;
 
-const EXAMPLE: &str = include_str!("../../../gpufill.example.toml");
+const EXAMPLE: &str = include_str!("../../gpufill.example.toml");
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::from_toml_str(text, Some(Path::new("gpufill.toml")))
@@ -53,18 +57,18 @@ fn rendered_settings_parse_back_equal() {
     config.apply(&Overrides {
         target_percent: Some(37.25),
         gpus: Some(list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")])),
-        controller: Some(ControllerChoice::Window),
-        metric: Some(MetricChoice::Sm),
-        kernel: Some(KernelChoice::Sleep),
+        controller: Some(ControllerKind::Window),
+        metric: Some(Metric::Sm),
+        kernel: Some(SpinKernel::Sleep),
         tick_ms: Some(50),
         width_blocks: Some(132),
         max_duty_percent: Some(80.5),
         period_ms: Some(100),
-        max_kernel_us: Some(100_000),
         grace_s: Some(0.25),
-        fault_hold_s: Some(0.0),
         metrics_listen: Some("127.0.0.1:9401".to_owned()),
     });
+    config.load.max_kernel_us = 100_000;
+    config.probe.fault_hold_s = 0.0;
     config.yielding.ignore_pids = vec![1, 4242];
     config.schedule.idle_after_s = 600.0;
     config.schedule.window = vec![WindowConfig {
@@ -261,13 +265,22 @@ fn unknown_names_for_controller_and_policy_are_refused() {
         e.to_string(),
         "gpufill.toml:1:14: controller: expected \"pi\" or \"window\", got \"PI\""
     );
-    let flag = <ControllerChoice as clap::ValueEnum>::from_str("window", false);
-    assert_eq!(flag, Ok(ControllerChoice::Window));
+    let flag = <crate::cli::Cli as clap::Parser>::try_parse_from([
+        "gpufill",
+        "simulate",
+        "--controller",
+        "window",
+    ])
+    .unwrap();
+    let crate::cli::Command::Simulate(args) = flag.command else {
+        panic!("not simulate")
+    };
+    assert_eq!(args.flags.controller, Some(ControllerKind::Window));
     let e = error("[yield]\npolicy = \"never\"");
     assert_eq!(e.key(), Some("yield.policy"));
     assert_eq!(
         parse("controller = \"window\"").unwrap().controller,
-        ControllerChoice::Window
+        ControllerKind::Window
     );
 }
 
@@ -442,9 +455,10 @@ fn flags_override_file_values() {
     config.apply(&Overrides {
         target_percent: Some(70.0),
         gpus: Some(list(&[GpuId::Index(1)])),
-        max_kernel_us: Some(5000),
         ..Overrides::default()
     });
+    // No flag sets it: the value laid in code beside the flags stays.
+    config.load.max_kernel_us = 5000;
     config.validate(None).unwrap();
     assert_eq!(config.target_percent, 70.0);
     assert_eq!(config.gpus, list(&[GpuId::Index(1)]));
@@ -452,8 +466,14 @@ fn flags_override_file_values() {
         config.tick_ms, 25,
         "a value without a flag keeps the file's"
     );
-    assert_eq!(config.period(), Duration::from_millis(50));
-    assert_eq!(config.max_kernel(), Duration::from_micros(5000));
+    assert_eq!(
+        config.to_settings().launcher_settings().period,
+        Duration::from_millis(50)
+    );
+    assert_eq!(
+        config.to_settings().launcher_settings().max_kernel,
+        Duration::from_micros(5000)
+    );
 }
 
 #[test]
@@ -473,13 +493,25 @@ fn flags_are_validated_by_the_same_rules() {
 #[test]
 fn defaults_resolve_to_the_core_defaults() {
     let config = Config::default();
-    assert_eq!(config.fill_settings(), FillSettings::default());
-    assert_eq!(config.yield_settings(), YieldSettings::default());
-    assert_eq!(config.controller_kind(), ControllerKind::default());
-    assert_eq!(config.yield_policy(), YieldPolicyChoice::Presence);
-    assert_eq!(config.tick(), Duration::from_millis(50));
-    assert_eq!(config.period(), Duration::from_millis(50));
-    assert_eq!(config.max_kernel(), Duration::from_micros(2000));
+    assert_eq!(
+        config.to_settings().fill_settings(),
+        FillSettings::default()
+    );
+    assert_eq!(
+        config.to_settings().yield_settings(false),
+        YieldSettings::default()
+    );
+    assert_eq!(config.controller, ControllerKind::default());
+    assert_eq!(config.yielding.policy, YieldPolicyChoice::Presence);
+    assert_eq!(config.to_settings().tick(), Duration::from_millis(50));
+    assert_eq!(
+        config.to_settings().launcher_settings().period,
+        Duration::from_millis(50)
+    );
+    assert_eq!(
+        config.to_settings().launcher_settings().max_kernel,
+        Duration::from_micros(2000)
+    );
 }
 
 #[test]
@@ -488,15 +520,15 @@ fn settings_resolve_into_core_types() {
                 [load]\nwidth_blocks = 8\nmax_duty_percent = 40\n\
                 [yield]\ngrace_s = 0.5\nignore_pids = [7]\n[probe]\nfault_hold_s = 1.5\n";
     let config = parse(text).unwrap();
-    let fill = config.fill_settings();
+    let fill = config.to_settings().fill_settings();
     assert_eq!(fill.target, Utilization::from_percent(25.0).unwrap());
     assert_eq!(fill.width.get(), 8);
     assert_eq!(fill.max_duty, Duty::from_percent(40.0).unwrap());
     assert_eq!(fill.fault_hold, Duration::from_millis(1500));
-    let yielding = config.yield_settings();
+    let yielding = config.to_settings().yield_settings(false);
     assert_eq!(yielding.grace, Duration::from_millis(500));
     assert_eq!(yielding.ignore_pids, vec![7]);
-    assert_eq!(config.controller_kind(), ControllerKind::Window);
+    assert_eq!(config.controller, ControllerKind::Window);
 }
 
 #[test]
@@ -509,12 +541,15 @@ fn resolving_an_unvalidated_config_clamps_instead_of_panicking() {
     config.load.max_duty_percent = 1e9;
     config.yielding.grace_s = f64::INFINITY;
     config.probe.fault_hold_s = -3.0;
-    let fill = config.fill_settings();
+    let fill = config.to_settings().fill_settings();
     assert_eq!(fill.target, Utilization::ZERO);
     assert_eq!(fill.width, Width::ONE_WARP);
     assert_eq!(fill.max_duty, Duty::FULL);
     assert_eq!(fill.fault_hold, Duration::ZERO);
-    assert_eq!(config.yield_settings().grace, Duration::MAX);
+    assert_eq!(
+        config.to_settings().yield_settings(false).grace,
+        Duration::MAX
+    );
 }
 
 fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
@@ -591,9 +626,9 @@ fn check_without_panic(bytes: &[u8]) {
         // Whatever is accepted renders, parses back equal, and resolves.
         assert_eq!(parse(&config.to_toml_string()).unwrap(), config);
         let _ = (
-            config.fill_settings(),
-            config.yield_settings(),
-            config.tick(),
+            config.to_settings().fill_settings(),
+            config.to_settings().yield_settings(false),
+            config.to_settings().tick(),
         );
     }
 }
@@ -628,7 +663,7 @@ fn activity_policy_resolves_with_its_idle_grace_and_ignored_names() {
         "[yield]\npolicy = \"activity\"\nidle_grace_s = 12\nignore_names = [\"dcgm-exporter\"]\n",
     )
     .unwrap();
-    let y = config.yield_settings();
+    let y = config.to_settings().yield_settings(false);
     assert_eq!(
         y.mode,
         YieldMode::Activity {
@@ -644,10 +679,16 @@ fn activity_policy_resolves_with_its_idle_grace_and_ignored_names() {
 
 #[test]
 fn release_context_sets_the_release_delay_only_when_on() {
-    assert_eq!(Config::default().fill_settings().release_after, None);
+    assert_eq!(
+        Config::default()
+            .to_settings()
+            .fill_settings()
+            .release_after,
+        None
+    );
     let config = parse("[yield]\nrelease_context = true\nrelease_after_s = 2.5\n").unwrap();
     assert_eq!(
-        config.fill_settings().release_after,
+        config.to_settings().fill_settings().release_after,
         Some(Duration::from_millis(2500))
     );
     assert!(parse("[yield]\nrelease_after_s = -1\n").is_err());
@@ -657,12 +698,18 @@ fn release_context_sets_the_release_delay_only_when_on() {
 #[test]
 fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
     let auto = Config::default();
-    assert_eq!(auto.yield_settings_with(true).mode, YieldMode::Mps);
-    assert_eq!(auto.yield_settings_with(false).mode, YieldMode::Presence);
+    assert_eq!(auto.to_settings().yield_settings(true).mode, YieldMode::Mps);
+    assert_eq!(
+        auto.to_settings().yield_settings(false).mode,
+        YieldMode::Presence
+    );
     let off = parse("[yield]\nmps = \"off\"\n").unwrap();
-    assert_eq!(off.yield_settings_with(true).mode, YieldMode::Presence);
+    assert_eq!(
+        off.to_settings().yield_settings(true).mode,
+        YieldMode::Presence
+    );
     let on = parse("[yield]\nmps = \"on\"\n").unwrap();
-    assert_eq!(on.yield_settings_with(false).mode, YieldMode::Mps);
+    assert_eq!(on.to_settings().yield_settings(false).mode, YieldMode::Mps);
     let e = parse("[yield]\nmps = \"maybe\"\n").unwrap_err();
     assert_eq!(e.key(), Some("yield.mps"), "{e}");
 }
@@ -680,14 +727,17 @@ target_percent = 0
 #[test]
 fn a_schedule_resolves_with_windows_first_then_the_idle_rule_then_the_target() {
     use gpufill_core::TimeOfDay;
-    let schedule = parse(ORIGINAL_RULE_AND_A_WINDOW).unwrap().schedule();
+    let schedule = parse(ORIGINAL_RULE_AND_A_WINDOW)
+        .unwrap()
+        .to_settings()
+        .schedule();
     let at = |s| Some(TimeOfDay::parse(s).unwrap());
     let pct = |p: f64| Utilization::from_percent(p).unwrap();
     let quiet = |s| Some(Duration::from_secs(s));
     assert_eq!(schedule.target(at("23:00"), quiet(9999)), pct(0.0));
     assert_eq!(schedule.target(at("12:00"), quiet(600)), pct(60.0));
     assert_eq!(schedule.target(at("12:00"), quiet(599)), pct(50.0));
-    assert!(Config::default().schedule().is_constant());
+    assert!(Config::default().to_settings().schedule().is_constant());
 }
 
 #[test]

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::Registry;
 use super::render::CONTENT_TYPE;
+use super::{Registry, Render};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_HEAD: usize = 8192;

@@ -8,7 +8,7 @@ use assert_cmd::Command;
 
 /// The default loop tick, seconds: `simulate` and `bench` write one CSV row per tick.
 pub fn tick_s() -> f64 {
-    gpufill_cli::config::Config::default().tick().as_secs_f64()
+    gpufill_runtime::Settings::default().tick().as_secs_f64()
 }
 
 /// How many default ticks fit in `seconds`.

@@ -33,7 +33,8 @@ impl<C: Controller + ?Sized> Controller for Box<C> {
     }
 }
 
-/// Which controller to use; the binary maps its config onto this.
+/// Which controller to use: the one controller choice, named in the config as
+/// `controller = "pi" | "window"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ControllerKind {
     /// [`PiController`] with default gains.
@@ -44,11 +45,56 @@ pub enum ControllerKind {
 }
 
 impl ControllerKind {
+    /// Every kind, in the order the config's names list them.
+    pub const ALL: [ControllerKind; 2] = [ControllerKind::Pi, ControllerKind::Window];
+
+    /// The name used in the config and on the command line: `pi` or `window`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerKind::Pi => "pi",
+            ControllerKind::Window => "window",
+        }
+    }
+
     /// A fresh controller of this kind with its default settings.
     pub fn build(self) -> Box<dyn Controller + Send> {
         match self {
             ControllerKind::Pi => Box::new(PiController::default()),
             ControllerKind::Window => Box::new(WindowRule::default()),
         }
+    }
+}
+
+impl std::str::FromStr for ControllerKind {
+    type Err = String;
+
+    /// Parses [`ControllerKind::as_str`].
+    fn from_str(name: &str) -> Result<Self, String> {
+        ControllerKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| format!("expected \"pi\" or \"window\", got {name:?}"))
+    }
+}
+
+impl std::fmt::Display for ControllerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_parse_back_and_others_are_refused() {
+        for kind in ControllerKind::ALL {
+            assert_eq!(kind.as_str().parse::<ControllerKind>(), Ok(kind));
+        }
+        assert_eq!(
+            "PI".parse::<ControllerKind>(),
+            Err("expected \"pi\" or \"window\", got \"PI\"".to_owned())
+        );
     }
 }

@@ -1,10 +1,7 @@
-//! `gpus`: which GPUs to fill, by index or UUID.
+//! Which GPUs to fill, by NVML index or UUID (the config's `gpus`, the `--gpus` flag).
 
 use std::fmt;
 use std::str::FromStr;
-
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
 
 /// Which GPUs to fill: `"all"`, or a non-empty list without duplicates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -61,7 +58,10 @@ impl GpuId {
     }
 
     /// One item of a `--gpus` list: an index or a UUID.
-    fn parse_item(item: &str) -> Result<GpuId, String> {
+    ///
+    /// # Errors
+    /// A message naming what is wrong.
+    pub fn parse_item(item: &str) -> Result<GpuId, String> {
         if item.is_empty() {
             return Err("empty item in the GPU list".to_owned());
         }
@@ -115,7 +115,12 @@ impl GpuSelector {
         GpuSelector::from_list(ids)
     }
 
-    pub(super) fn check(&self) -> Result<(), String> {
+    /// Checks a selector built by hand: a list must be non-empty, hold valid UUIDs and
+    /// name no GPU twice.
+    ///
+    /// # Errors
+    /// A message naming what is wrong.
+    pub fn check(&self) -> Result<(), String> {
         match self {
             GpuSelector::All => Ok(()),
             GpuSelector::List(ids) => GpuSelector::check_list(ids),
@@ -160,91 +165,5 @@ impl fmt::Display for GpuSelector {
                 Ok(())
             }
         }
-    }
-}
-
-impl Serialize for GpuId {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            GpuId::Index(index) => s.serialize_u32(*index),
-            GpuId::Uuid(uuid) => s.serialize_str(uuid),
-        }
-    }
-}
-
-impl Serialize for GpuSelector {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            GpuSelector::All => s.serialize_str("all"),
-            GpuSelector::List(ids) => s.collect_seq(ids),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for GpuId {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(GpuVisitor { whole: false })
-            .and_then(|selector| match selector {
-                GpuSelector::List(mut ids) if ids.len() == 1 => Ok(ids.remove(0)),
-                _ => Err(de::Error::custom("\"all\" cannot be part of a GPU list")),
-            })
-    }
-}
-
-impl<'de> Deserialize<'de> for GpuSelector {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(GpuVisitor { whole: true })
-    }
-}
-
-/// Reads `"all"`, a single GPU, or (when `whole`) a list of GPUs. A single GPU becomes
-/// a list of one, so `gpus = 0` means what `--gpus 0` means.
-struct GpuVisitor {
-    whole: bool,
-}
-
-impl<'de> Visitor<'de> for GpuVisitor {
-    type Value = GpuSelector;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.whole {
-            f.write_str("\"all\" or a list of GPU indices and UUIDs")
-        } else {
-            f.write_str("a GPU index or UUID")
-        }
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<GpuSelector, E> {
-        let id = GpuId::from_index(v).map_err(E::custom)?;
-        Ok(GpuSelector::List(vec![id]))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<GpuSelector, E> {
-        match i64::try_from(v) {
-            Ok(v) => self.visit_i64(v),
-            Err(_) => Err(E::custom(format!(
-                "a GPU index must be at most {}, got {v}",
-                u32::MAX
-            ))),
-        }
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<GpuSelector, E> {
-        if v == "all" {
-            return Ok(GpuSelector::All);
-        }
-        let id = GpuId::from_uuid(v).map_err(E::custom)?;
-        Ok(GpuSelector::List(vec![id]))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<GpuSelector, A::Error> {
-        if !self.whole {
-            return Err(de::Error::invalid_type(de::Unexpected::Seq, &self));
-        }
-        let mut ids = Vec::new();
-        while let Some(id) = seq.next_element::<GpuId>()? {
-            ids.push(id);
-        }
-        GpuSelector::from_list(ids).map_err(de::Error::custom)
     }
 }

@@ -1,9 +1,53 @@
-//! Logging of faults that may repeat every tick, rate-limited: the first of a run is
-//! logged in full, then at most one summary line a minute says how many followed
-//! ([`gpufill_core::RateLimiter`]). Also the supervisor's lines about a lost GPU.
+//! A worker's log lines: each tick's events ([`log_tick`]), with faults that may repeat
+//! every tick rate-limited (the first of a run is logged in full, then at most one
+//! summary line a minute says how many followed, [`gpufill_core::RateLimiter`]), and
+//! the supervisor's lines about a lost GPU.
 
-use gpufill_core::{Event, RateLimiter, Supervised, SupervisorEvent, Time};
-use tracing::{info, warn};
+use gpufill_core::{Event, RateLimiter, Supervised, SupervisorEvent, Tick, Time};
+use tracing::{debug, error, info, trace, warn};
+
+/// Logs one tick: its sample at debug, every tick at trace, and its events (state
+/// changes at info, faults at warn, admitted by `faults`).
+pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
+    let util = tick.util.map(|u| u.percent());
+    if let Some(sample) = tick.sample {
+        debug!(
+            util = sample.percent(),
+            target = tick.target.percent(),
+            duty = tick.duty.percent(),
+            width = tick.width.get(),
+            state = tick.state.as_str(),
+            foreign = tick.foreign,
+            "sample"
+        );
+    } else {
+        trace!(
+            ?util,
+            duty = tick.duty.percent(),
+            state = tick.state.as_str(),
+            "tick"
+        );
+    }
+    for event in tick.events.iter().filter(|e| faults.admit(tick.at, e)) {
+        match event {
+            Event::Filling => info!(target = tick.target.percent(), "filling"),
+            Event::Yielded { pids } if pids.is_empty() => info!("yielding (grace)"),
+            Event::Yielded { pids } => info!(foreign = ?pids, "yielding"),
+            Event::ProbeFault { message } => {
+                warn!("probe failed, holding the last load: {message}")
+            }
+            Event::ProbeRecovered => info!("probe recovered"),
+            Event::WentBlind => warn!("probe failing too long: idle until it recovers"),
+            Event::Released => {
+                info!("yielded long enough: CUDA context released, no GPU memory held")
+            }
+            Event::LoadFault { message } => warn!("cannot apply the load, retrying: {message}"),
+            Event::Stopped { kind, message } => {
+                error!(?kind, "GPU unusable, stopped with the GPU idle: {message}")
+            }
+        }
+    }
+}
 
 /// The rate limiters of one GPU's worker.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use gpufill_core::State;
 
-use super::GpuSnapshot;
+use crate::snapshot::GpuSnapshot;
 
 /// The `Content-Type` of the rendered text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -175,8 +175,8 @@ fn escape_help(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::GpuLabels;
     use super::*;
+    use crate::snapshot::{GpuLabels, Registry};
 
     fn gpu(index: u32, model: &str) -> GpuSnapshot {
         GpuSnapshot {
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn counters_never_go_down_across_renders() {
-        let (registry, mut publishers) = super::super::Registry::new(vec![gpu(0, "x").labels]);
+        let (registry, mut publishers) = Registry::new(vec![gpu(0, "x").labels]);
         let mut last = 0.0;
         for i in 0..20 {
             let events = if i % 3 == 0 {
@@ -324,7 +324,7 @@ mod tests {
                 events,
             };
             publishers[0].observe(&tick, 1);
-            let text = registry.render();
+            let text = render(&registry.snapshots(), "0");
             let v: f64 = value_of(
                 &text,
                 "gpufill_yields_total{gpu=\"0\",UUID=\"GPU-0\",modelName=\"x\"}",

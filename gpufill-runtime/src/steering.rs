@@ -1,6 +1,7 @@
-//! What a worker does around each step of its fill loop: take in reloaded settings,
-//! set the scheduled target, and publish metrics. Shared by `run` (one per GPU thread)
-//! and `simulate`.
+//! What a worker does around each step of its fill loop ([`Steering`]): take in new
+//! settings, set the scheduled target (the local time of day comes from here), and
+//! publish a snapshot. Shared by the [`crate::Agent`]'s workers and by anything that
+//! drives a loop itself (`gpufill simulate` in virtual time).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +13,8 @@ use gpufill_core::{
 };
 use tracing::{debug, info};
 
-use crate::config::Config;
-use crate::metrics::Publisher;
+use crate::settings::Settings;
+use crate::snapshot::Publisher;
 
 /// A fill loop with a boxed controller, as every worker runs it.
 pub type Loop<P, L> = FillLoop<P, L, Box<dyn Controller + Send>>;
@@ -33,26 +34,26 @@ pub type DeviceReadings = (Option<u64>, Option<f64>);
 const SLOW_REFRESH: Duration = Duration::from_secs(1);
 
 /// The per-tick extras of one worker.
-pub struct Live {
+pub struct Steering {
     schedule: Schedule,
     controller: ControllerKind,
     mps: bool,
     clock: DayClock,
     time_of_day: Option<(Time, Option<TimeOfDay>)>,
-    updates: Option<Receiver<Arc<Config>>>,
+    updates: Option<Receiver<Arc<Settings>>>,
     publisher: Option<Publisher>,
     device_read: Option<Time>,
     scheduled: Option<Utilization>,
-    reloaded: Option<Arc<Config>>,
+    reloaded: Option<Arc<Settings>>,
 }
 
-impl Live {
-    /// Extras for a loop started from `config`; `mps` says whether an MPS daemon was
-    /// found at start (it decides `yield.mps = "auto"` on reloads too).
-    pub fn new(config: &Config, mps: bool, clock: DayClock) -> Self {
-        Live {
-            schedule: config.schedule(),
-            controller: config.controller_kind(),
+impl Steering {
+    /// Extras for a loop started from `settings`; `mps` says whether an MPS daemon was
+    /// found at start (it decides `yield.mps = "auto"` on updates too).
+    pub fn new(settings: &Settings, mps: bool, clock: DayClock) -> Self {
+        Steering {
+            schedule: settings.schedule(),
+            controller: settings.controller,
             mps,
             clock,
             time_of_day: None,
@@ -64,9 +65,9 @@ impl Live {
         }
     }
 
-    /// The settings of the last reload applied, if any: a loop opened again (after a
+    /// The settings of the last update applied, if any: a loop opened again (after a
     /// lost GPU) is built from them.
-    pub fn reloaded(&self) -> Option<Arc<Config>> {
+    pub fn reloaded(&self) -> Option<Arc<Settings>> {
         self.reloaded.clone()
     }
 
@@ -75,8 +76,8 @@ impl Live {
         self.mps
     }
 
-    /// Takes reloaded settings from `updates` at each tick.
-    pub fn with_updates(mut self, updates: Receiver<Arc<Config>>) -> Self {
+    /// Takes new settings from `updates` at each tick (the newest, if several wait).
+    pub fn with_updates(mut self, updates: Receiver<Arc<Settings>>) -> Self {
         self.updates = Some(updates);
         self
     }
@@ -87,22 +88,22 @@ impl Live {
         self
     }
 
-    /// Applies reloaded settings to `fill`: settings, yield policy, schedule, and the
-    /// controller if its kind changed (else it keeps its state).
-    pub fn apply<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, config: &Config) {
+    /// Applies new settings to `fill`: settings, yield policy, schedule, and the
+    /// controller if its kind changed (else it keeps its state). Keys that need a
+    /// restart are not looked at ([`Settings::live_update`] keeps them).
+    pub fn apply<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, new: &Settings) {
         // The shaping belongs to the opened GPU (its SM count, the probe's metric, the
         // launcher's kernel): `metric` and `load.kernel` need a restart, so keep it.
-        let mut settings = config.fill_settings();
+        let mut settings = new.fill_settings();
         settings.shaping = fill.settings().shaping;
         fill.set_settings(settings);
-        fill.set_yield_settings(config.yield_settings_with(self.mps));
-        self.schedule = config.schedule();
-        let kind = config.controller_kind();
-        if kind != self.controller {
-            fill.set_controller(kind.build());
-            self.controller = kind;
+        fill.set_yield_settings(new.yield_settings(self.mps));
+        self.schedule = new.schedule();
+        if new.controller != self.controller {
+            fill.set_controller(new.controller.build());
+            self.controller = new.controller;
         }
-        debug!(target = config.target_percent, "new settings applied");
+        debug!(target = new.target_percent, "new settings applied");
     }
 
     /// One step of `fill` at `now` with the extras around it: reloaded settings and the
@@ -123,9 +124,9 @@ impl Live {
     /// Before a step at `now`: any reloaded settings, then the scheduled target.
     pub fn before_step<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, now: Time) {
         let latest = self.updates.as_ref().and_then(|r| r.try_iter().last());
-        if let Some(config) = latest {
-            self.apply(fill, &config);
-            self.reloaded = Some(config);
+        if let Some(settings) = latest {
+            self.apply(fill, &settings);
+            self.reloaded = Some(settings);
         }
         let tod = self.time_of_day(now);
         let target = self.schedule.target(tod, fill.quiet_for(now));
@@ -176,7 +177,8 @@ impl Live {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{GpuLabels, Registry};
+    use crate::settings::WindowSettings;
+    use crate::snapshot::{GpuLabels, Registry};
     use gpufill_core::sim::{SimConfig, SimGpu};
     use gpufill_core::{Clock, State, VirtualClock, YieldPolicy};
 
@@ -186,7 +188,7 @@ mod tests {
         fill: &mut Loop<P, L>,
         clock: &K,
         period: Duration,
-        live: &mut Live,
+        live: &mut Steering,
         device: impl Fn(&P) -> DeviceReadings,
         mut keep_going: impl FnMut(&Tick) -> bool,
     ) -> Tick {
@@ -204,30 +206,30 @@ mod tests {
 
     fn sim_loop(
         gpu: &SimGpu,
-        config: &Config,
+        config: &Settings,
     ) -> Loop<gpufill_core::sim::SimProbe, gpufill_core::sim::SimLoad> {
         FillLoop::new(
             gpu.probe(),
             gpu.load(),
-            config.controller_kind().build(),
-            YieldPolicy::new(config.yield_settings()),
+            config.controller.build(),
+            YieldPolicy::new(config.yield_settings(false)),
             config.fill_settings(),
         )
     }
 
     #[test]
     fn a_reload_keeps_the_shaping_of_the_opened_gpu() {
-        let config = Config {
-            metric: crate::config::MetricChoice::Sm,
-            ..Config::default()
+        let config = Settings {
+            metric: crate::settings::Metric::Sm,
+            ..Settings::default()
         };
         let gpu = SimGpu::new(SimConfig::default());
         let mut fill = sim_loop(&gpu, &config);
-        let shaping = config.metric.shaping(132, config.load.kernel);
+        let shaping = config.shaping(132);
         let mut settings = *fill.settings();
         settings.shaping = shaping;
         fill.set_settings(settings);
-        let mut live = Live::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT));
+        let mut live = Steering::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT));
         let mut reloaded = config.clone();
         reloaded.target_percent = 30.0;
         live.apply(&mut fill, &reloaded);
@@ -237,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_reload_sent_mid_run_applies_at_the_next_tick_and_shows_in_metrics() {
-        let config = Config::default();
+        let config = Settings::default();
         let gpu = SimGpu::new(SimConfig::default());
         let mut fill = sim_loop(&gpu, &config);
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -246,12 +248,12 @@ mod tests {
             uuid: "GPU-x".into(),
             model: "m".into(),
         }]);
-        let mut live = Live::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT))
+        let mut live = Steering::new(&config, false, DayClock::StartingAt(TimeOfDay::MIDNIGHT))
             .with_updates(rx)
             .with_publisher(publishers.pop());
         let mut reloaded = config.clone();
         reloaded.target_percent = 30.0;
-        reloaded.controller = crate::config::ControllerChoice::Window;
+        reloaded.controller = gpufill_core::ControllerKind::Window;
         let mut sent_at = None;
         let mut targets = Vec::new();
         let clock = VirtualClock::default();
@@ -289,16 +291,16 @@ mod tests {
 
     #[test]
     fn a_window_crossed_in_virtual_time_changes_the_target() {
-        let mut config = Config::default();
-        config.schedule.window = vec![crate::config::WindowConfig {
-            start: "22:00".into(),
-            end: "06:00".into(),
+        let mut config = Settings::default();
+        config.schedule.windows = vec![WindowSettings {
+            start: TimeOfDay::parse("22:00").unwrap(),
+            end: TimeOfDay::parse("06:00").unwrap(),
             target_percent: 0.0,
         }];
         let gpu = SimGpu::new(SimConfig::default());
         let mut fill = sim_loop(&gpu, &config);
         let start = TimeOfDay::parse("21:59").unwrap();
-        let mut live = Live::new(&config, false, DayClock::StartingAt(start));
+        let mut live = Steering::new(&config, false, DayClock::StartingAt(start));
         let mut ticks = Vec::new();
         drive(
             &mut fill,

@@ -1,0 +1,471 @@
+//! [`Agent`]: one supervised worker thread per GPU, started, updated, watched and
+//! stopped from the caller's thread.
+//!
+//! Each worker opens its GPU through an [`Opener`] (the real one, [`NvmlCuda`], or the
+//! simulated GPU's, [`crate::sim::SimOpener`]), then ticks its fill loop on the system
+//! clock under a [`Supervisor`] that reopens a lost GPU with backoff. Around each step a
+//! [`Steering`] takes in new settings, sets the scheduled target and publishes a
+//! [`GpuSnapshot`]. A worker that ends, by a stop, an error or a panic, says so in its
+//! snapshot at once (`worker_running` false) and logs why; [`Agent::join`] collects the
+//! errors.
+
+use std::cell::{Cell, RefCell};
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use gpufill_core::{Clock, LoadSource, Probe, State, Supervisor, SystemClock, Time};
+use gpufill_nvml::{MetricProbe, Nvml};
+use tracing::{error, info, info_span, warn};
+
+use crate::faultlog::{FaultLog, log_tick};
+use crate::open::{OpenError, RealLoop, open_gpu};
+use crate::select::{Gpu, SelectError, select};
+use crate::settings::{Metric, Settings, SettingsError};
+use crate::snapshot::{GpuLabels, GpuSnapshot, Registry};
+use crate::steering::{DayClock, DeviceReadings, Loop, Steering};
+
+/// How an agent opens its GPUs and reads them for snapshots.
+pub trait Opener: Send + Sync + 'static {
+    /// The probe of an opened GPU.
+    type Probe: Probe + Send + 'static;
+    /// The load source of an opened GPU.
+    type Load: LoadSource + Send + 'static;
+    /// Why a GPU could not be opened.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Opens `gpu` for filling with `settings`; `mps` says whether an MPS daemon runs.
+    ///
+    /// # Errors
+    /// Why it could not be opened.
+    fn open(
+        &self,
+        gpu: &Gpu,
+        settings: &Settings,
+        mps: bool,
+    ) -> Result<Loop<Self::Probe, Self::Load>, Self::Error>;
+
+    /// The slowly changing readings of a snapshot (our own GPU memory, board power),
+    /// asked at most once a second. The default knows none.
+    fn readings(&self, probe: &Self::Probe) -> DeviceReadings {
+        let _ = probe;
+        (None, None)
+    }
+
+    /// Waits, up to `limit`, until nothing of ours is queued or running on the GPU;
+    /// true when that is so. Called once, after the last step. The default has nothing
+    /// to wait for.
+    fn quiesce(&self, fill: &Loop<Self::Probe, Self::Load>, limit: Duration) -> bool {
+        let _ = (fill, limit);
+        true
+    }
+}
+
+/// The real GPUs: CUDA for the load, NVML for the probe ([`open_gpu`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NvmlCuda {
+    /// The NVML session.
+    pub nvml: Nvml,
+}
+
+impl Opener for NvmlCuda {
+    type Probe = MetricProbe;
+    type Load = crate::open::RealLoad;
+    type Error = OpenError;
+
+    fn open(&self, gpu: &Gpu, settings: &Settings, mps: bool) -> Result<RealLoop, OpenError> {
+        open_gpu(self.nvml, gpu, settings, mps)
+    }
+
+    fn readings(&self, probe: &MetricProbe) -> DeviceReadings {
+        // NVML's process list and power reading cost CPU: asked once a second at most.
+        let memory = probe.own_memory_bytes().ok().flatten();
+        (memory, probe.power_watts().ok())
+    }
+
+    fn quiesce(&self, fill: &RealLoop, limit: Duration) -> bool {
+        fill.load_source()
+            .current()
+            .is_none_or(|load| load.quiesce(limit))
+    }
+}
+
+/// How an agent runs, besides its [`Settings`].
+#[derive(Clone, Copy, Debug)]
+pub struct AgentOptions {
+    /// Whether an MPS control daemon runs ([`crate::mps::daemon_running`]): it decides
+    /// `yield.mps = "auto"`.
+    pub mps: bool,
+    /// Where schedule windows read the time of day.
+    pub day_clock: DayClock,
+    /// Read our own GPU memory and the board power once a second for the snapshots
+    /// (costs some CPU; a metrics endpoint wants them).
+    pub device_readings: bool,
+    /// Stop by itself after this long.
+    pub duration: Option<Duration>,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            mps: false,
+            day_clock: DayClock::Local,
+            device_readings: false,
+            duration: None,
+        }
+    }
+}
+
+/// Why an agent could not start, or what went wrong while it ran.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The settings are invalid.
+    #[error("invalid settings: {0}")]
+    Settings(#[from] SettingsError),
+    /// No NVIDIA driver.
+    #[error("{}", crate::open::NO_DRIVER)]
+    NoDriver,
+    /// NVML could not start.
+    #[error("cannot start NVML: {0}")]
+    Nvml(#[from] gpufill_nvml::ProbeError),
+    /// The GPUs could not be selected.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// A GPU cannot give what the settings ask (GPM for `metric = "sm"`).
+    #[error(transparent)]
+    Gpm(#[from] crate::gpm::GpmError),
+    /// A worker thread could not be started.
+    #[error("cannot start a worker thread: {0}")]
+    Thread(#[from] std::io::Error),
+    /// Workers failed: each GPU's NVML index and why.
+    #[error("{} of {total} GPU workers failed: {}", failed.len(), describe(failed))]
+    Workers {
+        /// `(NVML index, reason)` of each failed worker.
+        failed: Vec<(u32, String)>,
+        /// How many workers ran.
+        total: usize,
+    },
+}
+
+impl AgentError {
+    /// Whether the settings are at fault rather than the machine: a binary exits with
+    /// its usage status for these.
+    pub fn is_settings_error(&self) -> bool {
+        match self {
+            AgentError::Settings(_) => true,
+            AgentError::Select(e) => e.is_settings_error(),
+            AgentError::Gpm(e) => e.is_settings_error(),
+            _ => false,
+        }
+    }
+}
+
+fn describe(failed: &[(u32, String)]) -> String {
+    let each: Vec<String> = failed
+        .iter()
+        .map(|(gpu, why)| format!("GPU {gpu}: {why}"))
+        .collect();
+    each.join("; ")
+}
+
+struct Worker {
+    index: u32,
+    handle: JoinHandle<Result<(), String>>,
+}
+
+/// Fills GPUs: one supervised worker thread per GPU.
+///
+/// ```no_run
+/// use gpufill_runtime::{Agent, AgentOptions, Settings};
+///
+/// let agent = Agent::on_this_machine(Settings::default(), AgentOptions::default())?;
+/// std::thread::sleep(std::time::Duration::from_secs(5));
+/// for gpu in agent.snapshots() {
+///     println!("GPU {}: {:?} at {:.0} %", gpu.labels.index, gpu.state, gpu.duty_ratio * 100.0);
+/// }
+/// agent.stop();
+/// agent.join()?;
+/// # Ok::<(), gpufill_runtime::AgentError>(())
+/// ```
+pub struct Agent {
+    workers: Vec<Worker>,
+    updates: Vec<Sender<Arc<Settings>>>,
+    registry: Arc<Registry>,
+    stop: Arc<AtomicBool>,
+    settings: Settings,
+}
+
+impl Agent {
+    /// Fills this machine's GPUs as `settings.gpus` selects them: checks the driver,
+    /// starts NVML, selects the GPUs (MIG skipped), checks GPM for `metric = "sm"`,
+    /// and starts one worker per GPU. `options.mps` is or-ed with what
+    /// [`crate::mps::daemon_running`] finds.
+    ///
+    /// # Errors
+    /// [`AgentError`] before any worker starts; a GPU that fails to open later shows in
+    /// its snapshot and in [`Agent::join`].
+    pub fn on_this_machine(settings: Settings, options: AgentOptions) -> Result<Agent, AgentError> {
+        settings.validate()?;
+        if !gpufill_cuda::driver_present() {
+            return Err(AgentError::NoDriver);
+        }
+        let nvml = Nvml::init()?;
+        let gpus = select(nvml, &settings.gpus)?;
+        if settings.metric == Metric::Sm {
+            crate::gpm::check_all(nvml, &gpus)?;
+        }
+        let mps = options.mps || crate::mps::daemon_running();
+        if mps {
+            info!("MPS control daemon found");
+        }
+        Agent::start(
+            NvmlCuda { nvml },
+            gpus,
+            settings,
+            AgentOptions { mps, ..options },
+        )
+    }
+
+    /// Starts one worker per GPU in `gpus`, each opening its GPU through `opener`.
+    ///
+    /// # Errors
+    /// [`AgentError::Settings`] for invalid settings, [`AgentError::Thread`] when a thread
+    /// cannot start (the workers already started are stopped).
+    pub fn start<O: Opener>(
+        opener: O,
+        gpus: Vec<Gpu>,
+        settings: Settings,
+        options: AgentOptions,
+    ) -> Result<Agent, AgentError> {
+        settings.validate()?;
+        let labels = gpus.iter().map(labels_of).collect();
+        let (registry, publishers) = Registry::new(labels);
+        let stop = Arc::new(AtomicBool::new(false));
+        let opener = Arc::new(opener);
+        let clock = SystemClock::new();
+        let mut agent = Agent {
+            workers: Vec::new(),
+            updates: Vec::new(),
+            registry: Arc::clone(&registry),
+            stop: Arc::clone(&stop),
+            settings,
+        };
+        for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let steering = Steering::new(&agent.settings, options.mps, options.day_clock)
+                .with_updates(rx)
+                .with_publisher(Some(
+                    publisher.measuring_sm_activity(agent.settings.metric == Metric::Sm),
+                ));
+            let job = Job {
+                gpu,
+                settings: agent.settings.clone(),
+                mps: options.mps,
+                readings: options.device_readings,
+                deadline: options.duration.map(|d| clock.now() + d),
+                clock,
+            };
+            let (opener, stop, registry) = (
+                Arc::clone(&opener),
+                Arc::clone(&stop),
+                Arc::clone(&registry),
+            );
+            let index = job.gpu.index;
+            let spawned = thread::Builder::new()
+                .name(format!("gpufill-gpu{index}"))
+                .spawn(move || {
+                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        job.run(&*opener, steering, &stop)
+                    }))
+                    .unwrap_or_else(|_| Err("worker panicked".to_owned()));
+                    // Said at once, not at join: the snapshot and the log show it now.
+                    registry.mark_ended(slot);
+                    if let Err(e) = &result {
+                        error!(gpu = index, "worker ended: {e}");
+                    }
+                    result
+                });
+            match spawned {
+                Ok(handle) => {
+                    agent.workers.push(Worker { index, handle });
+                    agent.updates.push(tx);
+                }
+                Err(e) => {
+                    agent.stop();
+                    let _ = agent.join();
+                    return Err(AgentError::Thread(e));
+                }
+            }
+        }
+        Ok(agent)
+    }
+
+    /// Takes new settings: each worker applies them at its next tick, without restarting
+    /// anything. Keys that need a restart ([`crate::settings::RESTART_KEYS`]) keep their
+    /// old values; their names are returned.
+    ///
+    /// # Errors
+    /// [`SettingsError`] when `settings` is invalid; nothing changes then.
+    pub fn update(&mut self, settings: Settings) -> Result<Vec<&'static str>, SettingsError> {
+        settings.validate()?;
+        let (settings, kept) = self.settings.live_update(settings);
+        let shared = Arc::new(settings.clone());
+        for tx in &self.updates {
+            // A worker that has ended has dropped its receiver: nothing to update.
+            let _ = tx.send(Arc::clone(&shared));
+        }
+        self.settings = settings;
+        Ok(kept)
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Every GPU's latest snapshot, in the order the GPUs were given.
+    pub fn snapshots(&self) -> Vec<GpuSnapshot> {
+        self.registry.snapshots()
+    }
+
+    /// The snapshots' registry, for a reader on another thread (a metrics endpoint).
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// The flag that stops every worker when set (e.g. by a signal handler).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
+    /// Asks every worker to stop: each leaves its GPU idle within a tick and the burst
+    /// already queued.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether every worker has ended.
+    pub fn is_finished(&self) -> bool {
+        self.workers.iter().all(|w| w.handle.is_finished())
+    }
+
+    /// Waits for every worker to end.
+    ///
+    /// # Errors
+    /// [`AgentError::Workers`] naming each GPU whose worker failed.
+    pub fn join(self) -> Result<(), AgentError> {
+        let total = self.workers.len();
+        let failed: Vec<(u32, String)> = self
+            .workers
+            .into_iter()
+            .filter_map(|w| {
+                let result = w
+                    .handle
+                    .join()
+                    .unwrap_or_else(|_| Err("worker panicked".to_owned()));
+                result.err().map(|e| (w.index, e))
+            })
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(AgentError::Workers { failed, total })
+        }
+    }
+}
+
+/// The labels a GPU's snapshot and metrics carry.
+pub fn labels_of(gpu: &Gpu) -> GpuLabels {
+    GpuLabels {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        model: gpu.name.clone(),
+    }
+}
+
+/// What one worker needs besides its opener and steering.
+struct Job {
+    gpu: Gpu,
+    settings: Settings,
+    mps: bool,
+    readings: bool,
+    deadline: Option<Time>,
+    clock: SystemClock,
+}
+
+impl Job {
+    fn run<O: Opener>(
+        self,
+        opener: &O,
+        steering: Steering,
+        stop: &AtomicBool,
+    ) -> Result<(), String> {
+        let span = info_span!("gpu", gpu = self.gpu.index);
+        let _entered = span.enter();
+        let (gpu, mps, clock) = (&self.gpu, self.mps, &self.clock);
+        // A GPU that cannot be opened at start is an error; one lost later is reopened
+        // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
+        let first = opener
+            .open(gpu, &self.settings, mps)
+            .map_err(|e| format!("{e}"))?;
+        // Shared by the step (schedule, updates, snapshots) and the reopening, which
+        // builds the new loop from the last settings; never borrowed by both at once.
+        let steering = RefCell::new(steering);
+        let reopen = |_now: Time| {
+            info!("reopening the GPU");
+            let latest = steering.borrow().reloaded();
+            opener
+                .open(gpu, latest.as_deref().unwrap_or(&self.settings), mps)
+                .map_err(|e| format!("{e}"))
+        };
+        let mut supervisor = Supervisor::new(first, reopen, self.settings.retry_settings());
+        let mut faults = FaultLog::default();
+        let stepped = Cell::new(false);
+        let readings = self.readings;
+        let last = supervisor.run_with(
+            clock,
+            self.settings.tick(),
+            |fill, now| {
+                stepped.set(true);
+                steering.borrow_mut().step(fill, now, |probe| {
+                    if readings {
+                        opener.readings(probe)
+                    } else {
+                        (None, None)
+                    }
+                })
+            },
+            |step| {
+                // While no loop is open (a lost GPU waiting to be reopened) the
+                // supervisor's own stopped tick is what there is to publish.
+                if !stepped.replace(false) {
+                    steering
+                        .borrow_mut()
+                        .after_step(&step.tick, || (None, None));
+                }
+                log_tick(&step.tick, &mut faults);
+                faults.log(step);
+                !stop.load(Ordering::Relaxed) && self.deadline.is_none_or(|d| step.tick.at < d)
+            },
+        );
+        let stopping = clock.now();
+        let quiet = supervisor
+            .fill()
+            .is_none_or(|fill| opener.quiesce(fill, Duration::from_millis(100)));
+        if quiet {
+            let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
+            info!(ms, "GPU idle: no kernel of ours queued or running");
+        } else {
+            warn!("kernels still queued 100 ms after stopping");
+        }
+        if last.tick.state == State::Stopped {
+            return Err(
+                "stopped filling: the GPU failed and was not reopened (see the log above)".into(),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,84 @@
+//! gpufill's runtime: fill a machine's GPUs at a target utilization with almost no GPU
+//! memory, and stand aside the moment real work arrives. Embed it in a node agent, a
+//! training launcher or a monitoring daemon; the `gpufill` binary is a thin layer of
+//! flags, TOML, signals and HTTP over it.
+//!
+//! ```no_run
+//! use gpufill_runtime::{Agent, AgentOptions, Settings};
+//!
+//! let agent = Agent::on_this_machine(
+//!     Settings { target_percent: 40.0, ..Settings::default() },
+//!     AgentOptions::default(),
+//! )?;
+//! // ... agent.snapshots(), agent.update(new_settings), then:
+//! agent.stop();
+//! agent.join()?;
+//! # Ok::<(), gpufill_runtime::AgentError>(())
+//! ```
+//!
+//! # Pieces
+//! - [`Settings`]: everything gpufill is told, one field per config key
+//!   (`yield.grace_s` is `settings.yielding.grace_s`); [`Settings::default`] is the
+//!   product's defaults, [`Settings::validate`] holds every rule.
+//! - [`select()`] lists and selects GPUs (by index, UUID or all; MIG skipped) and matches
+//!   NVML to CUDA by UUID; [`open_gpu`] opens one for filling.
+//! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
+//!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`]), gives a
+//!   [`GpuSnapshot`] per GPU, stops and joins.
+//! - [`Steering`]: what a worker does around each step (new settings, the schedule on
+//!   the local clock, snapshots), for callers that drive a loop themselves.
+//! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
+//!   (here rather than in the binary so an embedder serves the same series from its
+//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`].
+//!
+//! # Where things are decided (each one hop from here)
+//! - **The control law**: [`gpufill_core::controller`] (the PI controller with
+//!   feed-forward, `gpufill_core::controller::PiController`), run by
+//!   [`gpufill_core::FillLoop::step`].
+//! - **The yield rule**: [`gpufill_core::policy`] (`presence`, `activity`, MPS), asked
+//!   first at every step; it always wins over the controller.
+//! - **The kernel**: [`gpufill_cuda`] (a one-warp spin kernel on `%globaltimer`,
+//!   launched in bursts from the loop's own thread).
+//! - **A config key**: the [`Settings`] field of the same name; its docs say its unit,
+//!   range and which core setting it becomes ([`Settings::fill_settings`],
+//!   [`Settings::yield_settings`], [`Settings::schedule`], [`Settings::launcher_settings`]).
+//!
+//! # What an embedder may rely on
+//! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported here are the API;
+//! nothing here reads a file, installs a signal handler or a log subscriber, or exits
+//! the process. Logging goes through `tracing`.
+
+mod agent;
+mod faultlog;
+mod gpm;
+mod gpus;
+mod localtime;
+pub mod mps;
+mod open;
+pub mod prometheus;
+mod select;
+mod settings;
+#[cfg(feature = "sim")]
+pub mod sim;
+mod snapshot;
+mod steering;
+
+pub use agent::{Agent, AgentError, AgentOptions, NvmlCuda, Opener, labels_of};
+pub use faultlog::{FaultLog, log_tick};
+pub use gpm::{GpmError, check_all as check_gpm_all};
+pub use gpus::{GpuId, GpuSelector};
+pub use localtime::now as local_time_of_day;
+pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
+pub use select::{Gpu, SelectError, Selection, choose, select};
+pub use settings::{
+    LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
+    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, float_problem, int_problem,
+    power_model, range_reason, seconds,
+};
+pub use snapshot::{GpuLabels, GpuSnapshot, Publisher, Registry};
+pub use steering::{DayClock, DeviceReadings, Loop, Steering};
+
+/// The bounds of integer keys, shared with the binary's parser so its messages match.
+pub mod bounds {
+    pub use crate::settings::{IDLE_AFTER_MAX_S, KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS};
+}

@@ -1,0 +1,99 @@
+//! Opening one GPU for filling: its CUDA context and launcher, its NVML probe, our own
+//! process found in NVML's list, and the fill loop built from [`Settings`].
+
+use gpufill_core::device::Reopening;
+use gpufill_core::{Controller, FillLoop, FillSettings, YieldPolicy};
+use gpufill_cuda::{CudaError, CudaLoad};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, ProbeError, identify_own};
+use tracing::{info, warn};
+
+use crate::gpm::GpmError;
+use crate::select::Gpu;
+use crate::settings::{Metric, Settings};
+
+/// The message for a machine without the NVIDIA driver.
+pub const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver; `gpufill simulate` runs without one)";
+
+/// Why a GPU could not be opened for filling.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// libcuda is not there.
+    #[error("{NO_DRIVER}")]
+    NoDriver,
+    /// NVML failed while reading the process list or building the probe.
+    #[error(transparent)]
+    Nvml(#[from] ProbeError),
+    /// The CUDA context or the launcher could not be made.
+    #[error("cannot open the CUDA context: {0}")]
+    Cuda(#[from] CudaError),
+    /// `metric = "sm"` cannot read GPM on this GPU.
+    #[error(transparent)]
+    Gpm(#[from] GpmError),
+}
+
+impl OpenError {
+    /// Whether the settings are at fault (they ask for what this GPU cannot do), rather
+    /// than the machine.
+    pub fn is_settings_error(&self) -> bool {
+        matches!(self, OpenError::Gpm(e) if e.is_settings_error())
+    }
+}
+
+/// The load source of a real GPU: the CUDA launcher, reopened on resume after a
+/// context release.
+pub type RealLoad = Reopening<CudaLoad, Box<dyn FnMut() -> Result<CudaLoad, CudaError> + Send>>;
+
+/// The fill loop over one real GPU.
+pub type RealLoop = FillLoop<MetricProbe, RealLoad, Box<dyn Controller + Send>>;
+
+/// Opens `gpu`'s CUDA context and NVML probe and builds its fill loop from `settings`;
+/// `mps` says whether an MPS control daemon runs ([`crate::mps::daemon_running`]).
+///
+/// # Errors
+/// [`OpenError`]: no driver, NVML or CUDA failing, or GPM refused for `metric = "sm"`.
+pub fn open_gpu(
+    nvml: Nvml,
+    gpu: &Gpu,
+    settings: &Settings,
+    mps: bool,
+) -> Result<RealLoop, OpenError> {
+    if !gpufill_cuda::driver_present() {
+        return Err(OpenError::NoDriver);
+    }
+    let launcher = settings.launcher_settings();
+    // Our own entry in NVML's list is the PID that appears with our context: in a
+    // container NVML shows host PIDs, which differ from std::process::id().
+    let before = nvml.compute_pids(&gpu.uuid)?;
+    let load = CudaLoad::open(gpu.ordinal, launcher)?;
+    let after = nvml.compute_pids(&gpu.uuid)?;
+    let own = identify_own(&before, &after, std::process::id());
+    if own.ambiguous {
+        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
+    }
+    info!(name = %gpu.name, uuid = %gpu.uuid, own = ?own.pids, "context ready");
+    let probe = NvmlProbe::new(nvml, &gpu.uuid, own)?;
+    let probe = match settings.metric {
+        Metric::Util => MetricProbe::utilization(probe),
+        Metric::Sm => {
+            info!(sm_count = gpu.sm_count, "holding GPM SM utilization");
+            MetricProbe::sm_activity(probe).map_err(|e| GpmError::new(gpu, e))?
+        }
+    };
+    // With yield.release_context the context is dropped while yielding and opened again
+    // on resume; our host PID stays the same, so `own` stays right.
+    let ordinal = gpu.ordinal;
+    let reopen: Box<dyn FnMut() -> _ + Send> = Box::new(move || {
+        info!("opening a new CUDA context");
+        CudaLoad::open(ordinal, launcher)
+    });
+    Ok(FillLoop::new(
+        probe,
+        Reopening::new(load, reopen),
+        settings.controller.build(),
+        YieldPolicy::new(settings.yield_settings(mps)),
+        FillSettings {
+            shaping: settings.shaping(gpu.sm_count),
+            ..settings.fill_settings()
+        },
+    ))
+}
