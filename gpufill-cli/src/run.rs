@@ -10,9 +10,9 @@ use anyhow::Context;
 use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock};
 use tracing::{error, info};
 
-use crate::UsageError;
 use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::error::UsageError;
 use crate::metrics;
 use crate::reload::Reloader;
 

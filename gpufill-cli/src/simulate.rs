@@ -13,9 +13,9 @@ use gpufill_core::sim::{
 use gpufill_core::{State, Tick, Time, TimeOfDay};
 use gpufill_runtime::{DayClock, GpuLabels, Metric, Registry, Settings, Steering};
 
-use crate::UsageError;
 use crate::cli::SimulateArgs;
 use crate::config::Config;
+use crate::error::UsageError;
 use crate::reload::Reloader;
 
 /// The labels of the simulated GPU's series.

@@ -17,7 +17,7 @@ const FOREIGN_DUTY: f64 = 0.3;
 /// A usage error for a bad duration; the failed CUDA call; no kernel having run.
 pub fn run(ordinal: usize, seconds: f64) -> anyhow::Result<()> {
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= 600.0) {
-        return Err(crate::UsageError(anyhow::anyhow!(
+        return Err(crate::error::UsageError(anyhow::anyhow!(
             "--seconds must be between 0 and 600, got {seconds}"
         ))
         .into());

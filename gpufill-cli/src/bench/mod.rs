@@ -28,8 +28,8 @@ use anyhow::{Context, bail};
 use gpufill_core::{State, Tick, Time, Utilization};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::UsageError;
 use crate::cli::BenchArgs;
+use crate::error::UsageError;
 use gpufill_runtime::{Metric, Settings};
 
 use crate::config::Config;

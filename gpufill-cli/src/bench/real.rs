@@ -15,8 +15,8 @@ use gpufill_nvml::Nvml;
 use super::{ForeignSeen, Rig};
 use gpufill_runtime::{GpuSelector, NO_DRIVER, RealLoop, Settings};
 
-use crate::UsageError;
 use crate::cli::BenchArgs;
+use crate::error::UsageError;
 
 /// How often the watcher reads NVML's process list (17 us a call on the H200).
 const WATCH_EVERY: Duration = Duration::from_millis(1);
