@@ -195,6 +195,9 @@ pub struct SimulateArgs {
     pub start_time: Option<gpufill_core::TimeOfDay>,
 }
 
+/// The longest simulation, and so the latest time a `--foreign` job may name: 30 days.
+pub const MAX_SIMULATED_S: f64 = 30.0 * 86400.0;
+
 /// One `--foreign START-END:LOAD`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ForeignSpec {
@@ -222,6 +225,11 @@ pub fn parse_foreign(s: &str) -> Result<ForeignSpec, String> {
     if start_s < 0.0 || end_s <= start_s {
         return Err(format!(
             "foreign job {s:?}: END must be after START, both at least 0"
+        ));
+    }
+    if end_s > MAX_SIMULATED_S {
+        return Err(format!(
+            "foreign job {s:?}: END must be at most {MAX_SIMULATED_S} seconds (30 days, the longest simulation)"
         ));
     }
     if !(0.0..=100.0).contains(&load_percent) {
@@ -272,6 +280,9 @@ pub struct BenchArgs {
 }
 
 fn parse_gpu(s: &str) -> Result<GpuId, String> {
+    if s.trim() == "all" {
+        return Err("bench measures one GPU: give its NVML index or UUID".to_owned());
+    }
     match s.trim().parse::<i64>() {
         Ok(index) => GpuId::from_index(index),
         Err(_) => GpuId::from_uuid(s.trim()),
@@ -298,7 +309,15 @@ mod tests {
     #[test]
     fn rejects_malformed_foreign_job_specs() {
         for bad in [
-            "", "5-12", "5:30", "12-5:30", "5-12:130", "a-b:c", "5-12:nan", "-1-3:10",
+            "",
+            "5-12",
+            "5:30",
+            "12-5:30",
+            "5-12:130",
+            "a-b:c",
+            "5-12:nan",
+            "-1-3:10",
+            "0-1e20:30",
         ] {
             assert!(parse_foreign(bad).is_err(), "{bad}");
         }

@@ -8,10 +8,17 @@ use clap::Parser;
 use gpufill_cli::{UsageError, cli::Cli};
 
 fn main() -> ExitCode {
+    // First of all, before anything can take time: a SIGHUP sent while gpufill starts
+    // must be kept for the reloader, not kill the daemon.
+    if let Err(e) = gpufill_cli::reload::catch_hangups() {
+        eprintln!("gpufill: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     gpufill_cli::logging::init(cli.verbose, cli.quiet);
     match gpufill_cli::dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("gpufill: {err:#}");
             if err.downcast_ref::<UsageError>().is_some() {

@@ -8,8 +8,8 @@
 //! takes effect at each worker's next tick, without restarting workers or CUDA contexts.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use tracing::{error, info, warn};
@@ -40,6 +40,25 @@ pub fn load(path: &std::path::Path, flags: &Overrides) -> Result<Config, ConfigE
     Ok(config)
 }
 
+/// The process's SIGHUP flag, set by the handler [`catch_hangups`] installs.
+static HANGUP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Installs the SIGHUP handler, once per process: the binary calls it first thing, so a
+/// SIGHUP during start-up is kept for the [`Reloader`] instead of killing the process
+/// (the default action). Later calls do nothing.
+///
+/// # Errors
+/// When the signal handler cannot be installed.
+pub fn catch_hangups() -> anyhow::Result<Arc<AtomicBool>> {
+    if let Some(flag) = HANGUP.get() {
+        return Ok(Arc::clone(flag));
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&flag))
+        .context("cannot install the SIGHUP handler")?;
+    Ok(Arc::clone(HANGUP.get_or_init(|| flag)))
+}
+
 /// Watches for SIGHUP and reloads the config file.
 #[derive(Debug)]
 pub struct Reloader {
@@ -61,9 +80,7 @@ impl Reloader {
         flags: Overrides,
         current: Config,
     ) -> anyhow::Result<Self> {
-        let hangup = Arc::new(AtomicBool::new(false));
-        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))
-            .context("cannot install the SIGHUP handler")?;
+        let hangup = catch_hangups()?;
         Ok(Reloader {
             path,
             flags,

@@ -13,7 +13,7 @@ use gpufill_core::sim::{
 use gpufill_core::{State, Tick, Time, TimeOfDay};
 use gpufill_runtime::{DayClock, GpuLabels, Metric, Registry, Settings, Steering};
 
-use crate::cli::SimulateArgs;
+use crate::cli::{MAX_SIMULATED_S, SimulateArgs};
 use crate::config::Config;
 use crate::error::UsageError;
 use crate::reload::Reloader;
@@ -27,26 +27,31 @@ fn sim_labels() -> GpuLabels {
     }
 }
 
+/// The most random foreign jobs a simulated hour may bring: one a second. More would
+/// be a churn test of its own (each job is a simulated process with its own state), and
+/// a simulated month of them would run for hours.
+pub const MAX_ARRIVALS_PER_HOUR: f64 = 3600.0;
+
 fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
     let fail = |m: String| Err(UsageError(anyhow::anyhow!(m)));
-    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 30.0 * 86400.0) {
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= MAX_SIMULATED_S) {
         return fail(format!(
-            "--duration must be between 0 and 2592000 seconds, got {}",
+            "--duration must be more than 0 and at most {MAX_SIMULATED_S} seconds (30 days), got {}",
             args.duration
         ));
     }
-    if !(args.every.is_finite() && args.every > 0.0) {
+    if !(args.every.is_finite() && args.every > 0.0 && args.every <= MAX_SIMULATED_S) {
         return fail(format!(
-            "--every must be a positive number of seconds, got {}",
+            "--every must be more than 0 and at most {MAX_SIMULATED_S} seconds, got {}",
             args.every
         ));
     }
     if let Some(rate) = args
         .random_foreign
-        .filter(|r| !(r.is_finite() && (0.0..=1e6).contains(r)))
+        .filter(|r| !(r.is_finite() && (0.0..=MAX_ARRIVALS_PER_HOUR).contains(r)))
     {
         return fail(format!(
-            "--random-foreign must be between 0 and 1000000 per hour, got {rate}"
+            "--random-foreign must be between 0 and {MAX_ARRIVALS_PER_HOUR} per hour (one a second), got {rate}"
         ));
     }
     if !(1..=10_000).contains(&args.sample_ms) {
@@ -222,8 +227,9 @@ pub fn drive(
     );
     // Tracking is judged up to the first foreign arrival, where the target stops being
     // ours to hold, and in runs over an hour within the first hour (the hourly table
-    // covers the rest); only the ticks judged are kept, in long runs only those with a
-    // sample or a new target, so memory does not grow with the duration.
+    // covers the rest). Only the ticks the report reads are kept: those with a sample,
+    // a new target or a new width, so memory grows with the samples (5 a second at the
+    // default sampling), not with the ticks.
     let long = args.duration > 3600.0;
     let judged_s = args
         .foreign
@@ -256,8 +262,10 @@ pub fn drive(
             stopped = tick.state == State::Stopped;
             last_state = Some((tick.at, tick.state));
             hours.record(tick);
-            let new_target = ticks.last().is_none_or(|t| t.target != tick.target);
-            if tick.at < judged_until && (!long || tick.sample.is_some() || new_target) {
+            let new_shape = ticks.last().is_none_or(|t| {
+                t.target != tick.target || t.width != tick.width || t.state != tick.state
+            });
+            if tick.at < judged_until && (tick.sample.is_some() || new_shape) {
                 ticks.push(tick.clone());
             }
             stepped = Some(tick.clone());

@@ -33,8 +33,8 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
         out,
         "\nGPU {}  {}  {}{}",
         gpu.index,
-        gpu.name,
-        gpu.uuid,
+        printable(&gpu.name),
+        printable(&gpu.uuid),
         if gpu.mig_enabled { "  (MIG)" } else { "" }
     )?;
     writeln!(
@@ -49,7 +49,7 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
         writeln!(out, "  no compute processes")?;
     }
     for p in &gpu.processes {
-        let name = p.name.as_deref().unwrap_or("?");
+        let name = printable(p.name.as_deref().unwrap_or("?"));
         let ours = if name
             .rsplit('/')
             .next()
@@ -69,4 +69,53 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// `s` safe for a terminal: a process name comes from its argv, which any user sets,
+/// so control characters (escape sequences that move the cursor, retitle the window or
+/// clear the screen) are shown escaped, as `\u{1b}`, never written raw.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufill_nvml::ProcessEntry;
+
+    #[test]
+    fn control_characters_in_process_names_are_escaped() {
+        let gpu = GpuInfo {
+            index: 0,
+            uuid: "GPU-1".into(),
+            name: "NVIDIA H100".into(),
+            memory_used_bytes: 0,
+            memory_total_bytes: 1,
+            utilization_percent: Some(0),
+            power_watts: None,
+            mig_enabled: false,
+            processes: vec![ProcessEntry {
+                pid: 7,
+                used_memory_bytes: None,
+                name: Some("evil\u{1b}]0;pwned\u{7}\u{1b}[2J".into()),
+            }],
+        };
+        let mut out = Vec::new();
+        write_gpu(&mut out, &gpu).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("evil\\u{1b}]0;pwned"), "{text}");
+    }
 }

@@ -297,6 +297,25 @@ pub struct SettingsError {
     pub key: &'static str,
     /// What is wrong, e.g. `must be between 1 and 1000, got 0`.
     pub reason: String,
+    /// For a relation between two keys, the other key and what is wrong as seen from
+    /// it: a caller that knows which of the two the user set (a file naming only
+    /// `tick_ms`, a flag) names that one instead.
+    pub other: Option<(&'static str, String)>,
+}
+
+impl SettingsError {
+    /// This error as seen from `key`: itself, or its other side when `key` is the
+    /// other key of the relation.
+    pub fn blaming(self, key: &str) -> SettingsError {
+        match self.other {
+            Some((other, reason)) if other == key => SettingsError {
+                key: other,
+                reason,
+                other: Some((self.key, self.reason)),
+            },
+            other => SettingsError { other, ..self },
+        }
+    }
 }
 
 /// `must be between MIN and MAX, got V`: the range message every parser uses.
@@ -325,10 +344,70 @@ impl Settings {
     /// # Errors
     /// [`SettingsError`] naming the key and the reason, for the first problem found.
     pub fn validate(&self) -> Result<(), SettingsError> {
-        match self.problem() {
-            None => Ok(()),
-            Some((key, reason)) => Err(SettingsError { key, reason }),
+        if let Some((key, reason)) = self.problem() {
+            return Err(SettingsError {
+                key,
+                reason,
+                other: None,
+            });
         }
+        match self.relation_problem() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// The relations between keys, each with the reason as seen from either key.
+    fn relation_problem(&self) -> Option<SettingsError> {
+        let (load, probe) = (&self.load, &self.probe);
+        let period_us = load.period_ms.saturating_mul(1000);
+        if load.max_kernel_us > period_us {
+            return Some(SettingsError {
+                key: "load.max_kernel_us",
+                reason: format!(
+                    "must not exceed load.period_ms ({} ms = {period_us} us), got {}",
+                    load.period_ms, load.max_kernel_us
+                ),
+                other: Some((
+                    "load.period_ms",
+                    format!(
+                        "must be at least load.max_kernel_us ({} us), got {}",
+                        load.max_kernel_us, load.period_ms
+                    ),
+                )),
+            });
+        }
+        let (period, tick) = (load.period_ms, self.tick_ms);
+        // Bursts start only at ticks (the launcher runs in the loop's thread, right after
+        // the process check), so a period that is not a whole number of ticks cannot be kept.
+        if tick > 0 && period % tick != 0 {
+            return Some(SettingsError {
+                key: "load.period_ms",
+                reason: format!(
+                    "must be a multiple of tick_ms ({tick} ms): bursts start only at ticks, got {period}"
+                ),
+                other: Some((
+                    "tick_ms",
+                    format!(
+                        "must divide load.period_ms ({period} ms): bursts start only at ticks, got {tick}"
+                    ),
+                )),
+            });
+        }
+        if probe.retry_max_s < probe.retry_initial_s {
+            return Some(SettingsError {
+                key: "probe.retry_max_s",
+                reason: range_reason(probe.retry_initial_s, 86400.0, probe.retry_max_s),
+                other: Some((
+                    "probe.retry_initial_s",
+                    format!(
+                        "must be at most probe.retry_max_s ({}), got {}",
+                        probe.retry_max_s, probe.retry_initial_s
+                    ),
+                )),
+            });
+        }
+        None
     }
 
     fn problem(&self) -> Option<(&'static str, String)> {
@@ -354,8 +433,6 @@ impl Settings {
                 "load.max_kernel_us",
                 int_problem(load.max_kernel_us, KERNEL_US),
             ),
-            ("load.max_kernel_us", self.kernel_longer_than_period()),
-            ("load.period_ms", self.period_off_the_tick()),
             (
                 "yield.grace_s",
                 float_problem(yielding.grace_s, 0.0, 86400.0),
@@ -380,7 +457,7 @@ impl Settings {
             ),
             (
                 "probe.retry_max_s",
-                float_problem(probe.retry_max_s, probe.retry_initial_s, 86400.0),
+                float_problem(probe.retry_max_s, 0.01, 86400.0),
             ),
             (
                 "schedule.idle_after_s",
@@ -395,27 +472,6 @@ impl Settings {
         checks
             .into_iter()
             .find_map(|(key, problem)| problem.map(|reason| (key, reason)))
-    }
-
-    fn kernel_longer_than_period(&self) -> Option<String> {
-        let period_us = self.load.period_ms.saturating_mul(1000);
-        (self.load.max_kernel_us > period_us).then(|| {
-            format!(
-                "must not exceed load.period_ms ({} ms = {period_us} us), got {}",
-                self.load.period_ms, self.load.max_kernel_us
-            )
-        })
-    }
-
-    /// Bursts start only at ticks (the launcher runs in the loop's thread, right after
-    /// the process check), so a period that is not a whole number of ticks cannot be kept.
-    fn period_off_the_tick(&self) -> Option<String> {
-        let (period, tick) = (self.load.period_ms, self.tick_ms);
-        (tick > 0 && period % tick != 0).then(|| {
-            format!(
-                "must be a multiple of tick_ms ({tick} ms): bursts start only at ticks, got {period}"
-            )
-        })
     }
 
     fn bad_pid(&self) -> Option<String> {
@@ -671,6 +727,15 @@ mod tests {
         let e = retry.validate().unwrap_err();
         assert_eq!(e.key, "probe.retry_max_s");
         assert_eq!(e.reason, "must be between 500 and 86400, got 300");
+        // Seen from the key the user set.
+        let e = e.blaming("probe.retry_initial_s");
+        assert_eq!(e.key, "probe.retry_initial_s");
+        assert_eq!(e.reason, "must be at most probe.retry_max_s (300), got 500");
+        let tick = tick.validate().unwrap_err().blaming("tick_ms");
+        assert_eq!(
+            tick.reason,
+            "must divide load.period_ms (50 ms): bursts start only at ticks, got 40"
+        );
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl Config {
         let document = DeTable::parse(text).map_err(|e| ConfigError::Syntax {
             origin: owned_origin(),
             position: e.span().map(|span| Position::of_offset(text, span.start)),
-            reason: e.message().to_owned(),
+            reason: name_the_duplicate(text, e.message(), e.span()),
         })?;
         let config =
             Config::deserialize(toml::de::Deserializer::from(document.clone())).map_err(|e| {
@@ -217,7 +217,8 @@ impl Config {
                     reason: e.message().to_owned(),
                 }
             })?;
-        config.validate(origin).map_err(|mut e| {
+        let in_file = |key: &str| span_of_key(document.get_ref(), key).is_some();
+        config.validate_blaming(origin, in_file).map_err(|mut e| {
             if let ConfigError::Invalid {
                 position: p @ None,
                 key: Some(key),
@@ -232,13 +233,15 @@ impl Config {
         Ok(config)
     }
 
-    /// Reads, parses and validates a configuration file.
+    /// Reads, parses and validates a configuration file: a regular file (a FIFO or a
+    /// device such as `/dev/zero` is refused without a blocking open or a read, so it
+    /// can neither block a reload nor fill memory) of at most [`MAX_FILE_BYTES`].
     ///
     /// # Errors
     /// [`ConfigError::Read`] when the file cannot be read, else as
     /// [`Config::from_toml_str`].
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let bytes = std::fs::read(path).map_err(|error| ConfigError::Read {
+        let bytes = read_limited(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
             error,
         })?;
@@ -261,17 +264,34 @@ impl Config {
     /// [`ConfigError::Invalid`] naming `origin`, the key and the reason, for the first
     /// problem found.
     pub fn validate(&self, origin: Option<&Path>) -> Result<(), ConfigError> {
-        match self.problem() {
+        self.validate_blaming(origin, |_| false)
+    }
+
+    /// [`Config::validate`], where a broken relation between two keys is blamed on the
+    /// one `set_by_user` says the user set, when only one of them is: a file with only
+    /// `tick_ms = 49` hears about `tick_ms`, not about `load.period_ms` it never wrote.
+    ///
+    /// # Errors
+    /// As [`Config::validate`].
+    pub fn validate_blaming(
+        &self,
+        origin: Option<&Path>,
+        set_by_user: impl Fn(&str) -> bool,
+    ) -> Result<(), ConfigError> {
+        if let Err(e) = self.to_settings().validate() {
+            let e = match &e.other {
+                Some((other, _)) if !set_by_user(e.key) && set_by_user(other) => {
+                    let other = *other;
+                    e.blaming(other)
+                }
+                _ => e,
+            };
+            return Err(ConfigError::invalid(origin, e.key, e.reason));
+        }
+        match self.metrics.problem() {
             None => Ok(()),
             Some((key, reason)) => Err(ConfigError::invalid(origin, key, reason)),
         }
-    }
-
-    fn problem(&self) -> Option<(&'static str, String)> {
-        let settings = self.to_settings().validate().err();
-        settings
-            .map(|e| (e.key, e.reason))
-            .or_else(|| self.metrics.problem())
     }
 
     /// The runtime's settings: every key but `[metrics]`, which only the binary has.
@@ -351,5 +371,50 @@ impl Config {
         // Every field serializes to TOML (no maps with odd keys, no `None`), so this
         // cannot fail; the fallback is still a TOML comment rather than a panic.
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot render the settings: {e}\n"))
+    }
+}
+
+/// The largest config file read: far above any real one (the example with every key
+/// and its comments is about 5 KiB).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads `path` if it is a regular file of at most [`MAX_FILE_BYTES`].
+fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO with no writer returns at once instead of blocking;
+    // the type is then checked on the opened file, so nothing can swap it in between.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a config is read from a plain file only)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// toml says only "duplicate key" for a key or a table given twice; its span covers
+/// the name, which the message then names.
+fn name_the_duplicate(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> String {
+    let name = span
+        .filter(|_| message.starts_with("duplicate"))
+        .and_then(|span| text.get(span))
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && !name.contains('\n'));
+    match name {
+        Some(name) => format!("{message} `{name}`"),
+        None => message.to_owned(),
     }
 }

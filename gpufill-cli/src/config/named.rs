@@ -18,13 +18,47 @@ pub(super) mod choice {
         s.collect_str(value)
     }
 
+    /// Any scalar is read, so a wrong type (`mps = true`) hears the names too.
     pub fn deserialize<'de, D, T>(d: D) -> Result<T, D::Error>
     where
         D: Deserializer<'de>,
         T: FromStr<Err = String>,
     {
-        let name = String::deserialize(d)?;
-        name.parse().map_err(de::Error::custom)
+        let (text, quoted) = d.deserialize_any(Scalar)?;
+        text.parse().map_err(|reason: String| {
+            let reason = if quoted {
+                reason
+            } else {
+                reason.replace(&format!("got {text:?}"), &format!("got {text}"))
+            };
+            de::Error::custom(reason)
+        })
+    }
+
+    /// A scalar as text, and whether it was a string.
+    struct Scalar;
+
+    impl Visitor<'_> for Scalar {
+        type Value = (String, bool);
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a name")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok((v.to_owned(), true))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Ok((v.to_string(), false))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok((v.to_string(), false))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok((v.to_string(), false))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok((v.to_string(), false))
+        }
     }
 }
 

@@ -30,6 +30,14 @@ macro_rules! overrides {
                 )+
             }
 
+            /// Whether these overrides set `key`.
+            pub fn sets(&self, key: &str) -> bool {
+                match key {
+                    $($key => self.$field.is_some(),)+
+                    _ => false,
+                }
+            }
+
             /// The flag that sets a config key, for error messages.
             pub fn flag_for_key(key: &str) -> Option<&'static str> {
                 match key {
