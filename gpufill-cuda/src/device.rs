@@ -53,6 +53,10 @@ pub struct CudaDevice {
     pub uuid: String,
     /// Streaming multiprocessors: the widest useful kernel, in one-warp blocks per SM.
     pub sm_count: u32,
+    /// Blocks one SM can hold at once (`CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR`,
+    /// 32 on Hopper); 0 where the driver does not say. A grid wider than
+    /// `sm_count x max_blocks_per_sm` runs in waves, each as long as the kernel.
+    pub max_blocks_per_sm: u32,
     /// Compute capability `(major, minor)`, e.g. `(9, 0)` for Hopper.
     pub compute_capability: (u32, u32),
     /// Device memory in bytes.
@@ -106,6 +110,12 @@ fn device(ordinal: usize) -> Result<CudaDevice, CudaError> {
             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
             "cuDeviceGetAttribute",
         )?,
+        // An old driver without the attribute: unknown, so no width is refused for it.
+        max_blocks_per_sm: attribute(
+            CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            "cuDeviceGetAttribute",
+        )
+        .unwrap_or(0),
         compute_capability: (
             attribute(
                 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,

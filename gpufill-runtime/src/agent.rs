@@ -137,6 +137,9 @@ pub enum AgentError {
     /// A GPU cannot give what the settings ask (GPM for `metric = "sm"`).
     #[error(transparent)]
     Gpm(#[from] crate::gpm::GpmError),
+    /// A GPU cannot be opened as the settings ask (a grid wider than it holds).
+    #[error(transparent)]
+    Open(#[from] OpenError),
     /// A worker thread could not be started.
     #[error("cannot start a worker thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -158,6 +161,7 @@ impl AgentError {
             AgentError::Settings(_) => true,
             AgentError::Select(e) => e.is_settings_error(),
             AgentError::Gpm(e) => e.is_settings_error(),
+            AgentError::Open(e) => e.is_settings_error(),
             _ => false,
         }
     }
@@ -216,6 +220,12 @@ impl Agent {
         let gpus = select(nvml, &settings.gpus)?;
         if settings.metric == Metric::Sm {
             crate::gpm::check_all(nvml, &gpus)?;
+        } else {
+            // Up front, before any worker starts, as a settings error (exit 2 in the binary).
+            for gpu in &gpus {
+                gpu.check_width(settings.load.width_blocks)
+                    .map_err(OpenError::Width)?;
+            }
         }
         let mps = options.mps || crate::mps::daemon_running();
         if mps {

@@ -72,6 +72,7 @@ mod tests {
             name: "Tesla V100-SXM2-16GB".into(),
             ordinal: 1,
             sm_count: 80,
+            max_resident_blocks: 80 * 32,
         }
     }
 

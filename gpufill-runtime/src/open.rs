@@ -29,13 +29,20 @@ pub enum OpenError {
     /// `metric = "sm"` cannot read GPM on this GPU.
     #[error(transparent)]
     Gpm(#[from] GpmError),
+    /// `load.width_blocks` is wider than this GPU holds at once.
+    #[error("load.width_blocks: {0}")]
+    Width(String),
 }
 
 impl OpenError {
     /// Whether the settings are at fault (they ask for what this GPU cannot do), rather
     /// than the machine.
     pub fn is_settings_error(&self) -> bool {
-        matches!(self, OpenError::Gpm(e) if e.is_settings_error())
+        match self {
+            OpenError::Gpm(e) => e.is_settings_error(),
+            OpenError::Width(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -59,6 +66,10 @@ pub fn open_gpu(
 ) -> Result<RealLoop, OpenError> {
     if !gpufill_cuda::driver_present() {
         return Err(OpenError::NoDriver);
+    }
+    if settings.metric == Metric::Util {
+        gpu.check_width(settings.load.width_blocks)
+            .map_err(OpenError::Width)?;
     }
     let launcher = settings.launcher_settings();
     // Our own entry in NVML's list is the PID that appears with our context: in a

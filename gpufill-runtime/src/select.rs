@@ -25,6 +25,27 @@ pub struct Gpu {
     /// Streaming multiprocessors, from the CUDA device attribute: the widest kernel
     /// the `sm` metric uses.
     pub sm_count: u32,
+    /// One-warp blocks the GPU holds at once (SMs x blocks per SM); 0 when unknown.
+    pub max_resident_blocks: u32,
+}
+
+impl Gpu {
+    /// Whether a kernel of `width_blocks` one-warp blocks runs in one wave here. A wider
+    /// grid runs in waves, each as long as the kernel, which multiplies every burst and
+    /// with it the time a newcomer can find our work queued.
+    ///
+    /// # Errors
+    /// A message naming the GPU and its limit.
+    pub fn check_width(&self, width_blocks: u32) -> Result<(), String> {
+        if self.max_resident_blocks == 0 || width_blocks <= self.max_resident_blocks {
+            return Ok(());
+        }
+        Err(format!(
+            "{width_blocks} blocks do not fit at once on GPU {} ({}, {} resident blocks at \
+             most): the grid would run in waves, multiplying each burst; use at most {}",
+            self.index, self.name, self.max_resident_blocks, self.max_resident_blocks
+        ))
+    }
 }
 
 /// Why no GPUs could be selected.
@@ -147,6 +168,7 @@ pub fn select(nvml: Nvml, selector: &GpuSelector) -> Result<Vec<Gpu>, SelectErro
                 name: g.name.clone(),
                 ordinal: device.ordinal,
                 sm_count: device.sm_count,
+                max_resident_blocks: device.sm_count.saturating_mul(device.max_blocks_per_sm),
             })
         })
         .collect()
@@ -219,6 +241,26 @@ mod tests {
         let e = choose(&gpus, &GpuSelector::List(vec![GpuId::Index(7)])).unwrap_err();
         assert!(e.is_settings_error());
         assert!(e.to_string().contains("no GPU with index 7"), "{e}");
+    }
+
+    #[test]
+    fn a_grid_that_would_run_in_waves_is_refused_and_an_unknown_limit_is_not() {
+        let mut h100 = Gpu {
+            index: 0,
+            uuid: "GPU-0".into(),
+            name: "NVIDIA H100".into(),
+            ordinal: 0,
+            sm_count: 132,
+            max_resident_blocks: 132 * 32,
+        };
+        assert!(h100.check_width(4224).is_ok());
+        let e = h100.check_width(4225).unwrap_err();
+        assert!(
+            e.contains("4225 blocks do not fit") && e.contains("use at most 4224"),
+            "{e}"
+        );
+        h100.max_resident_blocks = 0;
+        assert!(h100.check_width(65535).is_ok());
     }
 
     #[test]

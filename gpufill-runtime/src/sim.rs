@@ -27,6 +27,7 @@ impl SimOpener {
                 name: "simulated GPU".to_owned(),
                 ordinal: index as usize,
                 sm_count: self.config.sm_count,
+                max_resident_blocks: 0,
             })
             .collect()
     }
