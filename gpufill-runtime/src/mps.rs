@@ -1,29 +1,69 @@
 //! Whether an MPS control daemon runs, for `yield.mps = "auto"`.
+//!
+//! Under MPS gpufill never yields (kernels of MPS clients run together), so believing
+//! in a daemon that is not there switches yielding off: the check must not be one any
+//! local user can satisfy. The daemon (`nvidia-cuda-mps-control -d`) creates its
+//! control pipe, a FIFO named `control`, in its pipe directory, as the user it runs as
+//! (root for a shared daemon). A plain file, or a FIFO that another user made in a
+//! world-writable `/tmp`, is not taken for one.
 
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-/// Whether an MPS control daemon runs: its control pipe exists in
-/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`), where CUDA clients look for it.
+/// Whether an MPS control daemon runs: a control pipe ([`control_pipe_in`]) in
+/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`), where CUDA clients look.
 pub fn daemon_running() -> bool {
     let dir =
         std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|| "/tmp/nvidia-mps".into());
-    control_pipe_in(Path::new(&dir))
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    control_pipe_in(Path::new(&dir), euid)
 }
 
-/// Whether `dir` holds an MPS control pipe.
-pub fn control_pipe_in(dir: &Path) -> bool {
-    dir.join("control").exists()
+/// Whether `dir` holds an MPS control pipe: `control` is a FIFO (not followed if a
+/// link) owned by root or by `euid`, the user we run as.
+pub fn control_pipe_in(dir: &Path, euid: u32) -> bool {
+    match std::fs::symlink_metadata(dir.join("control")) {
+        Ok(meta) => meta.file_type().is_fifo() && (meta.uid() == 0 || meta.uid() == euid),
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
+
+    fn mkfifo(path: &Path) {
+        assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+    }
 
     #[test]
-    fn an_mps_daemon_is_recognised_by_its_control_pipe() {
+    fn a_plain_file_named_control_is_not_a_daemon() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!control_pipe_in(dir.path()));
+        assert!(!control_pipe_in(dir.path(), 1000));
         std::fs::write(dir.path().join("control"), b"").unwrap();
-        assert!(control_pipe_in(dir.path()));
+        assert!(!control_pipe_in(dir.path(), 1000));
+    }
+
+    #[test]
+    fn a_fifo_of_root_or_of_our_own_user_is_a_daemon_and_one_of_another_user_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("control");
+        mkfifo(&control);
+        let owner = std::fs::metadata(&control).unwrap().uid();
+        assert!(control_pipe_in(dir.path(), owner));
+        // Seen by another user: only root's pipe counts.
+        assert_eq!(control_pipe_in(dir.path(), owner + 1), owner == 0);
+    }
+
+    #[test]
+    fn a_link_to_a_fifo_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("elsewhere");
+        mkfifo(&fifo);
+        std::os::unix::fs::symlink(&fifo, dir.path().join("control")).unwrap();
+        let owner = std::fs::metadata(&fifo).unwrap().uid();
+        assert!(!control_pipe_in(dir.path(), owner));
     }
 }
