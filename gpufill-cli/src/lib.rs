@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod reload;
 pub mod run;
 pub mod simulate;

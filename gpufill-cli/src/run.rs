@@ -4,16 +4,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::error::UsageError;
 use crate::metrics;
+use crate::notify::Notifier;
 use crate::reload::Reloader;
 
 /// Runs `gpufill run`.
@@ -36,9 +37,15 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         duration: args.duration.map(Duration::from_secs_f64),
         ..AgentOptions::default()
     };
-    let mut agent = Agent::on_this_machine(config.to_settings(), options).map_err(startup_error)?;
+    let settings = config.to_settings();
+    let stall = gpufill_runtime::stall_after(settings.tick());
+    let mut agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
     metrics::start_endpoint(config.metrics.addr(), agent.registry())?;
+    let registry = agent.registry();
+    let mut systemd = Notifier::from_env();
+    systemd.ready();
+    let mut known_sick = Vec::new();
     // The main thread only forwards stops and reloads; each worker applies a reload at
     // its next tick. Reloads are rare and need no haste: a slow poll keeps this
     // thread's wake-ups (and CPU) negligible beside the workers'.
@@ -46,6 +53,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         if stop.load(Ordering::Relaxed) {
             agent.stop();
         }
+        let sick = registry.unhealthy(SystemTime::now(), stall);
+        systemd.keep_alive(sick.is_empty());
+        log_health_changes(&mut known_sick, sick);
         if let Some(new) = reloader.poll() {
             // Validated by the reloader, restart keys already kept: nothing to refuse.
             if let Err(e) = agent.update(new.to_settings()) {
@@ -54,9 +64,26 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         }
         thread::sleep(Duration::from_millis(200));
     }
+    systemd.stopping();
     agent.join()?;
     info!("stopped; every GPU left idle");
     Ok(())
+}
+
+/// Logs a worker that became unhealthy (stalled or ended) and one that recovered, once
+/// each time it changes.
+fn log_health_changes(known: &mut Vec<(u32, String)>, now: Vec<(u32, String)>) {
+    for (gpu, why) in &now {
+        if !known.iter().any(|(g, _)| g == gpu) {
+            warn!(gpu, "worker unhealthy: {why}");
+        }
+    }
+    for (gpu, _) in known.iter() {
+        if !now.iter().any(|(g, _)| g == gpu) {
+            info!(gpu, "worker ticking again");
+        }
+    }
+    *known = now;
 }
 
 fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {

@@ -75,7 +75,7 @@ pub use settings::{
     SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, float_problem, int_problem,
     power_model, range_reason, seconds,
 };
-pub use snapshot::{GpuLabels, GpuSnapshot, Publisher, Registry};
+pub use snapshot::{GpuLabels, GpuSnapshot, Publisher, Registry, stall_after};
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 
 /// The bounds of integer keys, shared with the binary's parser so its messages match.

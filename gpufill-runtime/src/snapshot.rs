@@ -7,7 +7,7 @@
 //! Readers ([`Registry::snapshots`]) lock each snapshot only long enough to clone it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use gpufill_core::{Event, State, Tick};
 
@@ -82,6 +82,35 @@ impl GpuSnapshot {
     }
 }
 
+impl GpuSnapshot {
+    /// Why this GPU's worker is not healthy at `now`, or `None` when it is: it must be
+    /// running and have ticked within `stall_after`. A worker that stopped ticking (a
+    /// driver call that hangs, a deadlock) shows here within `stall_after`, whatever
+    /// its last tick said.
+    pub fn unhealthy(&self, now: SystemTime, stall_after: Duration) -> Option<String> {
+        if !self.worker_running {
+            return Some("worker ended".to_owned());
+        }
+        let since = self
+            .last_tick
+            .map(|at| now.duration_since(at).unwrap_or(Duration::ZERO));
+        match since {
+            None => None,
+            Some(since) if since > stall_after => {
+                Some(format!("no tick for {:.1} s", since.as_secs_f64()))
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+/// How long a worker may go without a tick before it counts as stalled: ten ticks, and
+/// at least 5 s (opening a CUDA context takes about half a second, and a reopen after a
+/// lost GPU ticks on, so only a real hang reaches it).
+pub fn stall_after(tick: Duration) -> Duration {
+    (tick * 10).max(Duration::from_secs(5))
+}
+
 /// Every GPU's shared snapshot, for readers.
 #[derive(Debug)]
 pub struct Registry {
@@ -114,6 +143,18 @@ impl Registry {
                 .unwrap_or_else(PoisonError::into_inner)
                 .worker_running = false;
         }
+    }
+
+    /// The GPUs whose workers are unhealthy at `now` ([`GpuSnapshot::unhealthy`]), as
+    /// `(NVML index, reason)`; empty when all are well.
+    pub fn unhealthy(&self, now: SystemTime, stall_after: Duration) -> Vec<(u32, String)> {
+        self.snapshots()
+            .iter()
+            .filter_map(|s| {
+                s.unhealthy(now, stall_after)
+                    .map(|why| (s.labels.index, why))
+            })
+            .collect()
     }
 
     /// A copy of every snapshot, each lock held only to clone.
@@ -229,6 +270,27 @@ mod tests {
         assert_eq!(s.state, Some(State::Filling));
         assert_eq!((s.width_blocks, s.duty_ratio), (4, 0.5));
         assert_eq!(s.util_percent, Some(48.0));
+    }
+
+    #[test]
+    fn a_worker_is_unhealthy_once_ended_or_silent_for_longer_than_the_stall_limit() {
+        let (registry, mut publishers) = Registry::new(vec![labels()]);
+        let stall = stall_after(Duration::from_millis(50));
+        assert_eq!(stall, Duration::from_secs(5));
+        let now = SystemTime::now();
+        // Before the first tick: starting, not stalled.
+        assert!(registry.unhealthy(now, stall).is_empty());
+        publishers[0].observe(&tick(State::Filling, vec![]), 1);
+        assert!(registry.unhealthy(SystemTime::now(), stall).is_empty());
+        let later = SystemTime::now() + Duration::from_secs(6);
+        let sick = registry.unhealthy(later, stall);
+        assert_eq!(sick.len(), 1);
+        assert!(sick[0].1.starts_with("no tick for 6."), "{sick:?}");
+        registry.mark_ended(0);
+        assert_eq!(
+            registry.unhealthy(SystemTime::now(), stall),
+            vec![(0, "worker ended".to_owned())]
+        );
     }
 
     #[test]
