@@ -1,7 +1,7 @@
 //! The `gpufill` binary's edges over [`gpufill_runtime`]: flags ([`cli`]), the TOML file
 //! ([`config`], resolved once into the runtime's `Settings`), signals and SIGHUP reloads
 //! ([`reload`]), the metrics and health HTTP listener ([`metrics`]), terminal output and
-//! exit codes. Each subcommand is a module ([`run`], [`simulate`], [`status`], [`bench`]);
+//! exit codes. Each subcommand is a module ([`run`], [`simulate`], [`status`], [`mod@bench`]);
 //! the control logic lives in `gpufill-core`, the hardware in `gpufill-cuda` and
 //! `gpufill-nvml`, and the runtime (opening GPUs, the supervised agent) in
 //! `gpufill-runtime`.

@@ -1,9 +1,9 @@
 //! `gpufill bench`: tracking, memory, power and yield, measured on the user's own GPU
 //! (or on the simulated GPU with `--sim`), with a progress bar, a table and files.
 //!
-//! The bench drives one fill loop through a [`Rig`]: the real one ([`real`]: NVML and
+//! The bench drives one fill loop through a `Rig`: the real one (`real`: NVML and
 //! CUDA on the real clock, with a foreign CUDA process started from this binary) or
-//! the simulated one ([`sim`]: virtual time). Everything after the measurement (the
+//! the simulated one (`sim`: virtual time). Everything after the measurement (the
 //! summary maths in [`summary`], the plot in [`svg`], the CSV and JSON) is the same
 //! for both, so `--sim` tests the whole command in CI.
 //!

@@ -22,7 +22,7 @@
 //!
 //! The choices (`controller`, `metric`, `load.kernel`, `yield.policy`, `yield.mps`) are
 //! the runtime's and core's own enums, read by name through their `FromStr`
-//! ([`named`]): one enum per choice.
+//! (`named`): one enum per choice.
 
 mod de;
 mod error;
