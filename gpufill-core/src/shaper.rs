@@ -12,11 +12,11 @@
 //! absorbs), so the choice between them is purely about cost.
 //!
 //! **The power model is the place to update from measurement.** Its constants come from
-//! the H200 power grid of width x duty x kernel (docs/benchmarks.md, "Power and GPM SM
-//! utilization over width x duty"; `docs/data/power_grid.txt`): any kernel at all costs a
-//! step of about 43 W over idle whatever its duty; beyond that, one warp per SM costs
-//! about 11 W per 100 % of SM time with `spin` and 1.5 W with `spin_sleep`, linear in the
-//! width. At a given SM share that makes every width cost about the same, the widest a
+//! the H200 power grid of width x duty x kernel (docs/benchmarks.md, section "Power and GPM
+//! SM utilization over width x duty"; `docs/data/power_grid.txt`): any kernel at all costs
+//! a large step over idle whatever its duty (`active_w`); beyond that, one warp per SM
+//! costs little per unit of SM time (`per_sm_w`: with `spin_sleep` a fraction of what it
+//! is with `spin`), linear in the width. At a given SM share that makes every width cost about the same, the widest a
 //! little less (the duty term), so the shaper runs every SM for the shortest time, and
 //! breaks ties towards the widest shape: the shortest bursts get out of a newcomer's way
 //! soonest. Should a measurement show watts growing faster than linearly with width
@@ -48,9 +48,8 @@ pub struct PowerModel {
 }
 
 impl PowerModel {
-    /// H200, `spin`, one warp per block (power grid of 2026-11-21): idle 78.3 W; 121.5 W
-    /// at one warp and 25 % duty, 121.9 W at 100 %; 127.6 W at 66 blocks and 133.2 W at
-    /// 132 blocks, both at 100 %.
+    /// H200, `spin`, one warp per block: fitted on the `spin` rows of the power grid
+    /// (docs/benchmarks.md, section "Power and GPM SM utilization over width x duty").
     pub const H200_SPIN: PowerModel = PowerModel {
         idle_w: 78.3,
         active_w: 43.1,
@@ -59,8 +58,8 @@ impl PowerModel {
         sm_exponent: 1.0,
     };
 
-    /// H200, `spin_sleep`, one warp per block (same grid): 121.3 W at one warp and
-    /// 100 % duty, 122.0 W at 66 blocks, 122.8 W at 132 blocks.
+    /// H200, `spin_sleep`, one warp per block: fitted on the `spin_sleep` rows of the
+    /// same grid.
     pub const H200_SPIN_SLEEP: PowerModel = PowerModel {
         idle_w: 78.3,
         active_w: 43.0,

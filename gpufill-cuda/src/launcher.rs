@@ -31,7 +31,8 @@ pub struct LauncherSettings {
     /// One burst per period. 50 ms divides NVML's utilization sample (H200: one each
     /// 200 ms, which reads as an average over 100 ms) into whole bursts, so every sample
     /// sees the same on-time: NVML then reads the duty exactly, where a 40 ms period
-    /// read up to 8 points off depending on the phase (docs/benchmarks.md).
+    /// read several points off depending on the phase (docs/benchmarks.md, section
+    /// "Launching from the loop's thread").
     /// The caller's ticks should divide it (see [`Pacer`]). At most one period of our
     /// kernels is queued, so it also bounds how long a newcomer can find our work on the
     /// GPU after the check that missed it.
@@ -239,9 +240,8 @@ impl CudaLoad {
     /// Waits until no kernel of ours is queued or running, for at most `timeout`,
     /// polling (the event has no blocking sync). Returns whether the GPU is free of our
     /// work. Kernels start only in [`LoadSource::launch_due`] and about one burst of
-    /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time
-    /// (45 ms at duty 0.9 with the default 50 ms period; 17.9-19.2 ms measured at duty
-    /// 0.9 with a 20 ms period).
+    /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time,
+    /// `duty x period` (measured: docs/benchmarks.md, section "Hardware tests (run B)").
     pub fn quiesce(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut attempt = 0;
@@ -433,8 +433,9 @@ fn primary_flags(current: u32) -> u32 {
 }
 
 /// Sets the stack limit to 0 (the spin kernel has no stack frame) and returns what the
-/// driver kept. The stack reservation is stack size x resident threads x SMs: 264 MiB of
-/// the H200's 518 MiB context. A failure only costs memory, so it is logged, not fatal.
+/// driver kept. The stack reservation is stack size x resident threads x SMs: about half
+/// of a default context's memory on an H200 (docs/benchmarks.md, section "The GPU itself,
+/// measured before gpufill"). A failure only costs memory, so it is logged, not fatal.
 fn zero_stack(ctx: &Arc<CudaContext>) -> usize {
     let limit = sys::CUlimit::CU_LIMIT_STACK_SIZE;
     if let Err(e) = ctx.set_limit(limit, 0) {

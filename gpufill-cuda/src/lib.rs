@@ -25,8 +25,9 @@
 //!   created with `CU_EVENT_DISABLE_TIMING` only and is queried, never waited on, so its
 //!   completion raises no interrupt for the driver's event thread to handle.
 //! - **Stack limit 0**, right after creation. The driver reserves stack size x resident
-//!   threads x SMs of device memory; on an H200 that is 264 of the context's 518 MiB,
-//!   which the spin kernel never uses. `CU_CTX_LMEM_RESIZE_TO_MAX` is never set (it would
+//!   threads x SMs of device memory; on an H200 that is about half of a default
+//!   context's memory (docs/benchmarks.md, section "The GPU itself, measured before
+//!   gpufill"), and the spin kernel never uses it. `CU_CTX_LMEM_RESIZE_TO_MAX` is never set (it would
 //!   keep a grown reservation). cudarc's event tracking is off: we have no buffers to
 //!   track, and it would synchronize when the stream is created.
 //!
@@ -52,18 +53,21 @@
 //! Why this shape:
 //! - **Never on a stale list**: a burst starts only microseconds after the process check
 //!   of the same tick, so no kernel of ours starts once a newcomer is listed. When one is
-//!   listed, at most the burst already queued is left: `duty x period` (25 ms at the
-//!   default 50 % target, 45 ms at 90 %), inside the ~85 ms NVML gives between listing a
-//!   PyTorch process and its first kernel (measured on an H200: docs/benchmarks.md).
-//! - **CPU**: one wake-up per period does the process check and the launch. A wake-up costs
-//!   about 40 us of CPU on the H200 VMs, NVML's process check about 100 us (it is cold
-//!   after each sleep: 5 us in a tight loop), a burst's launch 47-69 us plus 2.6-4 us per
-//!   kernel. So the period sets the CPU: 0.6-0.7 % of a core at 50 ms, 1.0-1.3 % at 20 ms;
-//!   a launcher thread of its own, as before, cost 1.5-2.0 % with a 10 ms tick.
+//!   listed, at most the burst already queued is left, `duty x period`, inside the head
+//!   start NVML gives between listing a PyTorch process and its first kernel
+//!   (docs/benchmarks.md, sections "The GPU itself, measured before gpufill" and
+//!   "Launching from the loop's thread").
+//! - **CPU**: one wake-up per period does the process check and the launch. The wake-up,
+//!   NVML's process check (cold after each sleep, so dearer than in a tight loop) and a
+//!   burst's launch each cost tens of microseconds of CPU, however little work they do,
+//!   so the number of wake-ups, set by the period, sets the CPU; a launcher thread of its
+//!   own, as before, cost more (docs/benchmarks.md, section "Launching from the loop's
+//!   thread", "Where a tick's CPU goes").
 //! - **A reading that follows the duty**: NVML publishes one utilization value every 200 ms
-//!   on an H200. With 20, 25 and 50 ms periods it read exactly the duty at every target;
-//!   with 40 ms it read up to 8 points off, depending on the phase between our bursts and
-//!   its window, and the phase drifts. Periods that divide 100 ms are safe there.
+//!   on an H200. With 20, 25 and 50 ms periods it read the duty at every target; with
+//!   40 ms it read several points off, depending on the phase between our bursts and its
+//!   window, and the phase drifts (same section). Periods that divide 100 ms are safe
+//!   there.
 //!
 //! # Stopping and dropping
 //!

@@ -18,7 +18,8 @@ pub enum SpinKernel {
     /// [`SPIN`]: a pure busy-wait on `%globaltimer`.
     Spin,
     /// [`SPIN_SLEEP`]: the busy-wait with `__nanosleep(200)` per iteration: the same NVML
-    /// and GPM readings for less power (docs/benchmarks.md, the power grid), so the default.
+    /// and GPM readings for less power (docs/benchmarks.md, section "Power and GPM SM
+    /// utilization over width x duty"), so the default.
     #[default]
     Sleep,
 }

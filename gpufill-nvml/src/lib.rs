@@ -27,8 +27,9 @@
 //! 1 s on other products). The loop runs its controller only on new samples, so
 //! [`Probe::utilization`](gpufill_core::Probe::utilization) returns `Some` exactly
 //! once per published sample. `nvmlDeviceGetSamples` says when samples were published
-//! but costs milliseconds (1.3 ms measured from Rust), too much for every tick;
-//! `nvmlDeviceGetUtilizationRates` costs about 16 us but carries no timestamp. So:
+//! but costs milliseconds a call, too much for every tick; `nvmlDeviceGetUtilizationRates`
+//! is cheap but carries no timestamp (docs/benchmarks.md, section "Hardware tests (run
+//! B)"). So:
 //!
 //! 1. On the first call and then every 10 s, the probe reads the sample timestamps,
 //!    takes the period as the median gap and the phase from the newest one (NVML
@@ -42,8 +43,9 @@
 //!
 //! # Foreign processes, and finding our own in a container
 //! [`Probe::foreign_processes`](gpufill_core::Probe::foreign_processes) lists the
-//! device's compute processes (about 12 us; a newcomer shows up 30-40 ms after it
-//! starts creating its context, well before its first kernel), adds MPS clients where
+//! device's compute processes (microseconds a call; a newcomer shows up soon after it
+//! starts creating its context, well before its first kernel: docs/benchmarks.md,
+//! section "The GPU itself, measured before gpufill"), adds MPS clients where
 //! the driver lists them, and removes our own PIDs and the MPS server (by name, when
 //! NVML can resolve it: the server is infrastructure, not a workload).
 //!

@@ -189,7 +189,8 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 impl BenchSummary {
     /// Whether the idle power is above some target's filling power: then it was read
     /// while the GPU was still clocked up from earlier work (seen on the H200 after
-    /// other benchmarks: 127-169 W "idle" against 78-86 W on a rested GPU).
+    /// other benchmarks: docs/benchmarks.md, section "`gpufill bench`: the same
+    /// measurements as a user command").
     pub fn idle_power_suspect(&self) -> bool {
         self.idle_power_w.is_some_and(|idle| {
             self.targets

@@ -1,19 +1,20 @@
 //! A proportional-integral controller with feed-forward, in per-sample form.
 //!
-//! Duty cycle is an almost exact actuator for NVML utilization (gpu-facts.md: 1 ms
-//! kernels at 50/25/75 % duty read 48/24/73 %), so the feed-forward `duty = target`
-//! lands within a few points at once and the integral removes the steady shortfall
-//! (launch overhead, sleep overshoot). The gains are per *sample* rather than per
-//! second: each NVML sample is one full averaging window whatever its length (1/6 s
-//! to 1 s by product), so the same gains are stable on every product.
+//! Duty cycle is an almost exact actuator for NVML utilization (it reads a little below
+//! the duty: docs/benchmarks.md, section "The GPU itself, measured before gpufill"), so
+//! the feed-forward `duty = target` lands within a few points at once and the integral
+//! removes the steady shortfall (launch overhead, sleep overshoot). The gains are per
+//! *sample* rather than per second: each NVML sample is one full averaging window
+//! whatever its length (1/6 s to 1 s by product), so the same gains are stable on every
+//! product.
 //!
 //! The controller is fed only new samples. NVML's samples lag the duty: on the H200 the
-//! first sample after a change of target still showed the old duty and the second a mix
-//! (docs/benchmarks.md, `gpufill bench`), so integrating their errors overshot (10 -> 25 %
-//! drove the duty to 38 % and took 1.5 s to settle). After a change of target the
-//! controller therefore holds its integral and proportional terms for the next
-//! [`PiGains::stale_samples`] samples (2): the feed-forward moves the duty at once, and only samples
-//! that can show the new duty correct it.
+//! first sample after a change of target still showed the old duty and the second a mix,
+//! so integrating their errors overshot and settled slowly (docs/benchmarks.md, section
+//! "`gpufill bench`: the same measurements as a user command"). After a change of
+//! target the controller therefore holds its integral and proportional terms for the
+//! next [`PiGains::stale_samples`] samples (2): the feed-forward moves the duty at once,
+//! and only samples that can show the new duty correct it.
 
 use super::Controller;
 use crate::time::Time;

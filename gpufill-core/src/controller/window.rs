@@ -3,7 +3,8 @@
 //! At the end of each window: multiply the load by 1.2 when the window's mean is below
 //! 90 % of the target, divide it by 1.5 when above 120 %, and idle for 5 s when the
 //! window's peak exceeds 110 % of the target. It starts at a low load, so it takes over
-//! a minute to reach 50 % (about 80 s was seen with the tool itself).
+//! a minute to reach 50 % (on the simulated GPU: docs/benchmarks.md, section "Controller
+//! tuning on the simulated GPU").
 
 use std::time::Duration;
 
