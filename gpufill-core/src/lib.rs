@@ -20,6 +20,12 @@
 //!
 //! Errors from devices are classified by [`DeviceError::kind`] (transient, unsupported,
 //! lost) so the loop retries or stops without naming NVML or CUDA.
+//!
+//! # Where things are decided
+//! - **The control law**: [`PiController`] (its `update`, and why it is shaped so in the
+//!   module docs of `src/controller/pi.rs`), run by the loop on new samples only.
+//! - **The yield rule**: [`YieldPolicy::decide`] in [`policy`], asked first at every step.
+//! - **The loop**: [`FillLoop::step`] in [`fill`], one per tick, returning a [`Tick`].
 
 #![forbid(unsafe_code)]
 

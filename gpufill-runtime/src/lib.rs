@@ -39,9 +39,12 @@
 //!   first at every step; it always wins over the controller.
 //! - **The kernel**: [`gpufill_cuda`] (a one-warp spin kernel on `%globaltimer`,
 //!   launched in bursts from the loop's own thread).
-//! - **A config key**: the [`Settings`] field of the same name; its docs say its unit,
-//!   range and which core setting it becomes ([`Settings::fill_settings`],
-//!   [`Settings::yield_settings`], [`Settings::schedule`], [`Settings::launcher_settings`]).
+//! - **A config key**: the [`Settings`] field of the same name, whose docs give its unit
+//!   and range; one of [`Settings::fill_settings`], [`Settings::yield_settings`],
+//!   [`Settings::schedule`], [`Settings::launcher_settings`] turns it into the core's
+//!   setting. `yield.grace_s` is `settings.yielding.grace_s`, which
+//!   [`Settings::yield_settings`] makes [`gpufill_core::YieldSettings::grace`]; the whole
+//!   path from the TOML file: `docs/ARCHITECTURE.md`, "Where a config key lands".
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported here are the API;
