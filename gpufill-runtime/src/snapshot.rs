@@ -105,8 +105,9 @@ impl GpuSnapshot {
 }
 
 /// How long a worker may go without a tick before it counts as stalled: ten ticks, and
-/// at least 5 s (opening a CUDA context takes about half a second, and a reopen after a
-/// lost GPU ticks on, so only a real hang reaches it).
+/// at least 5 s (opening a CUDA context takes a small fraction of that: docs/benchmarks.md,
+/// section "Hardware tests (run B)"; and a reopen after a lost GPU ticks on, so only a
+/// real hang reaches it).
 pub fn stall_after(tick: Duration) -> Duration {
     (tick * 10).max(Duration::from_secs(5))
 }
