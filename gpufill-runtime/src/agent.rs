@@ -366,10 +366,10 @@ impl Agent {
     ///
     /// # Errors
     /// [`AgentError::Workers`] naming each GPU whose worker failed.
-    pub fn join(self) -> Result<(), AgentError> {
-        let total = self.workers.len();
-        let failed: Vec<(u32, String)> = self
-            .workers
+    pub fn join(mut self) -> Result<(), AgentError> {
+        let workers = std::mem::take(&mut self.workers);
+        let total = workers.len();
+        let failed: Vec<(u32, String)> = workers
             .into_iter()
             .filter_map(|w| {
                 let result = w
@@ -384,6 +384,14 @@ impl Agent {
         } else {
             Err(AgentError::Workers { failed, total })
         }
+    }
+}
+
+impl Drop for Agent {
+    /// An agent dropped without [`Agent::join`] stops its workers (each leaves its GPU
+    /// idle within a tick and the burst already queued) without waiting for them.
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 

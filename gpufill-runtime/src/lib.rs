@@ -67,7 +67,6 @@ mod snapshot;
 mod steering;
 
 pub use agent::{Agent, AgentError, AgentOptions, NvmlCuda, Opener, labels_of};
-pub use faultlog::{FaultLog, log_tick};
 pub use gpm::{GpmError, check_all as check_gpm_all};
 pub use gpus::{GpuId, GpuSelector};
 pub use localtime::now as local_time_of_day;
@@ -75,13 +74,18 @@ pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
-    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, float_problem, int_problem,
-    power_model, range_reason, seconds,
+    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, power_model,
 };
+/// The range checks' wording, shared with the binary's file parser so its messages
+/// match; not part of the embedding API.
+#[doc(hidden)]
+pub use settings::{float_problem, int_problem, range_reason, seconds};
 pub use snapshot::{GpuLabels, GpuSnapshot, Publisher, Registry, stall_after};
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 
-/// The bounds of integer keys, shared with the binary's parser so its messages match.
+/// The bounds of integer keys, shared with the binary's parser so its messages match;
+/// not part of the embedding API.
+#[doc(hidden)]
 pub mod bounds {
     pub use crate::settings::{IDLE_AFTER_MAX_S, KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS};
 }
