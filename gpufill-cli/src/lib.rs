@@ -17,6 +17,7 @@ pub mod select;
 pub mod simulate;
 pub mod sm;
 pub mod status;
+pub mod version;
 
 use std::path::Path;
 
