@@ -24,7 +24,7 @@ pub struct GpuLabels {
     pub index: u32,
     /// UUID (`UUID`).
     pub uuid: String,
-    /// Product name (`modelName`).
+    /// Product name (`model_name`).
     pub model: String,
 }
 
@@ -81,6 +81,7 @@ impl GpuSnapshot {
 #[derive(Debug)]
 pub struct Registry {
     gpus: Vec<Arc<Mutex<GpuSnapshot>>>,
+    process: render::Process,
 }
 
 impl Registry {
@@ -97,7 +98,12 @@ impl Registry {
                 shared: Arc::clone(s),
             })
             .collect();
-        (Arc::new(Registry { gpus: shared }), publishers)
+        let process = render::Process::current();
+        let registry = Registry {
+            gpus: shared,
+            process,
+        };
+        (Arc::new(registry), publishers)
     }
 
     /// A copy of every snapshot, each lock held only to clone.
@@ -110,7 +116,7 @@ impl Registry {
 
     /// The exposition text of every series.
     pub fn render(&self) -> String {
-        render::render(&self.snapshots(), env!("CARGO_PKG_VERSION"))
+        render::render(&self.snapshots(), &self.process)
     }
 }
 
