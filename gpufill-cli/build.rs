@@ -20,10 +20,11 @@ fn main() {
     let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
     watched.extend(git(&["symbolic-ref", "-q", "HEAD"]));
     for name in watched {
-        if let Some(path) = git(&["rev-parse", "--git-path", &name]).map(PathBuf::from) {
-            if path.is_file() {
-                println!("cargo:rerun-if-changed={}", path.display());
-            }
+        let path = git(&["rev-parse", "--git-path", &name])
+            .map(PathBuf::from)
+            .filter(|p| p.is_file());
+        if let Some(path) = path {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
 }
