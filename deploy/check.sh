@@ -61,7 +61,7 @@ apt_ready() {
 apt_tool() {
   command -v "$1" >/dev/null 2>&1 && return 0
   apt_ready "$2" &&
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >"$tmp/apt.log" 2>&1 &&
     command -v "$1" >/dev/null 2>&1
 }
 
