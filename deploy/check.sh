@@ -60,9 +60,13 @@ apt_ready() {
 # apt_tool COMMAND PACKAGE: installs PACKAGE when COMMAND is missing.
 apt_tool() {
   command -v "$1" >/dev/null 2>&1 && return 0
-  apt_ready "$2" &&
+  if apt_ready "$2" &&
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >"$tmp/apt.log" 2>&1 &&
-    command -v "$1" >/dev/null 2>&1
+    command -v "$1" >/dev/null 2>&1; then
+    return 0
+  fi
+  tail -5 "$tmp/apt.log" 2>/dev/null || true
+  return 1
 }
 
 # promtool: a static Go binary, taken out of Debian's prometheus package.
