@@ -16,7 +16,7 @@ use crate::config::Overrides;
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
 #[derive(Debug, Parser)]
-#[command(name = "gpufill", version, about, long_about = None)]
+#[command(name = "gpufill", version = crate::version::long_version(), about, long_about = None)]
 pub struct Cli {
     /// More log output (-v: debug, -vv: trace); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

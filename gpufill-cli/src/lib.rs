@@ -17,6 +17,7 @@ pub mod reload;
 pub mod run;
 pub mod simulate;
 pub mod status;
+pub mod version;
 
 use std::io::Write;
 

@@ -233,3 +233,13 @@ fn a_simulated_hour_with_random_arrivals_never_fills_beside_a_listed_process() {
         .stdout(contains("ticks filling while one was listed: 0;"))
         .stdout(contains("our kernels beside them: 0.0 ms"));
 }
+
+#[test]
+fn version_prints_the_version_and_the_commit() {
+    let line = format!(
+        "gpufill {} ({})\n",
+        env!("CARGO_PKG_VERSION"),
+        gpufill_cli::version::REVISION
+    );
+    gpufill().arg("--version").assert().success().stdout(line);
+}

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use assert_cmd::cargo::CommandCargoExt;
 use predicates::str::contains;
 
-const LABELS: &str =
-    "gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",modelName=\"simulated GPU\"";
+const LABELS: &str = "gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",\
+                      model_name=\"simulated GPU\",Hostname=\"test-node\"";
 
 /// A running `gpufill`, its stderr lines arriving on a channel.
 struct Running {
@@ -29,6 +29,7 @@ impl Running {
             .unwrap()
             .args(args)
             .env("NO_COLOR", "1")
+            .env("NODE_NAME", "test-node")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -151,7 +152,16 @@ fn simulate_realtime_serves_metrics_while_it_runs() {
     let text = scrape_until(port, "utilization near 50", |t| {
         value(t, &util).is_some_and(|u| (u - 50.0).abs() <= 3.0)
     });
-    assert!(text.contains("gpufill_build_info{version=\""));
+    let build = format!(
+        "gpufill_build_info{{version=\"{}\",revision=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        gpufill_cli::version::REVISION
+    );
+    assert!(text.contains(&build), "{text}");
+    assert!(
+        value(&text, "process_start_time_seconds").is_some(),
+        "{text}"
+    );
     let status = g.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }

@@ -1,5 +1,10 @@
 //! The Prometheus text exposition format (version 0.0.4): HELP and TYPE lines, then
 //! one sample per line, `name{label="value",...} number`.
+//!
+//! Per-GPU series carry dcgm-exporter's labels `gpu`, `UUID` and `Hostname`, so that they
+//! join with DCGM's series (`on(UUID)`), and the model as `model_name`: dcgm-exporter's
+//! `modelName` fails `promtool check metrics` (label names are snake_case), and a join
+//! can take DCGM's `modelName` along with `group_left(modelName)`.
 
 use std::fmt::Write;
 
@@ -83,36 +88,109 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
     ),
 ];
 
-/// Renders every series for `gpus`, and `gpufill_build_info` with `version`.
-pub fn render(gpus: &[GpuSnapshot], version: &str) -> String {
+/// What the series about the process say, and the `Hostname` label: read once, at start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Process {
+    /// The `Hostname` label: `$NODE_NAME` where set (the Kubernetes node, which the chart
+    /// passes in, as dcgm-exporter reads it), else the kernel's host name.
+    pub hostname: String,
+    /// `process_start_time_seconds`: when this process started, Unix time; `None` where
+    /// `/proc` does not say.
+    pub start_time_seconds: Option<f64>,
+    /// `gpufill_build_info`'s `version`.
+    pub version: &'static str,
+    /// `gpufill_build_info`'s `revision`: the commit built.
+    pub revision: &'static str,
+}
+
+impl Process {
+    /// This process, from the environment and `/proc`, built from `version` at
+    /// `revision` (the binary's own, which a library cannot know).
+    pub fn current(version: &'static str, revision: &'static str) -> Process {
+        let hostname = std::env::var("NODE_NAME")
+            .ok()
+            .filter(|n| !n.is_empty())
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .map(|n| n.trim().to_owned())
+            .unwrap_or_default();
+        Process {
+            hostname,
+            start_time_seconds: start_time_seconds(),
+            version,
+            revision,
+        }
+    }
+}
+
+/// Boot time (`btime` in `/proc/stat`) plus the process's start in clock ticks after
+/// boot (field 22 of `/proc/self/stat`), as Prometheus's client libraries compute it.
+fn start_time_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf takes an integer and reads no memory of ours.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    start_time_from(&stat, &boot, ticks_per_second)
+}
+
+fn start_time_from(stat: &str, boot: &str, ticks_per_second: f64) -> Option<f64> {
+    // The command name (field 2) is in parentheses and may hold spaces and ')': the
+    // fields after the last ')' start at field 3, so field 22 is the 20th of them.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let ticks: f64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: f64 = boot
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    (ticks_per_second > 0.0).then(|| btime + ticks / ticks_per_second)
+}
+
+/// Renders every series for `gpus`, then `gpufill_build_info` and
+/// `process_start_time_seconds`.
+pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
     let mut out = String::new();
+    let host = &process.hostname;
     for &(name, kind, help, value) in SERIES {
         header(&mut out, name, kind, help);
         for gpu in gpus {
             if let Some(v) = value(gpu) {
-                sample(&mut out, name, &labels(gpu, None), v);
+                sample(&mut out, name, &labels(gpu, host, None), v);
             }
         }
         if name == "gpufill_width_blocks" {
-            render_state(&mut out, gpus);
+            render_state(&mut out, gpus, host);
         }
     }
     header(
         &mut out,
         "gpufill_build_info",
         "gauge",
-        "gpufill's version; always 1.",
+        "gpufill's version and the commit it was built from; always 1.",
     );
     sample(
         &mut out,
         "gpufill_build_info",
-        &format!("version=\"{}\"", escape_label(version)),
+        &format!(
+            "version=\"{}\",revision=\"{}\"",
+            escape_label(process.version),
+            escape_label(process.revision)
+        ),
         1.0,
     );
+    if let Some(start) = process.start_time_seconds {
+        header(
+            &mut out,
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+        );
+        let _ = writeln!(out, "process_start_time_seconds {}", number(start));
+    }
     out
 }
 
-fn render_state(out: &mut String, gpus: &[GpuSnapshot]) {
+fn render_state(out: &mut String, gpus: &[GpuSnapshot], host: &str) {
     header(
         out,
         "gpufill_state",
@@ -122,7 +200,7 @@ fn render_state(out: &mut String, gpus: &[GpuSnapshot]) {
     for gpu in gpus.iter().filter(|g| g.state.is_some()) {
         for state in STATES {
             let v = if gpu.state == Some(state) { 1.0 } else { 0.0 };
-            sample(out, "gpufill_state", &labels(gpu, Some(state)), v);
+            sample(out, "gpufill_state", &labels(gpu, host, Some(state)), v);
         }
     }
 }
@@ -132,13 +210,14 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-fn labels(gpu: &GpuSnapshot, state: Option<State>) -> String {
+fn labels(gpu: &GpuSnapshot, host: &str, state: Option<State>) -> String {
     let l = &gpu.labels;
     let mut s = format!(
-        "gpu=\"{}\",UUID=\"{}\",modelName=\"{}\"",
+        "gpu=\"{}\",UUID=\"{}\",model_name=\"{}\",Hostname=\"{}\"",
         l.index,
         escape_label(&l.uuid),
-        escape_label(&l.model)
+        escape_label(&l.model),
+        escape_label(host)
     );
     if let Some(state) = state {
         let _ = write!(s, ",state=\"{}\"", state.as_str());
@@ -198,6 +277,15 @@ mod tests {
         }
     }
 
+    fn process() -> Process {
+        Process {
+            hostname: "node-a".to_owned(),
+            start_time_seconds: Some(1_700_000_000.25),
+            version: "1.2.3",
+            revision: "0123456789ab",
+        }
+    }
+
     fn value_of(text: &str, series: &str) -> Option<String> {
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
@@ -205,7 +293,7 @@ mod tests {
 
     #[test]
     fn every_series_has_help_and_type_before_its_samples() {
-        let text = render(&[gpu(0, "NVIDIA H200")], "1.2.3");
+        let text = render(&[gpu(0, "NVIDIA H200")], &process());
         let names = [
             "gpufill_target_percent gauge",
             "gpufill_utilization_percent gauge",
@@ -219,21 +307,63 @@ mod tests {
             "gpufill_memory_used_bytes gauge",
             "gpufill_power_watts gauge",
             "gpufill_build_info gauge",
+            "process_start_time_seconds gauge",
         ];
         for name_type in names {
             let name = name_type.split(' ').next().unwrap();
             let help = text.find(&format!("# HELP {name} ")).expect(name);
             let kind = text.find(&format!("# TYPE {name_type}\n")).expect(name);
-            let first = text.find(&format!("\n{name}{{")).unwrap_or(usize::MAX);
+            let first = text
+                .find(&format!("\n{name}{{"))
+                .or_else(|| text.find(&format!("\n{name} ")))
+                .unwrap_or(usize::MAX);
             assert!(help < kind && kind < first, "{name}");
         }
-        assert!(text.contains("gpufill_build_info{version=\"1.2.3\"} 1\n"));
+        assert!(
+            text.contains("gpufill_build_info{version=\"1.2.3\",revision=\"0123456789ab\"} 1\n")
+        );
+        assert!(text.ends_with("process_start_time_seconds 1700000000.25\n"));
+    }
+
+    #[test]
+    fn without_a_start_time_there_is_no_process_series() {
+        let p = Process {
+            start_time_seconds: None,
+            ..process()
+        };
+        assert!(!render(&[], &p).contains("process_start_time_seconds"));
+    }
+
+    #[test]
+    fn the_start_time_is_boot_time_plus_the_start_ticks() {
+        // Field 22 (starttime) is 500 ticks; the name holds a space and a ')'.
+        let stat = "42 (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 500 1000 200";
+        let boot = "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n";
+        assert_eq!(start_time_from(stat, boot, 100.0), Some(1_700_000_005.0));
+        assert_eq!(start_time_from(stat, "cpu 1\n", 100.0), None);
+        assert_eq!(start_time_from("42 (x) S 1", boot, 100.0), None);
+    }
+
+    #[test]
+    fn this_process_started_before_now_and_has_a_host_name() {
+        let p = Process::current("1.2.3", "abc");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let start = p.start_time_seconds.expect("/proc gives the start time");
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0 * 365.0,
+            "{start}"
+        );
+        assert!(!p.hostname.is_empty());
+        assert_eq!((p.version, p.revision), ("1.2.3", "abc"));
     }
 
     #[test]
     fn samples_carry_the_dcgm_labels_and_the_current_state_is_1() {
-        let text = render(&[gpu(3, "NVIDIA H200")], "0");
-        let l = "gpu=\"3\",UUID=\"GPU-3\",modelName=\"NVIDIA H200\"";
+        let text = render(&[gpu(3, "NVIDIA H200")], &process());
+        let l = "gpu=\"3\",UUID=\"GPU-3\",model_name=\"NVIDIA H200\",Hostname=\"node-a\"";
         assert_eq!(
             value_of(&text, &format!("gpufill_target_percent{{{l}}}")).as_deref(),
             Some("50")
@@ -261,7 +391,7 @@ mod tests {
     fn unknown_values_have_no_sample() {
         let mut g = gpu(0, "x");
         g.util_percent = None;
-        let text = render(&[g], "0");
+        let text = render(&[g], &process());
         assert!(text.contains("# TYPE gpufill_utilization_percent gauge"));
         assert!(!text.contains("\ngpufill_utilization_percent{"));
         assert!(!text.contains("\ngpufill_power_watts{"));
@@ -271,11 +401,11 @@ mod tests {
     fn sm_activity_is_published_under_its_own_name() {
         let mut g = gpu(0, "x");
         g.util_percent = Some(30.0);
-        let util = render(std::slice::from_ref(&g), "0");
+        let util = render(std::slice::from_ref(&g), &process());
         assert!(util.contains("\ngpufill_utilization_percent{"), "{util}");
         assert!(!util.contains("\ngpufill_sm_activity_percent{"), "{util}");
         g.sm_metric = true;
-        let sm = render(&[g], "0");
+        let sm = render(&[g], &process());
         assert!(!sm.contains("\ngpufill_utilization_percent{"), "{sm}");
         assert!(sm.contains("\ngpufill_sm_activity_percent{"), "{sm}");
     }
@@ -284,12 +414,13 @@ mod tests {
     fn label_values_are_escaped() {
         assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
         assert_eq!(escape_label("two\nlines"), "two\\nlines");
-        let text = render(&[gpu(0, "Odd \"GPU\"\\\n")], "0");
-        assert!(text.contains(r#"modelName="Odd \"GPU\"\\\n""#), "{text}");
+        let text = render(&[gpu(0, "Odd \"GPU\"\\\n")], &process());
+        assert!(text.contains(r#"model_name="Odd \"GPU\"\\\n""#), "{text}");
         // Every sample stays on one line.
         assert!(
-            text.lines()
-                .all(|l| l.starts_with('#') || l.starts_with("gpufill_"))
+            text.lines().all(|l| l.starts_with('#')
+                || l.starts_with("gpufill_")
+                || l.starts_with("process_"))
         );
     }
 
@@ -324,10 +455,10 @@ mod tests {
                 events,
             };
             publishers[0].observe(&tick, 1);
-            let text = render(&registry.snapshots(), "0");
+            let text = render(&registry.snapshots(), &process());
             let v: f64 = value_of(
                 &text,
-                "gpufill_yields_total{gpu=\"0\",UUID=\"GPU-0\",modelName=\"x\"}",
+                "gpufill_yields_total{gpu=\"0\",UUID=\"GPU-0\",model_name=\"x\",Hostname=\"node-a\"}",
             )
             .unwrap()
             .parse()

@@ -9,9 +9,10 @@
 pub mod server;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
+pub use gpufill_runtime::prometheus::Process;
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
 use tracing::info;
 
@@ -22,13 +23,16 @@ pub mod render {
 
 /// The exposition text of a registry.
 pub trait Render {
-    /// Every series of every GPU, with this binary's version.
+    /// Every series of every GPU, with this binary's version and revision.
     fn render(&self) -> String;
 }
 
 impl Render for Registry {
     fn render(&self) -> String {
-        gpufill_runtime::prometheus::render(&self.snapshots(), env!("CARGO_PKG_VERSION"))
+        static PROCESS: OnceLock<Process> = OnceLock::new();
+        let process = PROCESS
+            .get_or_init(|| Process::current(crate::version::VERSION, crate::version::REVISION));
+        gpufill_runtime::prometheus::render(&self.snapshots(), process)
     }
 }
 
