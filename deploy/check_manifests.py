@@ -56,10 +56,7 @@ LOCAL_SCHEMAS = {
 # Metrics that the dashboard and the rules use but gpufill does not export yet: another
 # change adds them. Allowed only while absent from the scrape; remove an entry once
 # gpufill exports it (this check then fails, to say so).
-PENDING_METRICS = {
-    "gpufill_worker_up",  # 1 while the GPU's worker ticks, 0 when stopped/failed/stalled
-    "gpufill_last_tick_timestamp_seconds",  # Unix time of the worker's last tick
-}
+PENDING_METRICS: set[str] = set()
 # Labels Helm adds that the plain manifests leave out.
 HELM_ONLY_LABELS = {"app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 

@@ -268,7 +268,9 @@ impl Agent {
             let steering = Steering::new(&agent.settings, options.mps, options.day_clock)
                 .with_updates(rx)
                 .with_publisher(Some(
-                    publisher.measuring_sm_activity(agent.settings.metric == Metric::Sm),
+                    publisher
+                        .measuring_sm_activity(agent.settings.metric == Metric::Sm)
+                        .ticking_every(agent.settings.tick()),
                 ));
             let job = Job {
                 gpu,

@@ -7,6 +7,7 @@
 //! can take DCGM's `modelName` along with `group_left(modelName)`.
 
 use std::fmt::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use gpufill_core::State;
 
@@ -26,6 +27,28 @@ type Value = fn(&GpuSnapshot) -> Option<f64>;
 
 /// The per-GPU series other than the state: name, type, help, value (`None`: no sample).
 const SERIES: &[(&str, &str, &str, Value)] = &[
+    (
+        "gpufill_worker_up",
+        "gauge",
+        "1 while the GPU's worker runs and ticks, 0 once it has ended or stalled (no tick for ten ticks, at least 5 s).",
+        |s| {
+            Some(if s.unhealthy(SystemTime::now(), s.stall_after).is_none() {
+                1.0
+            } else {
+                0.0
+            })
+        },
+    ),
+    (
+        "gpufill_last_tick_timestamp_seconds",
+        "gauge",
+        "When the GPU's worker last ticked, Unix time in seconds.",
+        |s| {
+            s.last_tick
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_secs_f64())
+        },
+    ),
     (
         "gpufill_target_percent",
         "gauge",
@@ -229,14 +252,27 @@ fn sample(out: &mut String, name: &str, labels: &str, value: f64) {
     let _ = writeln!(out, "{name}{{{labels}}} {}", number(value));
 }
 
-/// A sample value as Prometheus spells it: `NaN`, `+Inf`, `-Inf`, or a Go-parsable float.
+/// A sample value as Prometheus spells it: `NaN`, `+Inf`, `-Inf`, or a Go-parsable
+/// float: the shorter of the exact shortest form and the value rounded to nine
+/// decimals, so a duty of 41 % reads `0.41`, not the `0.41000000000000003` that
+/// `41.0 / 100.0` holds, and a timestamp keeps its microseconds.
 pub fn number(v: f64) -> String {
     if v.is_nan() {
         "NaN".to_owned()
     } else if v.is_infinite() {
         if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
     } else {
-        v.to_string()
+        let fixed = format!("{v:.9}");
+        let rounded = match fixed.trim_end_matches('0').trim_end_matches('.') {
+            "-0" | "" => "0".to_owned(),
+            t => t.to_owned(),
+        };
+        let exact = v.to_string();
+        if rounded.len() < exact.len() {
+            rounded
+        } else {
+            exact
+        }
     }
 }
 
@@ -430,6 +466,11 @@ mod tests {
         assert_eq!(number(f64::INFINITY), "+Inf");
         assert_eq!(number(f64::NEG_INFINITY), "-Inf");
         assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(41.0 / 100.0 + 1e-17), "0.41");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(number(266_338_304.0), "266338304");
+        assert_eq!(number(1_795_504_436.298_443), "1795504436.298443");
+        assert_eq!(number(-0.0), "0");
         assert_eq!(number(3.0), "3");
     }
 

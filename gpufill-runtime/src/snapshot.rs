@@ -57,6 +57,9 @@ pub struct GpuSnapshot {
     /// Whether the worker is running: false once it has ended (stopped, failed or
     /// panicked), whatever its last tick said.
     pub worker_running: bool,
+    /// How long the worker may go without a tick before it counts as stalled
+    /// ([`stall_after`] of its tick).
+    pub stall_after: Duration,
 }
 
 impl GpuSnapshot {
@@ -78,6 +81,7 @@ impl GpuSnapshot {
             load_faults_total: 0,
             last_tick: None,
             worker_running: true,
+            stall_after: stall_after(Duration::ZERO),
         }
     }
 }
@@ -175,6 +179,13 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// Sets the stall limit for a worker ticking every `tick` ([`stall_after`]).
+    pub fn ticking_every(mut self, tick: Duration) -> Self {
+        self.local.stall_after = stall_after(tick);
+        self.publish();
+        self
+    }
+
     /// Says whether the loop measures SM activity (`metric = "sm"`) rather than
     /// utilization, so the reading is published under its own name.
     pub fn measuring_sm_activity(mut self, sm: bool) -> Self {
