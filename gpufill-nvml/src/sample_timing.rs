@@ -378,10 +378,7 @@ mod tests {
         assert_eq!(reads(&mut timing, 800, 1_300), vec![850, 1_050, 1_250]);
         // The phase turns out 8 ms later than learned.
         timing.learn(&[1_008 * MS, 1_208 * MS], 1_300 * MS, ms(1_300));
-        assert_eq!(
-            reads(&mut timing, 1_300, 2_000),
-            vec![1_460, 1_660, 1_860]
-        );
+        assert_eq!(reads(&mut timing, 1_300, 2_000), vec![1_460, 1_660, 1_860]);
     }
 
     #[test]
