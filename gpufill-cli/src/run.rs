@@ -14,7 +14,7 @@ use gpufill_core::{
     YieldPolicy,
 };
 use gpufill_cuda::{CudaLoad, LauncherSettings};
-use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, identify_own};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, identify_own_context};
 use tracing::{debug, error, info, info_span, trace, warn};
 
 use crate::cli::RunArgs;
@@ -261,17 +261,20 @@ pub(crate) fn open_loop(
         kernel: crate::sm::spin_kernel(config.load.kernel),
         ..LauncherSettings::default()
     };
-    // Our own entry in NVML's list is the PID that appears with our context: in a
-    // container NVML shows host PIDs, which differ from std::process::id().
-    let before = nvml.compute_pids(&target.uuid)?;
+    // Issue 14: our own entry is our PID where NVML lists it (driver 580 translates PIDs
+    // into our namespace); else the PIDs that appear with our context, re-checked while
+    // running. Inside a PID namespace of our own the probe also reads device memory.
+    let view = gpufill_nvml::pid_view();
+    let before = nvml.snapshot(&target.uuid)?;
     let load = CudaLoad::open(target.ordinal, launcher).context("cannot open the CUDA context")?;
-    let after = nvml.compute_pids(&target.uuid)?;
-    let own = identify_own(&before, &after, std::process::id());
+    let after = nvml.snapshot(&target.uuid)?;
+    let own = identify_own_context(&before, &after, std::process::id());
     if own.ambiguous {
-        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
+        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours until their memory or work tells them apart");
     }
-    info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, "context ready");
-    let probe = NvmlProbe::new(nvml, &target.uuid, own)?;
+    let context_mib = own.context_bytes.map(|b| b >> 20);
+    info!(name = %target.name, uuid = %target.uuid, own = ?own.pids, ?context_mib, pid_view = view.as_str(), "context ready");
+    let probe = NvmlProbe::new(nvml, &target.uuid, own)?.with_pid_view(view);
     let probe = match config.metric {
         MetricChoice::Util => MetricProbe::utilization(probe),
         MetricChoice::Sm => {
@@ -321,8 +324,23 @@ fn log_tick(tick: &Tick, faults: &mut FaultLog) {
     for event in tick.events.iter().filter(|e| faults.admit(tick.at, e)) {
         match event {
             Event::Filling => info!(target = tick.target.percent(), "filling"),
-            Event::Yielded { pids } if pids.is_empty() => info!("yielding (grace)"),
-            Event::Yielded { pids } => info!(foreign = ?pids, "yielding"),
+            Event::Yielded {
+                pids,
+                unlisted: false,
+            } if pids.is_empty() => info!("yielding (grace)"),
+            Event::Yielded {
+                pids,
+                unlisted: false,
+            } => info!(foreign = ?pids, "yielding"),
+            // Issue 14: a process outside our PID namespace, seen by device memory,
+            // per-process samples or utilization beyond ours.
+            Event::Yielded {
+                pids,
+                unlisted: true,
+            } => info!(
+                foreign = ?pids,
+                "yielding to a process our PID namespace does not list (seen by device memory or its work)"
+            ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
             }

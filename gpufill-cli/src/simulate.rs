@@ -115,6 +115,12 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
             .collect(),
         ..SimConfig::default()
     };
+    // Issue 14: the view from inside a PID namespace of our own.
+    let sim_cfg = if args.pid_namespace {
+        sim_cfg.pid_namespace()
+    } else {
+        sim_cfg
+    };
     let sm = config.metric == MetricChoice::Sm;
     let settings = gpufill_core::FillSettings {
         shaping: config.metric.shaping(sim_cfg.sm_count, config.load.kernel),
