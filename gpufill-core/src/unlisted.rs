@@ -65,6 +65,15 @@ pub const MAX_BASELINE: u64 = 64 * MIB;
 /// foreign process after ten minutes, while anything larger than a context never does.
 pub const BASELINE_WINDOW: Duration = Duration::from_secs(600);
 
+/// A reading more than [`UNLISTED_MARGIN`] below the baseline is learned only once
+/// such readings have lasted this long. The list and device memory are read microseconds
+/// apart, so a listed process that leaves in between (or whose memory the driver frees
+/// before the list drops it) reads as a deep dip; learned at once, it would lower the
+/// baseline and make every ordinary reading after it look like a foreign context for a
+/// whole [`BASELINE_WINDOW`]. A baseline that stays high a little longer only makes the
+/// signal less sensitive meanwhile.
+pub const BASELINE_DROP_AFTER: Duration = Duration::from_secs(5);
+
 /// The baseline window is kept as this many minima, one per slice of the window.
 const BASELINE_SLICES: u32 = 10;
 
@@ -186,17 +195,24 @@ fn to_i64(bytes: u64) -> i64 {
 /// Signal 1: learns the driver's own baseline of unexplained memory and reports memory
 /// beyond it plus [`UNLISTED_MARGIN`] as [`Unlisted::Memory`]. Pure: the probe reads the
 /// device and the list, this decides.
+///
+/// The baseline is the least unexplained memory over [`BASELINE_WINDOW`], capped at
+/// [`MAX_BASELINE`]; it follows small moves down at once, a deep drop only after
+/// [`BASELINE_DROP_AFTER`], and moves up only as the window forgets lower readings.
 #[derive(Clone, Debug)]
 pub struct UnexplainedMemory {
     /// Minima of the unexplained memory per slice of [`BASELINE_WINDOW`], oldest first,
     /// with each slice's start.
     slices: VecDeque<(Time, i64)>,
+    /// Since when readings have been deep below the baseline (not yet learned).
+    low_since: Option<Time>,
 }
 
 impl Default for UnexplainedMemory {
     fn default() -> Self {
         UnexplainedMemory {
             slices: VecDeque::with_capacity(BASELINE_SLICES as usize + 1),
+            low_since: None,
         }
     }
 }
@@ -230,6 +246,17 @@ impl UnexplainedMemory {
     }
 
     fn learn(&mut self, now: Time, unexplained: i64) {
+        let deep = self
+            .baseline()
+            .is_some_and(|b| unexplained < b - to_i64(UNLISTED_MARGIN));
+        if !deep {
+            self.low_since = None;
+        } else {
+            let since = *self.low_since.get_or_insert(now);
+            if now.saturating_since(since) < BASELINE_DROP_AFTER {
+                return;
+            }
+        }
         let slice = BASELINE_WINDOW / BASELINE_SLICES;
         match self.slices.back_mut() {
             Some((start, min)) if now.saturating_since(*start) < slice => {
@@ -406,6 +433,45 @@ mod tests {
             listed_contexts: 4,
         };
         assert_eq!(m.observe(secs(1.0), Some(sidecars)), Unlisted::Explained);
+    }
+
+    #[test]
+    fn a_listed_process_leaving_between_the_two_reads_does_not_lower_the_baseline() {
+        let mut m = UnexplainedMemory::new();
+        for i in 0..20 {
+            m.observe(Time::from_millis(i * 50), ours_listed(262));
+        }
+        // The list still shows a 612 MiB sibling whose memory is already freed.
+        let torn = MemoryReading {
+            used_bytes: mib(262),
+            listed_bytes: Some(mib(254 + 612)),
+            listed_contexts: 2,
+        };
+        assert_eq!(m.observe(secs(1.0), Some(torn)), Unlisted::Explained);
+        for i in 0..200 {
+            let t = Time::from_millis(1050 + i * 50);
+            assert_eq!(m.observe(t, ours_listed(262)), Unlisted::Explained, "{t:?}");
+        }
+        assert_eq!(m.baseline(), Some(0));
+    }
+
+    #[test]
+    fn a_lasting_drop_is_learned_after_a_while() {
+        let mut m = UnexplainedMemory::new();
+        // A holder there from the start (baseline capped), then gone for good.
+        m.observe(secs(0.0), ours_listed(262 + 620));
+        assert_eq!(m.baseline(), Some(to_i64(MAX_BASELINE)));
+        let mut t = 0.05;
+        while t < BASELINE_DROP_AFTER.as_secs_f64() + 0.1 {
+            assert_eq!(m.observe(secs(t), ours_listed(262)), Unlisted::Explained);
+            t += 0.05;
+        }
+        assert_eq!(m.baseline(), Some(0));
+        // Now a newcomer shows from 16 MiB on, not only beyond the cap.
+        assert_eq!(
+            m.observe(secs(t), ours_listed(262 + 20)),
+            Unlisted::Memory(mib(20))
+        );
     }
 
     #[test]
