@@ -222,9 +222,12 @@ pub fn identify_own(before: &[u32], after: &[u32], my_pid: u32) -> OwnProcess {
 ///
 /// - `my_pid` listed (the host, or a driver that translates PIDs into our namespace):
 ///   it is ours, and only it; our context's memory is its listed size.
-/// - Otherwise the PIDs that appeared are candidates, re-checked while running (module
-///   docs); several are [`OwnProcess::ambiguous`] (under MPS the server starts with the
-///   first client, so it appears with us). One candidate's listed size is our context's.
+/// - Otherwise the PIDs that appeared are candidates, re-checked while running by their
+///   memory ([`OwnProcess::recheck_list`]) and work ([`OwnProcess::recheck_work`]):
+///   a newcomer that started with us, or a later process reusing a candidate's PID,
+///   becomes foreign. Several are [`OwnProcess::ambiguous`] (under MPS the server starts
+///   with the first client, so it appears with us). One candidate's listed size is our
+///   context's.
 /// - None appeared (nothing of ours is listed): our context's memory is how much device
 ///   memory grew across its creation, when both snapshots read it.
 pub fn identify_own_context(before: &Snapshot, after: &Snapshot, my_pid: u32) -> OwnProcess {
