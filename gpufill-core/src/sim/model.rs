@@ -52,7 +52,8 @@ pub struct ForeignJob {
     /// otherwise (a notebook); when unset, from its first kernel until it leaves.
     pub work: Option<(Time, Time)>,
     /// The device memory NVML lists for it once its context is complete, bytes (612
-    /// MiB: PyTorch with a tiny tensor). Before that it grows as [`CONTEXT_RAMP`] says.
+    /// MiB: PyTorch with a tiny tensor). Before that it grows as a PyTorch context did on
+    /// the H100, from 36 ms before the host view would list it until its first kernel.
     pub memory_bytes: u64,
 }
 
