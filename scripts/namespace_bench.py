@@ -7,7 +7,7 @@ started outside it, A/B interleaved with gpufill in the host's PID view.
 always run in the host's namespace. They are forked from one zygote process that imported
 torch once (and never touched CUDA), so a job's start is its fork and the first thing it
 does is create its CUDA context, as a fresh `python -c 'import torch ...'` does after its
-import. Jobs:
+import (--no-zygote: one such process per job, slower). Jobs:
   compute  bf16 8192^3 matmul loop (it/s)
   light    four fp32 2048^3 matmuls, a sync and 20 ms of sleep per iteration: ~20 % busy
   holder   creates its context and stays idle (--holder-s), then exits
@@ -30,10 +30,9 @@ Usage: python3 scripts/namespace_bench.py --gpufill carry/gpufill --out $OUT
 """
 import argparse, datetime, json, os, re, signal, statistics, subprocess, sys, threading, time
 
-ZYGOTE = r'''
+JOB = r'''
 import json, os, signal, sys, time
 import torch                                 # once; CUDA untouched here, so children may fork
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked jobs are reaped by the kernel
 
 def job(req):
     r = {"start": time.time(), "kind": req["kind"]}
@@ -69,7 +68,16 @@ def job(req):
     with open(tmp, "w") as f:
         json.dump(r, f)
     os.rename(tmp, req["out"])
+'''
 
+# One process per job, torch imported first (--no-zygote): the job's start is after
+# the import, right before its context, as with the zygote.
+STANDALONE = JOB + r'''
+job(json.loads(sys.argv[1]))
+'''
+
+ZYGOTE = JOB + r'''
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked jobs are reaped by the kernel
 print("READY", flush=True)
 for line in sys.stdin:
     req = json.loads(line)
@@ -143,10 +151,12 @@ class Bench:
     def __init__(self, a):
         self.a, self.trials, self.t_start = a, [], time.time()
         self.env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=debug")
-        self.zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True)
-        if self.zygote.stdout.readline().strip() != "READY":
-            raise SystemExit("the job zygote did not start (is torch installed?)")
+        self.zygote = None
+        if not a.no_zygote:
+            self.zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, text=True)
+            if self.zygote.stdout.readline().strip() != "READY":
+                raise SystemExit("the job zygote did not start (is torch installed?)")
         self.obs = Observer(a.gpu)
         self.obs.start()
         self.n = 0
@@ -154,7 +164,10 @@ class Bench:
     def spawn(self, kind, seconds):
         self.n += 1
         out = os.path.join(self.a.out, f"job-{self.n:03d}-{kind}.json")
-        self.zygote.stdin.write(json.dumps({"kind": kind, "seconds": seconds, "out": out}) + "\n")
+        req = json.dumps({"kind": kind, "seconds": seconds, "out": out})
+        if self.zygote is None:
+            return subprocess.Popen([sys.executable, "-c", STANDALONE, req]).pid, out
+        self.zygote.stdin.write(req + "\n")
         self.zygote.stdin.flush()
         pid = json.loads(self.zygote.stdout.readline())["pid"]
         return pid, out
@@ -162,6 +175,11 @@ class Bench:
     def wait_job(self, pid, out, limit):
         t_end = time.time() + limit
         while time.time() < t_end and os.path.exists(f"/proc/{pid}"):
+            try:                         # a standalone job is our child: reap it
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    break
+            except ChildProcessError:
+                pass
             time.sleep(0.01)
         exit_t = time.time()
         if not os.path.exists(out):
@@ -285,8 +303,9 @@ class Bench:
 
     def close(self):
         self.obs.done = True
-        self.zygote.stdin.close()
-        self.zygote.wait(timeout=10)
+        if self.zygote:
+            self.zygote.stdin.close()
+            self.zygote.wait(timeout=10)
 
 
 def fmt(x, spec=".3f"):
@@ -305,6 +324,8 @@ def main():
     ap.add_argument("--holder-s", type=float, default=6.0)
     ap.add_argument("--costart-after", type=float, nargs="+", default=[0.3, 0.6])
     ap.add_argument("--budget-s", type=float, default=450, help="skip what would start after this")
+    ap.add_argument("--no-zygote", action="store_true",
+                    help="one python process per job instead of forking (if fork after import torch misbehaves; slower)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"]).returncode != 0:
