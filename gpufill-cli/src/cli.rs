@@ -175,6 +175,11 @@ pub struct SimulateArgs {
     /// Simulate an MPS server (kernels of different processes run together).
     #[arg(long)]
     pub mps: bool,
+    /// Simulate gpufill inside a PID namespace of its own (a container without
+    /// hostPID): foreign jobs are not listed; device memory, utilization and
+    /// per-process samples (2.6 s late, as on an H100) still show them.
+    #[arg(long)]
+    pub pid_namespace: bool,
     /// Seconds between rows of the printed table.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub every: f64,

@@ -106,6 +106,12 @@ impl Setup {
                 .collect(),
             ..SimConfig::default()
         };
+        // The view from inside a PID namespace of our own (issue 14).
+        let sim_cfg = if args.pid_namespace {
+            sim_cfg.pid_namespace()
+        } else {
+            sim_cfg
+        };
         let sm = settings.metric == Metric::Sm;
         let fill_settings = gpufill_core::FillSettings {
             shaping: settings.shaping(sim_cfg.sm_count),

@@ -243,3 +243,47 @@ fn version_prints_the_version_and_the_commit() {
     );
     gpufill().arg("--version").assert().success().stdout(line);
 }
+
+#[test]
+fn simulate_inside_a_pid_namespace_yields_to_jobs_it_cannot_list() {
+    // Issue 14: the foreign jobs are never listed; device memory shows them.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    gpufill()
+        .args([
+            "simulate",
+            "--pid-namespace",
+            "--duration",
+            "25",
+            "--foreign",
+            "5-12:30",
+            "--csv",
+        ])
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(contains("slowed by 0.00%"))
+        .stdout(contains("resident beside it for 0.0 ms"));
+    let rows = read_csv(&csv);
+    for r in rows.iter().filter(|r| r.t >= 5.0 && r.t < 12.0) {
+        assert_eq!(r.state, "yielding", "at {}", r.t);
+    }
+    assert!(rows.iter().any(|r| r.t >= 17.0 && r.state == "filling"));
+    gpufill()
+        .args([
+            "simulate",
+            "--pid-namespace",
+            "--duration",
+            "3600",
+            "--random-foreign",
+            "60",
+            "--seed",
+            "5",
+            "--every",
+            "600",
+        ])
+        .assert()
+        .success()
+        .stdout(contains("ticks filling while one was listed: 0;"))
+        .stdout(contains("our kernels beside them: 0.0 ms"));
+}

@@ -4,6 +4,7 @@
 
 use crate::time::Time;
 use crate::units::{Load, Utilization};
+use crate::unlisted::Unlisted;
 
 /// How a device error should be handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,7 +33,8 @@ impl DeviceError for std::convert::Infallible {
 /// A compute process on the device that is not gpufill itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
-    /// The PID as the driver reports it (a host PID, also inside a container).
+    /// The PID as the driver reports it: a host PID, or inside a PID namespace of our
+    /// own the namespace's PID (NVML then lists only the namespace's processes).
     pub pid: u32,
     /// Device memory the process holds, when the driver says.
     pub used_memory_bytes: Option<u64>,
@@ -71,6 +73,28 @@ pub trait Probe {
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, Self::Error> {
         let _ = now;
         Ok(None)
+    }
+
+    /// What the device shows of processes missing from the list that
+    /// [`Probe::foreign_processes`] read in this tick: inside a PID namespace of our own
+    /// NVML lists only our namespace's processes, and device memory beyond the listed
+    /// ones shows the others ([`crate::unlisted`]). Called every tick right after
+    /// `foreign_processes`; cheap. The default: the list is complete
+    /// ([`Unlisted::ListComplete`]), as in the host's PID view.
+    ///
+    /// # Errors
+    /// A classified device error.
+    fn unlisted(&mut self, now: Time) -> Result<Unlisted, Self::Error> {
+        let _ = now;
+        Ok(Unlisted::ListComplete)
+    }
+
+    /// Tells the probe the load in force from `now` on (the loop calls it after
+    /// applying a load). A probe that must tell our own process from others' without
+    /// trusting PIDs uses it: a process that works while we run nothing is not ours.
+    /// The default ignores it.
+    fn note_load(&mut self, now: Time, load: Load) {
+        let _ = (now, load);
     }
 }
 
@@ -202,6 +226,12 @@ impl<P: Probe + ?Sized> Probe for &mut P {
     }
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, Self::Error> {
         (**self).active_processes(now)
+    }
+    fn unlisted(&mut self, now: Time) -> Result<Unlisted, Self::Error> {
+        (**self).unlisted(now)
+    }
+    fn note_load(&mut self, now: Time, load: Load) {
+        (**self).note_load(now, load)
     }
 }
 

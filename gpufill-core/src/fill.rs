@@ -2,7 +2,9 @@
 //! and returns a [`Tick`] that says what it did.
 //!
 //! Order inside a step, and why:
-//! 1. read the foreign processes and the utilization (the probe);
+//! 1. read the foreign processes, what the device shows beyond that list (inside a PID
+//!    namespace: [`crate::unlisted`]) and the utilization (the probe); where the list is
+//!    partial, compare the new sample with what our own load explains;
 //! 2. on a probe fault, hold the last load for `fault_hold`, then idle (a blind filler
 //!    could overlap a newcomer); on a lost or unsupported device, idle and stop for good;
 //! 3. ask the yield policy, which always wins over the controller;
@@ -19,7 +21,8 @@ use std::time::Duration;
 
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
-use crate::policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
+use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
+use crate::unlisted::{OwnShare, Unlisted};
 
 use crate::shaper::{Shaper, Shaping};
 use crate::time::{Clock, Time, next_tick};
@@ -92,10 +95,14 @@ impl State {
 pub enum Event {
     /// Started filling (first time, or after yielding or a blind spell).
     Filling,
-    /// Started yielding to these PIDs (empty when the reason is only the grace).
+    /// Started yielding to these PIDs and/or a process the list does not show (neither:
+    /// the reason is only the grace).
     Yielded {
-        /// The foreign PIDs seen.
+        /// The listed foreign PIDs seen.
         pids: Vec<u32>,
+        /// A foreign process without a PID in our view (inside a PID namespace: seen by
+        /// device memory, samples of an unknown PID or utilization beyond ours).
+        unlisted: bool,
     },
     /// The probe failed; the last load is held for now.
     ProbeFault {
@@ -140,7 +147,8 @@ pub struct Tick {
     /// The width in force after the step (blocks per kernel).
     pub width: Width,
     /// How many foreign processes cause a yield now (0 while filling, also beside
-    /// quiet processes in activity mode and under MPS).
+    /// quiet processes in activity mode and under MPS); a presence the list does not
+    /// show counts as one.
     pub foreign: usize,
     /// Changes in this step.
     pub events: Vec<Event>,
@@ -166,6 +174,10 @@ pub struct FillLoop<P, L, C> {
     /// While yielding: the last process list read and when, reused for
     /// [`YIELDING_POLL`].
     yielding_list: Option<(Time, Vec<ProcessInfo>)>,
+    /// What the probe saw beyond its list at the last step.
+    unlisted: Unlisted,
+    /// Our own load's share of the samples (signal 3 of [`crate::unlisted`]).
+    own_share: OwnShare,
 }
 
 /// How often the process list is read while yielding to a process that is still
@@ -181,7 +193,10 @@ pub const YIELDING_POLL: Duration = Duration::from_millis(100);
 
 struct Measured {
     foreign: Vec<ProcessInfo>,
+    unlisted: Unlisted,
     sample: Option<Utilization>,
+    /// The sample exceeds what our load explains (weighed only with a partial list).
+    beyond_own: bool,
     active: Vec<u32>,
 }
 
@@ -211,6 +226,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             quiet_since: None,
             fresh_controller: false,
             yielding_list: None,
+            unlisted: Unlisted::ListComplete,
+            own_share: OwnShare::new(),
         }
     }
 
@@ -246,6 +263,13 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// one is there, before the first step, and while the probe fails.
     pub fn quiet_for(&self, now: Time) -> Option<Duration> {
         self.quiet_since.map(|since| now.saturating_since(since))
+    }
+
+    /// What the probe saw beyond its process list at the last step:
+    /// [`Unlisted::ListComplete`] in the host's PID view; inside a PID namespace, the
+    /// memory of processes the list misses (for metrics and status).
+    pub fn unlisted(&self) -> Unlisted {
+        self.unlisted
     }
 
     /// The probe (for adapters that expose more than the trait).
@@ -302,9 +326,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         self.state = Some(state);
         self.apply(now, desired, &mut tick);
+        self.note_load(now, &tick);
         self.launch_due(now, &mut tick);
         self.release_if_idle_long(now, &mut tick);
         tick
+    }
+
+    /// Tells the probe and the own-share signal the load in force from now on.
+    fn note_load(&mut self, now: Time, tick: &Tick) {
+        if tick.state == State::Stopped {
+            return;
+        }
+        self.own_share
+            .note(self.settings.shaping.reading(self.applied));
+        self.probe.note_load(now, self.applied);
     }
 
     fn launch_due(&mut self, now: Time, tick: &mut Tick) {
@@ -379,9 +414,13 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
 
     fn measure(&mut self, now: Time) -> Result<Measured, (ErrorKind, String)> {
         let foreign = self.processes(now)?;
+        let unlisted = self.probe.unlisted(now).map_err(classify)?;
+        self.unlisted = unlisted;
         let sample = self.probe.utilization(now).map_err(classify)?;
+        // Every sample moves the own-share window on, whatever the list.
+        let beyond_own = sample.is_some_and(|s| self.own_share.beyond(s)) && unlisted.partial();
         // Per-process activity is costly to read: only when the policy uses it.
-        let active = if self.policy.needs_activity() && !foreign.is_empty() {
+        let active = if self.policy.wants_activity(&foreign, unlisted) {
             self.probe
                 .active_processes(now)
                 .map_err(classify)?
@@ -391,7 +430,9 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         };
         Ok(Measured {
             foreign,
+            unlisted,
             sample,
+            beyond_own,
             active,
         })
     }
@@ -421,7 +462,13 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         if self.fault_since.take().is_some() {
             tick.events.push(Event::ProbeRecovered);
         }
-        if self.policy.counts_any(&measured.foreign) {
+        let seen = Seen {
+            listed: &measured.foreign,
+            active: &measured.active,
+            unlisted: measured.unlisted,
+            beyond_own: measured.beyond_own,
+        };
+        if self.policy.sees_anyone(&seen) {
             self.quiet_since = None;
         } else {
             self.quiet_since.get_or_insert(now);
@@ -431,11 +478,12 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             self.last_util = measured.sample;
             tick.util = measured.sample;
         }
-        match self.policy.decide(now, &measured.foreign, &measured.active) {
-            Decision::Yield { pids } => {
-                tick.foreign = pids.len();
+        let decision = self.policy.decide_seen(now, &seen);
+        tick.foreign = decision.foreign_count();
+        match decision {
+            Decision::Yield { pids, unlisted } => {
                 if self.state != Some(State::Yielding) {
-                    tick.events.push(Event::Yielded { pids });
+                    tick.events.push(Event::Yielded { pids, unlisted });
                 }
                 (State::Yielding, Load::IDLE)
             }

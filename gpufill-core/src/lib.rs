@@ -15,6 +15,9 @@
 //! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
 //!   metric it picks the width by a [`PowerModel`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
+//! - [`unlisted`]: other GPU users that the process list misses inside a PID namespace
+//!   of our own ([`PidView`]), seen by device memory, per-process samples and
+//!   utilization beyond our own load;
 //! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
 //!   every behaviour is tested in virtual time.
 //!
@@ -41,6 +44,7 @@ pub mod sim;
 pub mod supervise;
 pub mod time;
 pub mod units;
+pub mod unlisted;
 
 pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
@@ -52,3 +56,4 @@ pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
 pub use supervise::{Backoff, RetrySettings, Supervised, Supervisor, SupervisorEvent};
 pub use time::{Clock, SystemClock, Time, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};
+pub use unlisted::{MemoryReading, OwnShare, PidView, UnexplainedMemory, Unlisted};

@@ -13,22 +13,45 @@
 //!   kernels of it; once it has been quiet for `idle_grace` gpufill fills beside it, and
 //!   yields again at the first sample that shows it working (per-process samples come
 //!   every 200 ms on an H200, so its first kernels can meet ours).
+//!
+//! # Processes the list does not show
+//! Inside a PID namespace of our own NVML lists only our namespace's processes
+//! ([`crate::unlisted`]). What the device still shows of the others comes in a [`Seen`]:
+//! memory beyond the listed processes ([`Unlisted::Memory`]), per-process samples of
+//! PIDs that are neither ours nor listed, and utilization beyond our own load. The
+//! policy counts all of it as **one foreign process without a PID**, and keeps both
+//! promises for it:
+//! - `presence`: idle while its memory is there or it is seen working, plus the grace.
+//!   Memory leads (a newcomer's context takes memory before NVML lists it even on the
+//!   host), so the promise to be idle before a newcomer's first kernel holds.
+//! - `activity`: it counts as working when its memory appears and whenever that memory
+//!   grows by more than the margin (a newcomer beside a quiet holder, or a holder
+//!   allocating before it works), and whenever its samples or the utilization show work;
+//!   quiet for `idle_grace`, gpufill fills beside it, as it does beside a listed one.
+//!
+//! Ignore lists cannot name it: it has neither PID nor name (an ignored PID still never
+//! counts when its per-process samples show it).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::device::ProcessInfo;
 use crate::time::Time;
+use crate::unlisted::{UNLISTED_MARGIN, Unlisted};
 
 /// What the policy decided for this tick.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Nobody else is here: fill.
     Fill,
-    /// Someone else is here (their PIDs), or left less than the grace ago (empty list).
+    /// Someone else is here (their PIDs, or one without a PID), or left less than the
+    /// grace ago (no PIDs, `unlisted` false).
     Yield {
-        /// PIDs of the foreign processes that cause it; empty during the grace.
+        /// PIDs of the listed foreign processes that cause it.
         pids: Vec<u32>,
+        /// A foreign process that the list does not show causes it (inside a PID
+        /// namespace of our own: seen by memory, samples or utilization).
+        unlisted: bool,
     },
 }
 
@@ -37,6 +60,63 @@ impl Decision {
     pub fn is_fill(&self) -> bool {
         matches!(self, Decision::Fill)
     }
+
+    /// How many foreign processes cause the decision (one for an unlisted presence).
+    pub fn foreign_count(&self) -> usize {
+        match self {
+            Decision::Fill => 0,
+            Decision::Yield { pids, unlisted } => pids.len() + usize::from(*unlisted),
+        }
+    }
+}
+
+/// What the policy weighs in one tick.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// The foreign processes listed now (ours left out).
+    pub listed: &'a [ProcessInfo],
+    /// PIDs the device reported working since the last reading (per-process samples;
+    /// empty when not read).
+    pub active: &'a [u32],
+    /// What the probe sees beyond its list ([`Unlisted::ListComplete`] in the host view).
+    pub unlisted: Unlisted,
+    /// Whether the newest utilization sample exceeds what our own load explains
+    /// ([`crate::unlisted::OwnShare`]); weighed only when the list is partial.
+    pub beyond_own: bool,
+}
+
+impl<'a> Seen<'a> {
+    /// A complete list (the host view) and the PIDs seen working.
+    pub fn complete(listed: &'a [ProcessInfo], active: &'a [u32]) -> Self {
+        Seen {
+            listed,
+            active,
+            unlisted: Unlisted::ListComplete,
+            beyond_own: false,
+        }
+    }
+}
+
+/// What the device shows of unlisted processes in one tick.
+#[derive(Clone, Copy, Debug)]
+struct Hidden {
+    memory: Option<u64>,
+    working: bool,
+}
+
+impl Hidden {
+    fn there(self) -> bool {
+        self.memory.is_some() || self.working
+    }
+}
+
+/// In activity mode, the unlisted presence as one process: when it last worked (or
+/// appeared), and the least memory it has held since (a rise beyond the margin counts
+/// as work).
+#[derive(Clone, Copy, Debug)]
+struct UnlistedTrack {
+    last_work: Time,
+    level: Option<u64>,
 }
 
 /// When a foreign process makes gpufill idle.
@@ -87,6 +167,7 @@ pub struct YieldPolicy {
     settings: YieldSettings,
     last_seen: Option<Time>,
     last_work: HashMap<u32, Time>,
+    unlisted: Option<UnlistedTrack>,
 }
 
 impl YieldPolicy {
@@ -96,6 +177,7 @@ impl YieldPolicy {
             settings,
             last_seen: None,
             last_work: HashMap::new(),
+            unlisted: None,
         }
     }
 
@@ -120,6 +202,41 @@ impl YieldPolicy {
         matches!(self.settings.mode, YieldMode::Activity { .. })
     }
 
+    /// Whether per-process activity is worth reading this tick, given the foreign
+    /// processes listed and what the probe sees beyond its list: in activity mode while
+    /// anyone is there, listed or not; in presence mode only where memory cannot show
+    /// unlisted processes (their samples are then the only sign of them).
+    pub fn wants_activity(&self, listed: &[ProcessInfo], unlisted: Unlisted) -> bool {
+        match self.settings.mode {
+            YieldMode::Mps => false,
+            YieldMode::Presence => unlisted == Unlisted::Unknown,
+            YieldMode::Activity { .. } => {
+                !listed.is_empty() || matches!(unlisted, Unlisted::Memory(_) | Unlisted::Unknown)
+            }
+        }
+    }
+
+    /// Whether anyone else who counts is on the GPU by what `seen` shows: a listed
+    /// process not ignored, or an unlisted one (for the quiet time of schedules).
+    pub fn sees_anyone(&self, seen: &Seen<'_>) -> bool {
+        self.counts_any(seen.listed) || self.hidden(seen).is_some_and(Hidden::there)
+    }
+
+    /// The unlisted evidence in `seen`; `None` for a complete list. Samples of PIDs that
+    /// are not listed are work of an unlisted process unless ignored.
+    fn hidden(&self, seen: &Seen<'_>) -> Option<Hidden> {
+        if !seen.unlisted.partial() {
+            return None;
+        }
+        let unknown_active = seen.active.iter().any(|pid| {
+            !seen.listed.iter().any(|p| p.pid == *pid) && !self.settings.ignore_pids.contains(pid)
+        });
+        Some(Hidden {
+            memory: seen.unlisted.memory_bytes(),
+            working: unknown_active || seen.beyond_own,
+        })
+    }
+
     fn counts(&self, p: &ProcessInfo) -> bool {
         let ignored_name = p.name.as_deref().is_some_and(|name| {
             let base = name.rsplit('/').next().unwrap_or(name);
@@ -129,39 +246,104 @@ impl YieldPolicy {
     }
 
     /// Decides from the foreign processes listed now and, in activity mode, the PIDs
-    /// the device reported working since the last call (empty when nothing new).
+    /// the device reported working since the last call (empty when nothing new), with
+    /// a complete list (the host view).
     pub fn decide(&mut self, now: Time, foreign: &[ProcessInfo], active: &[u32]) -> Decision {
+        self.decide_seen(now, &Seen::complete(foreign, active))
+    }
+
+    /// Decides from everything `seen` shows, unlisted processes included.
+    pub fn decide_seen(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
         let idle_grace = match self.settings.mode {
             YieldMode::Mps => return Decision::Fill,
             YieldMode::Presence => None,
             YieldMode::Activity { idle_grace } => Some(idle_grace),
         };
-        let listed: Vec<u32> = foreign
+        let listed: Vec<u32> = seen
+            .listed
             .iter()
             .filter(|p| self.counts(p))
             .map(|p| p.pid)
             .collect();
         let anyone_listed = !listed.is_empty();
+        let hidden = self.hidden(seen);
+        let (unlisted_there, unlisted) = match idle_grace {
+            None => {
+                let there = hidden.is_some_and(Hidden::there);
+                (there, there)
+            }
+            Some(idle_grace) => self.unlisted_working(now, hidden, idle_grace),
+        };
         let pids = match idle_grace {
             None => listed,
-            Some(idle_grace) => self.working(now, &listed, active, idle_grace),
+            Some(idle_grace) => self.working(now, &listed, seen.active, idle_grace),
         };
-        if !pids.is_empty() {
+        if !pids.is_empty() || unlisted {
             self.last_seen = Some(now);
-            return Decision::Yield { pids };
+            return Decision::Yield { pids, unlisted };
         }
-        if anyone_listed {
+        if anyone_listed || unlisted_there {
             // Activity mode, everyone quiet for the idle grace: fill, and owe no grace
             // when they leave.
             self.last_seen = None;
             return Decision::Fill;
         }
         match self.last_seen {
-            Some(seen) if now.saturating_since(seen) < self.settings.grace => {
-                Decision::Yield { pids }
-            }
+            Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
+                pids,
+                unlisted: false,
+            },
             _ => Decision::Fill,
         }
+    }
+
+    /// Activity mode's view of the unlisted presence: whether it is there, and whether
+    /// it worked (or appeared, or its memory grew by more than the margin) less than
+    /// `idle_grace` ago. Seen only by samples (memory unknown), it is there until it
+    /// has been quiet for the idle grace, then forgotten.
+    fn unlisted_working(
+        &mut self,
+        now: Time,
+        hidden: Option<Hidden>,
+        idle_grace: Duration,
+    ) -> (bool, bool) {
+        let Some(hidden) = hidden else {
+            self.unlisted = None;
+            return (false, false);
+        };
+        let track = match &mut self.unlisted {
+            Some(track) => track,
+            // Appearing counts as working: its first kernels are near.
+            None if hidden.there() => self.unlisted.insert(UnlistedTrack {
+                last_work: now,
+                level: hidden.memory,
+            }),
+            None => return (false, false),
+        };
+        if hidden.working {
+            track.last_work = now;
+        }
+        match (hidden.memory, track.level) {
+            // More memory: another context, or allocations before work.
+            (Some(bytes), Some(level)) if bytes > level.saturating_add(UNLISTED_MARGIN) => {
+                track.last_work = now;
+                track.level = Some(bytes);
+            }
+            (Some(bytes), Some(level)) => track.level = Some(level.min(bytes)),
+            (Some(bytes), None) => {
+                track.last_work = now;
+                track.level = Some(bytes);
+            }
+            (None, _) => track.level = None,
+        }
+        let recent = now.saturating_since(track.last_work) < idle_grace;
+        if hidden.memory.is_none() && !recent {
+            // Seen only by its work, and quiet for the idle grace: forget it, having
+            // filled beside it (like a quiet listed process that leaves, it is owed no
+            // grace).
+            self.unlisted = None;
+        }
+        (true, recent)
     }
 
     /// The listed PIDs that worked (or appeared) less than `idle_grace` ago.
@@ -208,7 +390,10 @@ mod tests {
         assert!(p.decide(Time::ZERO, &[], &[]).is_fill());
         assert_eq!(
             p.decide(Time::from_millis(10), &procs(&[42]), &[]),
-            Decision::Yield { pids: vec![42] }
+            Decision::Yield {
+                pids: vec![42],
+                unlisted: false
+            }
         );
     }
 
@@ -269,7 +454,10 @@ mod tests {
         assert!(p.decide(Time::from_millis(5000), &nb, &[]).is_fill());
         assert_eq!(
             p.decide(Time::from_millis(5010), &nb, &[5]),
-            Decision::Yield { pids: vec![5] }
+            Decision::Yield {
+                pids: vec![5],
+                unlisted: false
+            }
         );
         assert!(!p.decide(Time::from_millis(5900), &nb, &[]).is_fill());
         assert!(p.decide(Time::from_millis(6010), &nb, &[]).is_fill());
@@ -286,6 +474,193 @@ mod tests {
         assert!(p.decide(Time::from_millis(2010), &[], &[]).is_fill());
         assert!(p.needs_activity());
         assert!(!YieldPolicy::default().needs_activity());
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    /// Inside a PID namespace: nothing listed, `memory` MiB unexplained (0: none).
+    fn hidden(memory_mib: u64) -> Seen<'static> {
+        Seen {
+            listed: &[],
+            active: &[],
+            unlisted: if memory_mib == 0 {
+                Unlisted::Explained
+            } else {
+                Unlisted::Memory(memory_mib * MIB)
+            },
+            beyond_own: false,
+        }
+    }
+
+    fn ms(ms: u64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    #[test]
+    fn presence_yields_to_memory_no_listed_process_holds_then_keeps_the_grace() {
+        let mut p = YieldPolicy::default();
+        assert!(p.decide_seen(ms(0), &hidden(0)).is_fill());
+        let d = p.decide_seen(ms(100), &hidden(19));
+        assert_eq!(
+            d,
+            Decision::Yield {
+                pids: vec![],
+                unlisted: true
+            }
+        );
+        assert_eq!(d.foreign_count(), 1);
+        assert!(p.sees_anyone(&hidden(19)));
+        // An idle holder: as long as its memory is there.
+        assert!(!p.decide_seen(ms(60_000), &hidden(620)).is_fill());
+        // Gone: the grace, then fill.
+        let grace = p.decide_seen(ms(60_100), &hidden(0));
+        assert_eq!(
+            grace,
+            Decision::Yield {
+                pids: vec![],
+                unlisted: false
+            }
+        );
+        assert!(!p.sees_anyone(&hidden(0)));
+        assert!(p.decide_seen(ms(65_000), &hidden(0)).is_fill());
+    }
+
+    #[test]
+    fn samples_of_unknown_pids_and_utilization_beyond_ours_count_only_where_the_list_is_partial() {
+        let active = [444];
+        let partial = Seen {
+            active: &active,
+            ..hidden(0)
+        };
+        let complete = Seen::complete(&[], &active);
+        assert!(
+            !YieldPolicy::default()
+                .decide_seen(ms(0), &partial)
+                .is_fill()
+        );
+        // The host view keeps its old behaviour: a sample of a process that already
+        // left the list does not make it yield.
+        assert!(
+            YieldPolicy::default()
+                .decide_seen(ms(0), &complete)
+                .is_fill()
+        );
+        let busy = Seen {
+            beyond_own: true,
+            ..hidden(0)
+        };
+        assert!(!YieldPolicy::default().decide_seen(ms(0), &busy).is_fill());
+        let busy_host = Seen {
+            beyond_own: true,
+            ..Seen::complete(&[], &[])
+        };
+        assert!(
+            YieldPolicy::default()
+                .decide_seen(ms(0), &busy_host)
+                .is_fill()
+        );
+    }
+
+    #[test]
+    fn samples_of_listed_or_ignored_pids_are_not_an_unlisted_process() {
+        let mut p = YieldPolicy::new(YieldSettings {
+            ignore_pids: vec![444, 7],
+            ..YieldSettings::default()
+        });
+        let listed = procs(&[7]);
+        let active = [444, 7];
+        let seen = Seen {
+            listed: &listed,
+            active: &active,
+            ..hidden(0)
+        };
+        assert!(p.decide_seen(ms(0), &seen).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_treats_an_unlisted_holder_like_a_listed_one() {
+        let mut p = activity(1000);
+        // Appears (memory): yield for the idle grace, then fill beside it.
+        assert!(!p.decide_seen(ms(0), &hidden(19)).is_fill());
+        assert!(!p.decide_seen(ms(200), &hidden(620)).is_fill());
+        assert!(!p.decide_seen(ms(1199), &hidden(620)).is_fill());
+        assert!(p.decide_seen(ms(1200), &hidden(620)).is_fill());
+        assert!(p.decide_seen(ms(5000), &hidden(625)).is_fill());
+        // Its first per-process sample (a host PID we cannot see): yield again.
+        let active = [444];
+        let working = Seen {
+            active: &active,
+            ..hidden(620)
+        };
+        assert_eq!(
+            p.decide_seen(ms(5010), &working),
+            Decision::Yield {
+                pids: vec![],
+                unlisted: true
+            }
+        );
+        assert!(!p.decide_seen(ms(6000), &hidden(620)).is_fill());
+        assert!(p.decide_seen(ms(6010), &hidden(620)).is_fill());
+        // Quiet when it leaves: fill at once, no grace owed.
+        assert!(p.decide_seen(ms(6020), &hidden(0)).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_yields_when_unlisted_memory_grows_beside_a_quiet_holder() {
+        let mut p = activity(1000);
+        p.decide_seen(ms(0), &hidden(620));
+        assert!(p.decide_seen(ms(2000), &hidden(620)).is_fill());
+        // A newcomer's context (or the holder allocating before its work).
+        assert!(
+            p.decide_seen(ms(2010), &hidden(630)).is_fill(),
+            "within the margin"
+        );
+        assert!(!p.decide_seen(ms(2020), &hidden(640)).is_fill());
+        // Less memory, then a rise from there, also counts.
+        assert!(p.decide_seen(ms(3100), &hidden(300)).is_fill());
+        assert!(!p.decide_seen(ms(3110), &hidden(330)).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_seeing_only_samples_yields_for_the_idle_grace_after_each() {
+        let mut p = activity(1000);
+        let active = [444];
+        let unknown = Seen {
+            listed: &[],
+            active: &active,
+            unlisted: Unlisted::Unknown,
+            beyond_own: false,
+        };
+        let quiet = Seen {
+            active: &[],
+            ..unknown
+        };
+        assert!(p.decide_seen(ms(0), &quiet).is_fill());
+        assert!(!p.decide_seen(ms(100), &unknown).is_fill());
+        assert!(!p.decide_seen(ms(1099), &quiet).is_fill());
+        assert!(p.decide_seen(ms(1100), &quiet).is_fill());
+        assert!(p.decide_seen(ms(1110), &quiet).is_fill());
+    }
+
+    #[test]
+    fn activity_is_read_when_someone_may_be_there_to_show_it() {
+        let none: &[ProcessInfo] = &[];
+        let presence = YieldPolicy::default();
+        assert!(!presence.wants_activity(none, Unlisted::ListComplete));
+        assert!(!presence.wants_activity(none, Unlisted::Memory(MIB)));
+        assert!(presence.wants_activity(none, Unlisted::Unknown));
+        let a = activity(1000);
+        assert!(!a.wants_activity(none, Unlisted::ListComplete));
+        assert!(!a.wants_activity(none, Unlisted::Explained));
+        assert!(a.wants_activity(none, Unlisted::Memory(MIB)));
+        assert!(a.wants_activity(none, Unlisted::Unknown));
+        assert!(a.wants_activity(&procs(&[5]), Unlisted::ListComplete));
+        let mps = YieldPolicy::new(YieldSettings {
+            mode: YieldMode::Mps,
+            ..YieldSettings::default()
+        });
+        assert!(!mps.wants_activity(&procs(&[5]), Unlisted::Unknown));
+        assert!(mps.clone().decide_seen(ms(0), &hidden(620)).is_fill());
     }
 
     #[test]

@@ -132,6 +132,21 @@ pub enum Shaping {
     Sm(SmShaping),
 }
 
+impl Shaping {
+    /// What `load` should read on the metric this shaping holds, as a fraction: the duty
+    /// (`util`), or the SM share `width x duty / sm_count` (`sm`). What our own load
+    /// explains of a reading ([`crate::unlisted::OwnShare`]).
+    pub fn reading(&self, load: Load) -> f64 {
+        match self {
+            Shaping::Fixed => load.duty.fraction(),
+            Shaping::Sm(sm) => {
+                let n = sm.sm_count.max(1);
+                load.duty.fraction() * f64::from(load.width.get().min(n)) / f64::from(n)
+            }
+        }
+    }
+}
+
 /// Turns the controller's output into a [`Load`]; keeps the width it chose last, for
 /// hysteresis.
 #[derive(Clone, Debug)]
@@ -229,6 +244,17 @@ mod tests {
 
     fn share(s: f64) -> Duty {
         Duty::clamped(s)
+    }
+
+    #[test]
+    fn a_load_reads_as_its_duty_or_its_sm_share() {
+        let load = Load {
+            duty: Duty::clamped(0.5),
+            width: Width::blocks(66).unwrap(),
+        };
+        assert_eq!(Shaping::Fixed.reading(load), 0.5);
+        assert_eq!(Shaping::Sm(SmShaping::new(132)).reading(load), 0.25);
+        assert_eq!(Shaping::Sm(SmShaping::new(33)).reading(load), 0.5);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Property tests: arbitrary measurements, targets and settings never make a
 //! controller or the fill loop panic or ask for a duty outside `[0, max_duty]`, and a
-//! listed foreign process always means an idle load.
+//! foreign process always means an idle load in `presence` mode: listed (the host's PID
+//! view) or, inside a PID namespace of our own, seen only by device memory. On the
+//! simulated GPU's namespace view, random jobs never meet a kernel of ours.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,8 +10,8 @@ use std::time::Duration;
 
 use gpufill_core::{
     Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings, Load,
-    LoadSource, Probe, ProcessInfo, Shaping, SmShaping, State, Time, Utilization, Width, YieldMode,
-    YieldPolicy, YieldSettings,
+    LoadSource, Probe, ProcessInfo, Shaping, SmShaping, State, Time, Unlisted, Utilization, Width,
+    YieldMode, YieldPolicy, YieldSettings,
 };
 use proptest::prelude::*;
 
@@ -68,6 +70,9 @@ impl DeviceError for Scripted {
 
 struct ScriptProbe {
     now: Rc<RefCell<Step>>,
+    /// Inside a PID namespace: the foreign process is never listed, memory shows it,
+    /// and its samples come under a PID that is not listed.
+    namespace: bool,
 }
 
 impl Probe for ScriptProbe {
@@ -81,7 +86,7 @@ impl Probe for ScriptProbe {
     }
     fn foreign_processes(&mut self, _: Time) -> Result<Vec<ProcessInfo>, Scripted> {
         let s = self.now.borrow();
-        Ok(if s.foreign {
+        Ok(if s.foreign && !self.namespace {
             vec![ProcessInfo {
                 pid: 42,
                 ..ProcessInfo::default()
@@ -93,6 +98,14 @@ impl Probe for ScriptProbe {
     fn active_processes(&mut self, _: Time) -> Result<Option<Vec<u32>>, Scripted> {
         let s = self.now.borrow();
         Ok(Some(if s.active { vec![42] } else { Vec::new() }))
+    }
+    fn unlisted(&mut self, _: Time) -> Result<Unlisted, Scripted> {
+        let s = self.now.borrow();
+        Ok(match (self.namespace, s.foreign) {
+            (false, _) => Unlisted::ListComplete,
+            (true, true) => Unlisted::Memory(600 << 20),
+            (true, false) => Unlisted::Explained,
+        })
     }
 }
 
@@ -160,7 +173,8 @@ proptest! {
     }
 
     #[test]
-    fn the_loop_never_exceeds_max_duty_and_idles_for_a_listed_process(
+    fn the_loop_never_exceeds_max_duty_and_idles_for_a_foreign_process(
+        namespace in any::<bool>(),
         target in utilization(),
         max_duty in utilization(),
         width in 1..=65_535u32,
@@ -187,7 +201,7 @@ proptest! {
         let kind = if pi { ControllerKind::Pi } else { ControllerKind::Window };
         let now_step = Rc::new(RefCell::new(steps[0].clone()));
         let applied = Rc::new(RefCell::new(Vec::new()));
-        let probe = ScriptProbe { now: Rc::clone(&now_step) };
+        let probe = ScriptProbe { now: Rc::clone(&now_step), namespace };
         let launched = Rc::new(RefCell::new(Vec::new()));
         let load = RecordingLoad {
             now: Rc::clone(&now_step),
@@ -222,6 +236,90 @@ proptest! {
         }
         for l in applied.borrow().iter() {
             prop_assert!(l.duty.fraction() <= settings.max_duty.fraction() + 1e-12);
+        }
+    }
+}
+
+/// One random job for the namespace property: when the host would list it (s), how
+/// long it stays (s), its first kernel after that (ms), its load, its memory (MiB), and
+/// whether it only holds its context.
+#[cfg(feature = "sim")]
+type JobSpec = (f64, f64, u64, f64, u64, bool);
+
+#[cfg(feature = "sim")]
+fn job() -> impl Strategy<Value = JobSpec> {
+    (
+        0.5..20.0f64,
+        0.3..10.0f64,
+        85..250u64,
+        0.01..=1.0f64,
+        100..3_000u64,
+        any::<bool>(),
+    )
+}
+
+#[cfg(feature = "sim")]
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn inside_a_pid_namespace_presence_runs_no_kernel_beside_a_foreign_context(
+        jobs in proptest::collection::vec(job(), 1..5),
+        target in 0.05..=1.0f64,
+    ) {
+        use gpufill_core::sim::{ForeignJob, SimConfig, Simulation};
+        let foreign: Vec<ForeignJob> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, &(listed, life, first_ms, load, mib, idle))| {
+                let leaves = Time::from_secs_f64(listed + life);
+                ForeignJob {
+                    pid: 5000 + i as u32,
+                    first_kernel_after: Duration::from_millis(first_ms),
+                    memory_bytes: mib << 20,
+                    work: idle.then_some((leaves, leaves)),
+                    ..ForeignJob::compute_bound(listed, listed + life, load)
+                }
+            })
+            .collect();
+        // From its first kernel on, a job's context is complete.
+        let complete: Vec<(Time, Time)> = foreign
+            .iter()
+            .map(|j| (j.listed_at + j.first_kernel_after, j.leaves_at))
+            .collect();
+        let cfg = SimConfig {
+            foreign,
+            // The longest burst a stop leaves running: 90 % of a 50 ms period.
+            stop_tail: Duration::from_millis(45),
+            ..SimConfig::default().pid_namespace()
+        };
+        let settings = FillSettings {
+            target: Utilization::saturating_from_fraction(target),
+            ..FillSettings::default()
+        };
+        let mut sim = Simulation::new(
+            cfg,
+            settings,
+            YieldSettings::default(),
+            ControllerKind::Pi.build(),
+            Duration::from_millis(50),
+        );
+        let mut ticks = Vec::new();
+        sim.run_until(Time::from_secs_f64(35.0), |t| ticks.push(t.clone()));
+        for t in &ticks {
+            prop_assert!(t.duty.fraction() <= 1.0 && t.state != State::Stopped, "{t:?}");
+            let present = complete.iter().any(|&(from, to)| from <= t.at && t.at < to);
+            if present {
+                prop_assert!(t.duty.is_zero(), "{t:?}");
+            }
+        }
+        let report = sim.gpu().report(Time::from_secs_f64(35.0));
+        for j in &report.foreign {
+            prop_assert_eq!(j.overlap, Duration::ZERO, "{:?}", report);
         }
     }
 }

@@ -98,7 +98,7 @@ fn a_foreign_process_is_never_overlapped_after_the_tick_that_sees_it() {
     assert!(
         seen.events
             .iter()
-            .any(|e| matches!(e, Event::Yielded { pids } if !pids.is_empty()))
+            .any(|e| matches!(e, Event::Yielded { pids, .. } if !pids.is_empty()))
     );
     for t in ticks
         .iter()

@@ -11,7 +11,10 @@
 //!
 //! # Pieces
 //! - [`Nvml`]: the process's NVML session (`Copy`); [`Nvml::gpus`] lists GPUs for
-//!   `gpufill status`; [`Nvml::compute_pids`] gives the snapshots for [`identify_own`].
+//!   `gpufill status`; [`Nvml::snapshot`] gives the snapshots for
+//!   [`identify_own_context`] ([`Nvml::compute_pids`] those for the older
+//!   [`identify_own`], without sizes).
+//! - [`pid_view`]: whether NVML's process list is complete here ([`PidView`](gpufill_core::PidView)).
 //! - [`NvmlProbe`]: [`Probe`](gpufill_core::Probe) for one GPU, addressed by UUID
 //!   (NVML indices and CUDA ordinals can differ; the CLI matches them by UUID), plus
 //!   per-process SM utilization, GPM SM activity, own memory and power.
@@ -41,7 +44,7 @@
 //!    reads 0 %) it keeps the period it has (200 ms at first) and looks again in 1 s;
 //!    where `nvmlDeviceGetSamples` is unsupported it polls every 200 ms.
 //!
-//! # Foreign processes, and finding our own in a container
+//! # Foreign processes, and finding our own
 //! [`Probe::foreign_processes`](gpufill_core::Probe::foreign_processes) lists the
 //! device's compute processes (microseconds a call; a newcomer shows up soon after it
 //! starts creating its context, well before its first kernel: docs/benchmarks.md,
@@ -49,11 +52,23 @@
 //! the driver lists them, and removes our own PIDs and the MPS server (by name, when
 //! NVML can resolve it: the server is infrastructure, not a workload).
 //!
-//! NVML reports host PIDs, also inside a container, where `std::process::id()` never
-//! matches. The CLI therefore snapshots [`Nvml::compute_pids`] just before and just
-//! after creating its CUDA context and passes both to [`identify_own`]: our own PID
-//! if listed, else the PIDs that appeared. If several appeared it keeps them all and
-//! marks the result [`OwnProcess::ambiguous`] so the CLI can warn.
+//! Our own entry: on driver 580 NVML lists us under `std::process::id()` in the host's
+//! PID namespace and in one of our own alike. The CLI snapshots the device
+//! ([`Nvml::snapshot`]) just before and just after creating its CUDA context and passes
+//! both to [`identify_own_context`]: our own PID if listed; else the PIDs that appeared,
+//! as candidates that the probe re-checks while running: a newcomer that started with
+//! us, or a later process reusing a candidate's PID, is found out by its memory or its
+//! work and becomes foreign ([`OwnProcess::recheck_list`],
+//! [`OwnProcess::recheck_work`]). It also learns our context's memory, for the next
+//! section.
+//!
+//! # Inside a PID namespace of our own
+//! [`pid_view`] reads `/proc/self/ns/pid` once. In a PID namespace of our own (a
+//! container without `hostPID`) NVML lists only our namespace's processes, so the probe,
+//! built [`with_pid_view`](NvmlProbe::with_pid_view), also reads device memory every
+//! tick and reports what the listed processes do not explain
+//! ([`Probe::unlisted`](gpufill_core::Probe::unlisted)); per-process samples keep
+//! others' host PIDs. The signals, their leads and lags are in `gpufill_core::unlisted`.
 //!
 //! # Errors: transient, unsupported, lost
 //! [`classify`] maps each NVML error. *Unsupported*: this cannot work here, whatever
@@ -76,9 +91,13 @@ mod probe;
 mod sample_timing;
 mod session;
 mod sm;
+mod view;
 
 pub use error::{ProbeError, classify};
-pub use own::{OwnProcess, identify_own};
+pub use own::{
+    OWN_MEMORY_TOLERANCE, OwnProcess, Snapshot, WORK_STRIKES, identify_own, identify_own_context,
+};
 pub use probe::NvmlProbe;
 pub use session::{GpuInfo, Nvml, ProcessEntry};
 pub use sm::{GPM_PERIOD, GpmCadence, GpmRefusal, MetricProbe, check_gpm, gpm_refusal};
+pub use view::pid_view;

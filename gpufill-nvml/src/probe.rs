@@ -1,9 +1,31 @@
 //! [`NvmlProbe`]: the [`Probe`] of one GPU, plus per-process, GPM and power readings.
+//!
+//! # Inside a PID namespace of our own
+//! With [`PidView::Namespace`] ([`NvmlProbe::with_pid_view`]) NVML lists only our
+//! namespace's processes, and the probe adds what the device shows of the others
+//! ([`gpufill_core::unlisted`] has the signals and their measured leads and lags,
+//! docs/data/ns-signals-h100.txt the data):
+//! - every tick, [`Probe::unlisted`] reads device memory (`nvmlDeviceGetMemoryInfo` v2
+//!   `used`, one more cheap NVML call) against the sizes of the list just read (always a
+//!   full read in this view: a count cannot tell whether our own entry's size moved) and
+//!   reports memory beyond them as [`Unlisted::Memory`]; where the driver gives no sizes
+//!   or no memory reading, [`Unlisted::Unknown`];
+//! - [`Probe::active_processes`] returns samples of PIDs that are not ours whether
+//!   listed or not: NVML gives others' samples under their host PIDs, which the policy
+//!   reads as work of an unlisted process. A host PID that happens to equal one of our
+//!   namespace's PIDs would be taken for that process (host PIDs of GPU jobs are rarely
+//!   that small).
+//!
+//! In the host view ([`PidView::Host`], the default) none of this runs and the probe
+//! behaves as it always has.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use gpufill_core::{ErrorKind, Probe, ProcessInfo, Time, Utilization};
+use gpufill_core::{
+    ErrorKind, Load, MemoryReading, PidView, Probe, ProcessInfo, Time, UnexplainedMemory, Unlisted,
+    Utilization,
+};
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -44,7 +66,39 @@ pub struct NvmlProbe {
     quiet: QuietList,
     gpm_supported: Option<bool>,
     gpm_previous: Option<(GpmSample<'static>, Instant)>,
+    view: PidView,
+    /// The sizes of the last full process list (all entries, ours included) and how
+    /// many entries; `None` for the sum when one had no size.
+    listed_memory: (Option<u64>, u32),
+    memory: UnexplainedMemory,
+    /// Cleared once device memory proves unreadable.
+    memory_readable: bool,
+    /// Our own load's history, to re-check own-PID candidates against their samples.
+    own_load: OwnLoad,
+    next_own_check: Option<Time>,
+    /// Foreign PIDs with kernels seen by an own-PID check, for the next
+    /// `active_processes`.
+    pending_active: Vec<u32>,
 }
+
+/// Since when (wall-clock microseconds, NVML's sample clock) our load has been idle or
+/// busy, from [`Probe::note_load`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct OwnLoad {
+    busy: bool,
+    since_us: Option<u64>,
+}
+
+/// How long after a stop our last burst may still run (at most `duty x 50 ms`), as
+/// margin when deciding that we ran nothing in a sample's window.
+const STOP_TAIL_US: u64 = 100_000;
+
+/// How often per-process samples are read to tell several own-PID candidates apart
+/// (about 1.4 ms a read).
+const OWN_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The most foreign PIDs kept from own-PID checks for `active_processes`.
+const PENDING_ACTIVE_MAX: usize = 256;
 
 impl NvmlProbe {
     /// A probe for the GPU `uuid`, where `own` are gpufill's own PIDs on it
@@ -78,7 +132,27 @@ impl NvmlProbe {
             quiet: QuietList::default(),
             gpm_supported: None,
             gpm_previous: None,
+            view: PidView::Host,
+            listed_memory: (Some(0), 0),
+            memory: UnexplainedMemory::new(),
+            memory_readable: true,
+            own_load: OwnLoad::default(),
+            next_own_check: None,
+            pending_active: Vec::new(),
         })
+    }
+
+    /// The probe with PID view `view` ([`crate::pid_view`]): with
+    /// [`PidView::Namespace`] it looks beyond the process list (module docs).
+    #[must_use]
+    pub fn with_pid_view(mut self, view: PidView) -> Self {
+        self.view = view;
+        self
+    }
+
+    /// The PID view the probe reads with.
+    pub fn pid_view(&self) -> PidView {
+        self.view
     }
 
     /// The GPU's UUID.
@@ -116,6 +190,16 @@ impl NvmlProbe {
     /// # Errors
     /// A classified NVML error (unsupported under MIG).
     pub fn process_utilization(&mut self) -> Result<Vec<(u32, u32)>, ProbeError> {
+        Ok(self
+            .process_samples()?
+            .into_iter()
+            .map(|s| (s.pid, s.sm_util))
+            .collect())
+    }
+
+    /// The fresh per-process samples since the previous read (see
+    /// [`fresh_process_utilization`]), with the own-PID candidates checked against them.
+    fn process_samples(&mut self) -> Result<Vec<ProcessSample>, ProbeError> {
         let samples = match self
             .device
             .process_utilization_stats(self.process_last_seen_us)
@@ -126,7 +210,51 @@ impl NvmlProbe {
         };
         let (fresh, last_seen) = fresh_process_utilization(&samples, self.process_last_seen_us);
         self.process_last_seen_us = last_seen;
+        self.check_own_work(&fresh);
         Ok(fresh)
+    }
+
+    /// Re-checks own-PID candidates against a read of samples and our load.
+    fn check_own_work(&mut self, fresh: &[ProcessSample]) {
+        let Some(window_start) = fresh
+            .iter()
+            .map(|s| s.timestamp_us)
+            .min()
+            .map(|t| t.saturating_sub(duration_us(self.sample_period())))
+        else {
+            return;
+        };
+        if !self.own.has_candidates() {
+            return;
+        }
+        let working: Vec<u32> = fresh
+            .iter()
+            .filter(|s| s.sm_util > 0)
+            .map(|s| s.pid)
+            .collect();
+        let (idle, busy) = self.own_load.throughout(window_start);
+        let dropped = self.own.recheck_work(&working, idle, busy);
+        for pid in dropped {
+            tracing::warn!(gpu = %self.uuid, pid,
+                "a PID that appeared with our context ran kernels at odds with ours: not ours, counted as foreign");
+        }
+    }
+
+    /// Device memory in use, or `None` where it cannot be read (logged once).
+    fn used_memory(&mut self) -> Result<Option<u64>, ProbeError> {
+        if !self.memory_readable {
+            return Ok(None);
+        }
+        match self.device.memory_info() {
+            Ok(memory) => Ok(Some(memory.used)),
+            Err(e) if classify(&e) == ErrorKind::Unsupported => {
+                tracing::warn!(gpu = %self.uuid, error = %e,
+                    "cannot read device memory: processes outside our PID namespace are seen only by their work");
+                self.memory_readable = false;
+                Ok(None)
+            }
+            Err(e) => Err(ProbeError::nvml("nvmlDeviceGetMemoryInfo", e)),
+        }
     }
 
     /// GPM's SM utilization (the share of SMs with a warp resident, which sees kernel
@@ -268,8 +396,22 @@ impl Probe for NvmlProbe {
         )))
     }
 
-    fn foreign_processes(&mut self, _now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {
-        if self.quiet.may_skip() {
+    fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, ProbeError> {
+        if self.own.needs_work_checks() && self.next_own_check.is_none_or(|due| now >= due) {
+            // Several candidates for our own PID: their samples tell them apart.
+            self.next_own_check = Some(now + OWN_CHECK_EVERY);
+            let fresh = self.process_samples()?;
+            for s in fresh.iter().filter(|s| s.sm_util > 0) {
+                if !self.pending_active.contains(&s.pid)
+                    && self.pending_active.len() < PENDING_ACTIVE_MAX
+                {
+                    self.pending_active.push(s.pid);
+                }
+            }
+        }
+        // A bare count will not do in the namespace view (the sizes must be this tick's)
+        // nor with own-PID candidates (their sizes are checked at every read).
+        if self.view.list_complete() && !self.own.has_candidates() && self.quiet.may_skip() {
             // One NVML call instead of two (the list itself is a count query and a fill).
             let count = self
                 .device
@@ -281,6 +423,10 @@ impl Probe for NvmlProbe {
         }
         let mut list = running_processes(&self.device)?;
         let listed = list.len();
+        for pid in self.own.recheck_list(&list) {
+            tracing::warn!(gpu = %self.uuid, pid,
+                "a PID that appeared with our context changed its memory: not ours, counted as foreign");
+        }
         // MPS clients are listed apart, and only exist while an MPS server is on the
         // GPU: ask for them only when the list may hold one (a server, or a process
         // whose name NVML cannot resolve). Usually only our own context is listed, so
@@ -296,6 +442,10 @@ impl Probe for NvmlProbe {
         }
         self.names
             .retain(|pid, _| list.iter().any(|p| p.pid == *pid));
+        self.listed_memory = (
+            list.iter().map(|p| p.used_memory_bytes).sum(),
+            u32::try_from(list.len()).unwrap_or(u32::MAX),
+        );
         // Usually empty: no allocation on the tick path.
         let mut foreign = Vec::new();
         for mut process in list {
@@ -318,15 +468,69 @@ impl Probe for NvmlProbe {
             return Ok(None);
         }
         self.next_activity_read = Some(now + self.sample_period());
-        let samples = self.process_utilization()?;
-        Ok(Some(
-            samples
-                .into_iter()
-                .filter(|&(pid, sm)| sm > 0 && !self.own.contains(pid))
-                .map(|(pid, _)| pid)
-                .collect(),
-        ))
+        let samples = self.process_samples()?;
+        let mut active = std::mem::take(&mut self.pending_active);
+        for s in samples.iter().filter(|s| s.sm_util > 0) {
+            if !active.contains(&s.pid) {
+                active.push(s.pid);
+            }
+        }
+        active.retain(|&pid| !self.own.contains(pid));
+        Ok(Some(active))
     }
+
+    fn unlisted(&mut self, now: Time) -> Result<Unlisted, ProbeError> {
+        if self.view.list_complete() {
+            return Ok(Unlisted::ListComplete);
+        }
+        let reading = self
+            .used_memory()?
+            .map(|used| memory_reading(used, self.listed_memory, &self.own));
+        Ok(self.memory.observe(now, reading))
+    }
+
+    fn note_load(&mut self, _now: Time, load: Load) {
+        let busy = !load.is_idle();
+        if self.own_load.since_us.is_none() || busy != self.own_load.busy {
+            self.own_load = OwnLoad {
+                busy,
+                since_us: Some(wall_clock_us()),
+            };
+        }
+    }
+}
+
+impl OwnLoad {
+    /// Whether we ran nothing, and whether we filled, for the whole time since
+    /// `window_start_us` (a stop leaves a burst running for up to [`STOP_TAIL_US`]).
+    fn throughout(self, window_start_us: u64) -> (bool, bool) {
+        match self.since_us {
+            Some(since) if self.busy => (false, since <= window_start_us),
+            Some(since) => (since + STOP_TAIL_US <= window_start_us, false),
+            None => (false, false),
+        }
+    }
+}
+
+/// Device memory `used_bytes` against the last full list's sizes and entries
+/// (`listed`): with nothing of ours listed, our context's size from its creation counts
+/// as listed while device memory can hold it (the probe cannot see whether our context
+/// is held or released).
+fn memory_reading(used_bytes: u64, listed: (Option<u64>, u32), own: &OwnProcess) -> MemoryReading {
+    let (listed_bytes, contexts) = listed;
+    let own_unlisted = match own.context_bytes {
+        Some(bytes) if own.pids.is_empty() && used_bytes >= bytes => bytes,
+        _ => 0,
+    };
+    MemoryReading {
+        used_bytes,
+        listed_bytes: listed_bytes.map(|b| b + own_unlisted),
+        listed_contexts: contexts,
+    }
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Full process-list reads at least this often (in ticks) even while the count is
@@ -395,14 +599,24 @@ fn wall_clock_us() -> u64 {
         .map_or(0, |since| since.as_micros() as u64)
 }
 
+/// The latest per-process sample of one PID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessSample {
+    pub(crate) pid: u32,
+    /// SM utilization, percent.
+    pub(crate) sm_util: u32,
+    /// When NVML recorded it (wall-clock microseconds): the end of its window.
+    pub(crate) timestamp_us: u64,
+}
+
 /// The per-process samples worth believing, as nvtop does: only those newer than
 /// `last_seen_us` (some drivers return old ones again) with `sm_util <= 100` (some
-/// report garbage above), the latest per PID, as `(pid, sm %)` sorted by PID; and the
-/// newest timestamp seen, for the next query.
+/// report garbage above), the latest per PID, sorted by PID; and the newest timestamp
+/// seen, for the next query.
 pub(crate) fn fresh_process_utilization(
     samples: &[ProcessUtilizationSample],
     last_seen_us: u64,
-) -> (Vec<(u32, u32)>, u64) {
+) -> (Vec<ProcessSample>, u64) {
     let mut latest: HashMap<u32, &ProcessUtilizationSample> = HashMap::new();
     let mut newest = last_seen_us;
     for sample in samples.iter().filter(|s| s.timestamp > last_seen_us) {
@@ -415,8 +629,15 @@ pub(crate) fn fresh_process_utilization(
             *entry = sample;
         }
     }
-    let mut fresh: Vec<(u32, u32)> = latest.values().map(|s| (s.pid, s.sm_util)).collect();
-    fresh.sort_unstable();
+    let mut fresh: Vec<ProcessSample> = latest
+        .values()
+        .map(|s| ProcessSample {
+            pid: s.pid,
+            sm_util: s.sm_util,
+            timestamp_us: s.timestamp,
+        })
+        .collect();
+    fresh.sort_unstable_by_key(|s| s.pid);
     (fresh, newest)
 }
 
@@ -434,6 +655,10 @@ fn own_memory(list: &[ProcessInfo], own: &OwnProcess) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pairs(fresh: &[ProcessSample]) -> Vec<(u32, u32)> {
+        fresh.iter().map(|s| (s.pid, s.sm_util)).collect()
+    }
 
     fn sample(pid: u32, timestamp: u64, sm_util: u32) -> ProcessUtilizationSample {
         ProcessUtilizationSample {
@@ -467,6 +692,54 @@ mod tests {
         assert_eq!(own_memory(&[process(7, None)], &own), None);
     }
 
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn device_memory_is_read_against_the_listed_sizes_and_our_context() {
+        // Listed under our own PID: the list's sizes are all there is.
+        let listed = memory_reading(262 * MIB, (Some(254 * MIB), 1), &OwnProcess::pid(2));
+        assert_eq!(listed.unexplained(), Some(0));
+        // Nothing of ours listed: our context's 262 MiB counts while memory holds it...
+        let before = crate::Snapshot {
+            processes: Vec::new(),
+            used_bytes: Some(0),
+        };
+        let after = crate::Snapshot {
+            used_bytes: Some(262 * MIB),
+            ..before.clone()
+        };
+        let unlisted_us = crate::identify_own_context(&before, &after, 2);
+        assert_eq!(unlisted_us.context_bytes, Some(262 * MIB));
+        let held = memory_reading(262 * MIB, (Some(0), 0), &unlisted_us);
+        assert_eq!(held.unexplained(), Some(0));
+        // ... and not once device memory cannot hold it (our context released).
+        let released = memory_reading(0, (Some(0), 0), &unlisted_us);
+        assert_eq!(released.unexplained(), Some(0));
+        // No sizes: unknown.
+        assert_eq!(
+            memory_reading(262 * MIB, (None, 1), &OwnProcess::pid(2)).unexplained(),
+            None
+        );
+    }
+
+    #[test]
+    fn our_load_is_known_for_whole_sample_windows() {
+        let idle = OwnLoad {
+            busy: false,
+            since_us: Some(1_000_000),
+        };
+        // Idle from 1 s: a window from 1.05 s may still hold our last burst.
+        assert_eq!(idle.throughout(1_050_000), (false, false));
+        assert_eq!(idle.throughout(1_100_000), (true, false));
+        let busy = OwnLoad {
+            busy: true,
+            since_us: Some(1_000_000),
+        };
+        assert_eq!(busy.throughout(999_999), (false, false));
+        assert_eq!(busy.throughout(1_000_000), (false, true));
+        assert_eq!(OwnLoad::default().throughout(5), (false, false));
+    }
+
     #[test]
     fn stale_samples_are_dropped_and_the_latest_per_process_kept() {
         let samples = [
@@ -476,7 +749,8 @@ mod tests {
             sample(9, 400, 10),
         ];
         let (fresh, newest) = fresh_process_utilization(&samples, 200);
-        assert_eq!(fresh, vec![(7, 45), (9, 10)]);
+        assert_eq!(pairs(&fresh), vec![(7, 45), (9, 10)]);
+        assert_eq!(fresh[0].timestamp_us, 500);
         assert_eq!(newest, 500);
     }
 
@@ -484,7 +758,7 @@ mod tests {
     fn readings_above_a_hundred_percent_are_ignored_but_advance_the_clock() {
         let samples = [sample(3, 600, 4_294_967), sample(4, 550, 100)];
         let (fresh, newest) = fresh_process_utilization(&samples, 0);
-        assert_eq!(fresh, vec![(4, 100)]);
+        assert_eq!(pairs(&fresh), vec![(4, 100)]);
         assert_eq!(newest, 600);
     }
 

@@ -10,6 +10,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 
 use crate::error::{ProbeError, classify};
+use crate::own::Snapshot;
 
 /// The one NVML session of this process, never shut down (see [`Nvml`]).
 static SESSION: OnceLock<nvml_wrapper::Nvml> = OnceLock::new();
@@ -143,6 +144,23 @@ impl Nvml {
             .collect();
         pids.sort_unstable();
         Ok(pids)
+    }
+
+    /// The device's compute processes (MPS clients included) with their sizes, and its
+    /// memory in use: the snapshots for [`crate::identify_own_context`], taken just
+    /// before and just after our CUDA context is created.
+    ///
+    /// # Errors
+    /// [`ProbeError::NoSuchGpu`], or a classified NVML error (memory that cannot be read
+    /// is `None`, not an error).
+    pub fn snapshot(&self, uuid: &str) -> Result<Snapshot, ProbeError> {
+        let device = self.device(uuid)?;
+        let mut processes = compute_processes(&device, &mut true)?;
+        processes.sort_unstable_by_key(|p| p.pid);
+        Ok(Snapshot {
+            processes,
+            used_bytes: device.memory_info().ok().map(|m| m.used),
+        })
     }
 
     /// The device handle for `uuid`.

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use gpufill_core::{Probe, ProcessInfo, Time, Utilization};
+use gpufill_core::{Load, Probe, ProcessInfo, Time, Unlisted, Utilization};
 use nvml_wrapper::error::NvmlError;
 
 use crate::error::{ProbeError, classify};
@@ -156,6 +156,14 @@ impl Probe for MetricProbe {
 
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, ProbeError> {
         self.inner.active_processes(now)
+    }
+
+    fn unlisted(&mut self, now: Time) -> Result<Unlisted, ProbeError> {
+        self.inner.unlisted(now)
+    }
+
+    fn note_load(&mut self, now: Time, load: Load) {
+        self.inner.note_load(now, load);
     }
 }
 

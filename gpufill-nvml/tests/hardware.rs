@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use gpufill_core::{Clock, DeviceError, ErrorKind, Probe, SystemClock, Time};
-use gpufill_nvml::{Nvml, NvmlProbe, OwnProcess, identify_own};
+use gpufill_core::{Clock, DeviceError, ErrorKind, PidView, Probe, SystemClock, Time, Unlisted};
+use gpufill_nvml::{Nvml, NvmlProbe, OwnProcess, identify_own, identify_own_context};
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
@@ -278,4 +278,37 @@ fn metric_probe_reads_gpm_once_per_period() {
     }
     println!("GPM SM readings over 1 s on an idle GPU: {readings:?}");
     assert!((4..=6).contains(&readings.len()), "{readings:?}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_namespace_view_reads_device_memory_against_the_list() {
+    let nvml = nvml();
+    let uuid = test_gpu(nvml);
+    println!("this process's PID view: {}", gpufill_nvml::pid_view());
+    // No context of ours: the snapshots agree and nothing of ours is listed.
+    let before = nvml.snapshot(&uuid).expect("snapshot");
+    let after = nvml.snapshot(&uuid).expect("snapshot");
+    let own = identify_own_context(&before, &after, std::process::id());
+    println!("snapshot {after:?} -> own {own:?}");
+    let inner = NvmlProbe::new(nvml, &uuid, own)
+        .expect("probe")
+        .with_pid_view(PidView::Namespace);
+    // Through the probe `run` uses, which must pass the namespace view on.
+    let mut probe = gpufill_nvml::MetricProbe::utilization(inner);
+    let clock = SystemClock::new();
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let now = clock.now();
+        let foreign = probe.foreign_processes(now).expect("foreign");
+        let unlisted = probe.unlisted(now).expect("unlisted");
+        seen.push((foreign.len(), unlisted));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("(listed foreign, unlisted) every 50 ms: {seen:?}");
+    assert!(seen.iter().all(|&(_, u)| u != Unlisted::ListComplete));
+    let device = nvml.raw().device_by_uuid(uuid.as_str()).expect("device");
+    let (us, failures) = mean_us(2000, || device.memory_info());
+    println!("nvmlDeviceGetMemoryInfo v2: {us:.1} us a call");
+    assert_eq!(failures, 0);
 }

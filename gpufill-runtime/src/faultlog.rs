@@ -31,8 +31,23 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
     for event in tick.events.iter().filter(|e| faults.admit(tick.at, e)) {
         match event {
             Event::Filling => info!(target = tick.target.percent(), "filling"),
-            Event::Yielded { pids } if pids.is_empty() => info!("yielding (grace)"),
-            Event::Yielded { pids } => info!(foreign = ?pids, "yielding"),
+            Event::Yielded {
+                pids,
+                unlisted: false,
+            } if pids.is_empty() => info!("yielding (grace)"),
+            Event::Yielded {
+                pids,
+                unlisted: false,
+            } => info!(foreign = ?pids, "yielding"),
+            // A process outside our PID namespace, seen by device memory, per-process
+            // samples or utilization beyond ours (issue 14).
+            Event::Yielded {
+                pids,
+                unlisted: true,
+            } => info!(
+                foreign = ?pids,
+                "yielding to a process our PID namespace does not list (seen by device memory or its work)"
+            ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
             }

@@ -4,7 +4,7 @@
 use gpufill_core::device::Reopening;
 use gpufill_core::{Controller, FillLoop, FillSettings, YieldPolicy};
 use gpufill_cuda::{CudaError, CudaLoad};
-use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, ProbeError, identify_own};
+use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, ProbeError, identify_own_context};
 use tracing::{info, warn};
 
 use crate::gpm::GpmError;
@@ -72,17 +72,20 @@ pub fn open_gpu(
             .map_err(OpenError::Width)?;
     }
     let launcher = settings.launcher_settings();
-    // Our own entry in NVML's list is the PID that appears with our context: in a
-    // container NVML shows host PIDs, which differ from std::process::id().
-    let before = nvml.compute_pids(&gpu.uuid)?;
+    // Our own entry is our PID where NVML lists it (driver 580 translates PIDs into our
+    // namespace); else the PIDs that appear with our context, re-checked while running.
+    // Inside a PID namespace of our own the probe also reads device memory (issue 14).
+    let view = gpufill_nvml::pid_view();
+    let before = nvml.snapshot(&gpu.uuid)?;
     let load = CudaLoad::open(gpu.ordinal, launcher)?;
-    let after = nvml.compute_pids(&gpu.uuid)?;
-    let own = identify_own(&before, &after, std::process::id());
+    let after = nvml.snapshot(&gpu.uuid)?;
+    let own = identify_own_context(&before, &after, std::process::id());
     if own.ambiguous {
-        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours");
+        warn!(pids = ?own.pids, "several processes appeared with our context; treating all as ours until their memory or work tells them apart");
     }
-    info!(name = %gpu.name, uuid = %gpu.uuid, own = ?own.pids, "context ready");
-    let probe = NvmlProbe::new(nvml, &gpu.uuid, own)?;
+    let context_mib = own.context_bytes.map(|b| b >> 20);
+    info!(name = %gpu.name, uuid = %gpu.uuid, own = ?own.pids, ?context_mib, pid_view = view.as_str(), "context ready");
+    let probe = NvmlProbe::new(nvml, &gpu.uuid, own)?.with_pid_view(view);
     let probe = match settings.metric {
         Metric::Util => MetricProbe::utilization(probe),
         Metric::Sm => {

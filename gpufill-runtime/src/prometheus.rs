@@ -480,7 +480,10 @@ mod tests {
         let mut last = 0.0;
         for i in 0..20 {
             let events = if i % 3 == 0 {
-                vec![gpufill_core::Event::Yielded { pids: vec![1] }]
+                vec![gpufill_core::Event::Yielded {
+                    pids: vec![1],
+                    unlisted: false,
+                }]
             } else {
                 Vec::new()
             };

@@ -269,7 +269,13 @@ mod tests {
         let (registry, mut publishers) = Registry::new(vec![labels()]);
         let p = &mut publishers[0];
         p.observe(
-            &tick(State::Yielding, vec![Event::Yielded { pids: vec![7] }]),
+            &tick(
+                State::Yielding,
+                vec![Event::Yielded {
+                    pids: vec![7],
+                    unlisted: false,
+                }],
+            ),
             1,
         );
         p.observe(&tick(State::Yielding, vec![]), 1);
@@ -311,13 +317,25 @@ mod tests {
         let p = &mut publishers[0];
         let held = registry.gpus[0].lock().unwrap();
         p.observe(
-            &tick(State::Yielding, vec![Event::Yielded { pids: vec![] }]),
+            &tick(
+                State::Yielding,
+                vec![Event::Yielded {
+                    pids: vec![],
+                    unlisted: false,
+                }],
+            ),
             1,
         );
         assert_eq!(held.yields_total, 0, "not published while the lock is held");
         drop(held);
         p.observe(
-            &tick(State::Yielding, vec![Event::Yielded { pids: vec![] }]),
+            &tick(
+                State::Yielding,
+                vec![Event::Yielded {
+                    pids: vec![],
+                    unlisted: false,
+                }],
+            ),
             1,
         );
         assert_eq!(registry.snapshots()[0].yields_total, 2);

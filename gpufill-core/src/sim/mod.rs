@@ -28,6 +28,19 @@
 //!   retired as a long run goes, so memory stays bounded.
 //! - **SM activity**: the share of SMs busy, `own_duty x width / sm_count` plus the
 //!   foreign jobs' own SM share, for the `sm` metric.
+//! - **A PID namespace of our own** ([`SimConfig::pid_view`], `gpufill simulate
+//!   --pid-namespace`), as measured on an H100 (docs/data/ns-signals-h100.txt): the
+//!   foreign jobs are missing from the process list, while device memory, utilization
+//!   and per-process samples (under host PIDs) still show them. Device memory is our
+//!   context (254 MiB) plus each job's, plus 8 MiB of driver share per context, plus
+//!   the driver's own moves ([`SimConfig::driver_memory`]); a newcomer's memory grows
+//!   as the H100 showed it, from 36 ms before the host view would list it until its
+//!   first kernel. [`SimConfig::pid_namespace`] also delays per-process samples by the
+//!   2.6 s the H100 took to show a new PID's work. The probe runs the same
+//!   [`crate::unlisted::UnexplainedMemory`] as the NVML probe. One caveat: time-sliced
+//!   busy shares add up here, so a light job beside our fill raises the simulated
+//!   utilization, which the H100 did not show (48-53 % at a 50 % target): tests of the
+//!   per-process path use jobs too light for the utilization signal.
 
 pub mod churn;
 mod model;

@@ -7,6 +7,27 @@ use std::time::Duration;
 use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 use crate::time::Time;
 use crate::units::{Load, Utilization};
+use crate::unlisted::{MemoryReading, PidView, UnexplainedMemory, Unlisted};
+
+const MIB: u64 = 1 << 20;
+
+/// A newcomer's device memory while its context is created, as the H100 showed it
+/// (docs/data/ns-signals-h100.txt; PyTorch, `torch.cuda.init`): milliseconds from the
+/// moment NVML listed it (in the host view) and MiB held, its driver share included.
+/// It held memory 36 ms before it was listed; the context was complete (612 MiB listed,
+/// 618 MiB on the device) 167 ms after, when its first kernel came. Times after the
+/// listing scale with the job's `first_kernel_after`, so the context is complete at its
+/// first kernel whatever that delay.
+const CONTEXT_RAMP: [(f64, u64); 5] = [
+    (-36.0, 8),
+    (-24.0, 19),
+    (94.0, 36),
+    (121.0, 110),
+    (134.0, 526),
+];
+
+/// When, after the listing, the measured context was complete (ms).
+const CONTEXT_COMPLETE_MS: f64 = 167.0;
 
 /// A foreign process in the simulation.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +51,10 @@ pub struct ForeignJob {
     /// When set, it runs kernels only in `[from, to)` and merely holds its context
     /// otherwise (a notebook); when unset, from its first kernel until it leaves.
     pub work: Option<(Time, Time)>,
+    /// The device memory NVML lists for it once its context is complete, bytes (612
+    /// MiB: PyTorch with a tiny tensor). Before that it grows as a PyTorch context did on
+    /// the H100, from 36 ms before the host view would list it until its first kernel.
+    pub memory_bytes: u64,
 }
 
 impl ForeignJob {
@@ -48,7 +73,29 @@ impl ForeignJob {
             interference: 0.42,
             name: Some("python3".into()),
             work: None,
+            memory_bytes: 612 * MIB,
         }
+    }
+
+    /// Its device memory at `t`, its driver share `driver` included: nothing until 36 ms
+    /// before it is listed, the measured ramp up to its first kernel, then
+    /// `memory_bytes + driver` until it leaves.
+    fn memory_at(&self, t: Time, driver: u64) -> u64 {
+        if t >= self.leaves_at {
+            return 0;
+        }
+        let full = self.memory_bytes + driver;
+        let since_ms = (t.as_secs_f64() - self.listed_at.as_secs_f64()) * 1e3;
+        let scale = self.first_kernel_after.as_secs_f64() * 1e3 / CONTEXT_COMPLETE_MS;
+        if since_ms >= CONTEXT_COMPLETE_MS * scale {
+            return full;
+        }
+        let at = |ms: f64| if ms > 0.0 { ms * scale } else { ms };
+        CONTEXT_RAMP
+            .iter()
+            .take_while(|&&(ms, _)| at(ms) <= since_ms)
+            .last()
+            .map_or(0, |&(_, mib)| (mib * MIB).min(full))
     }
 
     fn first_kernel(&self) -> Time {
@@ -97,6 +144,41 @@ pub struct SimConfig {
     /// load sources opened before it fail with a lost context from then on, sources
     /// opened later work.
     pub context_breaks: Vec<Time>,
+    /// Which PIDs our probe sees. [`PidView::Namespace`]: the foreign jobs are missing
+    /// from the process list, as inside a PID namespace of our own, while device memory,
+    /// utilization and per-process samples (under their host PIDs) still show them.
+    pub pid_view: PidView,
+    /// The memory NVML lists for our own context (254 MiB with the stack limit at 0).
+    pub own_context_bytes: u64,
+    /// Device memory the driver holds per context besides its listed size (8 MiB on the
+    /// H100).
+    pub driver_per_context_bytes: u64,
+    /// The driver's own memory moving, in time order: from each time on, this many bytes
+    /// more (negative: fewer) than before. Empty: flat, as measured.
+    pub driver_memory: Vec<(Time, i64)>,
+    /// Whether the probe gets per-process memory sizes (without them the memory signal
+    /// cannot work: [`Unlisted::Unknown`]).
+    pub process_sizes: bool,
+    /// How long after its publication a sample shows in the per-process samples (0 by
+    /// default; on the H100 a new PID's first sample came 2.6 s after its work began,
+    /// [`SimConfig::H100_PROCESS_SAMPLE_LAG`]).
+    pub process_sample_lag: Duration,
+}
+
+impl SimConfig {
+    /// How late the H100's per-process samples showed a new PID's work (2.65 s after
+    /// it began, in both PID views: docs/data/ns-signals-h100.txt).
+    pub const H100_PROCESS_SAMPLE_LAG: Duration = Duration::from_millis(2600);
+
+    /// The view from inside a PID namespace of our own, as measured on the H100: foreign
+    /// jobs unlisted, per-process samples [`SimConfig::H100_PROCESS_SAMPLE_LAG`] late.
+    pub fn pid_namespace(self) -> Self {
+        SimConfig {
+            pid_view: PidView::Namespace,
+            process_sample_lag: Self::H100_PROCESS_SAMPLE_LAG,
+            ..self
+        }
+    }
 }
 
 impl Default for SimConfig {
@@ -115,6 +197,12 @@ impl Default for SimConfig {
             lost_at: None,
             recovers_at: None,
             context_breaks: Vec::new(),
+            pid_view: PidView::Host,
+            own_context_bytes: 254 * MIB,
+            driver_per_context_bytes: 8 * MIB,
+            driver_memory: Vec::new(),
+            process_sizes: true,
+            process_sample_lag: Duration::ZERO,
         }
     }
 }
@@ -182,6 +270,9 @@ struct Model {
     samples: u64,
     requested: Load,
     window_active: Vec<bool>,
+    /// Published per-process samples not yet visible (with `process_sample_lag`): when
+    /// each shows, and the PIDs that worked in its window.
+    pending_active: VecDeque<(Time, Vec<u32>)>,
     active: Vec<u32>,
     active_published: bool,
     holds_context: bool,
@@ -189,6 +280,10 @@ struct Model {
     configured: usize,
     /// Calls of `SimLoad::set_load`.
     load_calls: u64,
+    /// The driver's memory moves so far (`driver_memory` up to `now`), and how many of
+    /// them have been taken: the model's time only goes forward.
+    driver_moved: i64,
+    driver_taken: usize,
 }
 
 impl Model {
@@ -211,11 +306,14 @@ impl Model {
             samples: 0,
             requested: Load::IDLE,
             window_active: vec![false; n],
+            pending_active: VecDeque::new(),
             active: Vec::new(),
             active_published: false,
             holds_context: true,
             configured: n,
             load_calls: 0,
+            driver_moved: 0,
+            driver_taken: 0,
         }
     }
 
@@ -264,6 +362,14 @@ impl Model {
                 self.publish();
             }
         }
+        self.show_active();
+        while let Some(&(at, bytes)) = self.cfg.driver_memory.get(self.driver_taken) {
+            if at > self.now {
+                break;
+            }
+            self.driver_moved += bytes;
+            self.driver_taken += 1;
+        }
     }
 
     /// Integrates `[now, now + dt)`, over which nothing changes.
@@ -308,16 +414,70 @@ impl Model {
         let util = (self.window_busy / period * 100.0).round() / 100.0;
         let sm = (self.window_sm / period * 100.0).round() / 100.0;
         self.published.push_back((util, sm));
+        let mut worked = Vec::new();
         for (i, job) in self.cfg.foreign.iter().enumerate() {
-            if std::mem::take(&mut self.window_active[i]) && !self.active.contains(&job.pid) {
-                self.active.push(job.pid);
+            if std::mem::take(&mut self.window_active[i]) {
+                worked.push(job.pid);
             }
         }
-        self.active_published = true;
+        let visible = self.now + self.cfg.process_sample_lag;
+        self.pending_active.push_back((visible, worked));
+        self.show_active();
         self.samples += 1;
         self.window_busy = 0.0;
         self.window_sm = 0.0;
         self.next_sample += self.cfg.sample_period;
+    }
+
+    /// Moves the per-process samples that have become visible into `active`.
+    fn show_active(&mut self) {
+        while self
+            .pending_active
+            .front()
+            .is_some_and(|&(visible, _)| visible <= self.now)
+        {
+            if let Some((_, pids)) = self.pending_active.pop_front() {
+                for pid in pids {
+                    if !self.active.contains(&pid) {
+                        self.active.push(pid);
+                    }
+                }
+                self.active_published = true;
+            }
+        }
+    }
+
+    /// Device memory in use at the model's time (NVML's v2 `used`): our context while
+    /// we hold one, each foreign job's, and the driver's own moves.
+    fn used_memory(&self) -> u64 {
+        let driver = self.cfg.driver_per_context_bytes;
+        let own = if self.holds_context {
+            self.cfg.own_context_bytes + driver
+        } else {
+            0
+        };
+        let foreign: u64 = self
+            .cfg
+            .foreign
+            .iter()
+            .map(|job| job.memory_at(self.now, driver))
+            .sum();
+        (own + foreign).saturating_add_signed(self.driver_moved)
+    }
+
+    /// What our probe reads of device memory against its list (our own context only:
+    /// the foreign jobs are never in our namespace).
+    fn memory_reading(&self) -> MemoryReading {
+        let (listed, contexts) = if self.holds_context {
+            (self.cfg.own_context_bytes, 1)
+        } else {
+            (0, 0)
+        };
+        MemoryReading {
+            used_bytes: self.used_memory(),
+            listed_bytes: self.cfg.process_sizes.then_some(listed),
+            listed_contexts: contexts,
+        }
     }
 
     fn lost(&self) -> bool {
@@ -404,6 +564,7 @@ impl SimGpu {
         SimProbe {
             gpu: self.clone(),
             sm_metric: false,
+            memory: UnexplainedMemory::new(),
         }
     }
 
@@ -412,6 +573,7 @@ impl SimGpu {
         SimProbe {
             gpu: self.clone(),
             sm_metric: true,
+            memory: UnexplainedMemory::new(),
         }
     }
 
@@ -517,6 +679,8 @@ impl SimGpu {
 pub struct SimProbe {
     gpu: SimGpu,
     sm_metric: bool,
+    /// The baseline learner, as the NVML probe keeps one (namespace view only).
+    memory: UnexplainedMemory,
 }
 
 impl Probe for SimProbe {
@@ -540,13 +704,17 @@ impl Probe for SimProbe {
         let mut m = self.gpu.lock();
         m.advance(now);
         m.check(true)?;
+        if m.cfg.pid_view == PidView::Namespace {
+            // NVML lists only our namespace's processes: ours, which are not foreign.
+            return Ok(Vec::new());
+        }
         Ok(m.cfg
             .foreign
             .iter()
             .filter(|job| job.listed(now))
             .map(|job| ProcessInfo {
                 pid: job.pid,
-                used_memory_bytes: Some(600 << 20),
+                used_memory_bytes: m.cfg.process_sizes.then_some(job.memory_at(now, 0)),
                 name: job.name.clone(),
             })
             .collect())
@@ -560,6 +728,20 @@ impl Probe for SimProbe {
             return Ok(None);
         }
         Ok(Some(std::mem::take(&mut m.active)))
+    }
+
+    /// In the namespace view, device memory against our own context, through the same
+    /// [`UnexplainedMemory`] the NVML probe uses.
+    fn unlisted(&mut self, now: Time) -> Result<Unlisted, SimError> {
+        let mut m = self.gpu.lock();
+        m.advance(now);
+        m.check(true)?;
+        if m.cfg.pid_view == PidView::Host {
+            return Ok(Unlisted::ListComplete);
+        }
+        let reading = m.memory_reading();
+        drop(m);
+        Ok(self.memory.observe(now, Some(reading)))
     }
 }
 
@@ -756,6 +938,71 @@ mod tests {
         p.utilization(Time::from_millis(300)).unwrap();
         let u = p.utilization(Time::from_millis(500)).unwrap().unwrap();
         assert!((u.percent() - 50.0).abs() < 0.6, "{u}");
+    }
+
+    #[test]
+    fn a_newcomers_memory_grows_as_it_did_on_the_h100() {
+        // Listed (host view) at 6.148 s, context ready 166 ms later; used_v2 minus our
+        // 262 MiB, from docs/data/ns-signals-h100.txt.
+        let job = ForeignJob {
+            first_kernel_after: Duration::from_millis(166),
+            ..ForeignJob::compute_bound(6.148, 14.0, 1.0)
+        };
+        let driver = 8 * MIB;
+        let mib_at = |t: f64| job.memory_at(Time::from_secs_f64(t), driver) / MIB;
+        assert_eq!(mib_at(6.100), 0);
+        assert_eq!(mib_at(6.1125), 8);
+        assert_eq!(mib_at(6.1245), 19);
+        assert_eq!(mib_at(6.2425), 36);
+        assert_eq!(mib_at(6.2695), 110);
+        assert_eq!(mib_at(6.2825), 526);
+        assert_eq!(mib_at(6.315), 620);
+        assert_eq!(mib_at(14.0), 0);
+    }
+
+    #[test]
+    fn the_namespace_view_shows_memory_beyond_our_context_and_late_samples() {
+        let job = ForeignJob::compute_bound(1.0, 10.0, 1.0);
+        let gpu = SimGpu::new(
+            SimConfig {
+                foreign: vec![job],
+                ..SimConfig::default()
+            }
+            .pid_namespace(),
+        );
+        let mut p = gpu.probe();
+        assert_eq!(p.unlisted(Time::from_millis(500)), Ok(Unlisted::Explained));
+        assert!(
+            p.foreign_processes(Time::from_millis(2000))
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            p.unlisted(Time::from_millis(2000)),
+            Ok(Unlisted::Memory(620 * MIB))
+        );
+        // It worked from 1.085 s; the first window showing it closed at 1.273 s and
+        // shows in the per-process samples 2.6 s later.
+        p.active_processes(Time::from_millis(3800)).unwrap();
+        assert_eq!(p.active_processes(Time::from_millis(3860)), Ok(None));
+        assert_eq!(
+            p.active_processes(Time::from_millis(3880)),
+            Ok(Some(vec![2000]))
+        );
+        // The host view lists it and has nothing to add.
+        let host = SimGpu::new(SimConfig {
+            foreign: vec![ForeignJob::compute_bound(1.0, 10.0, 1.0)],
+            ..SimConfig::default()
+        });
+        let mut h = host.probe();
+        assert_eq!(
+            h.foreign_processes(Time::from_millis(2000)).unwrap().len(),
+            1
+        );
+        assert_eq!(
+            h.unlisted(Time::from_millis(2000)),
+            Ok(Unlisted::ListComplete)
+        );
     }
 
     #[test]

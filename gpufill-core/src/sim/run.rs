@@ -77,6 +77,13 @@ impl Simulation {
         &mut self.fill
     }
 
+    /// Moves the virtual clock on to `t` without stepping the loop, so that its first
+    /// step comes at `t`: what happened on the GPU before (a job that started first), it
+    /// finds there. Does nothing once the clock is past `t`.
+    pub fn start_at(&mut self, t: Time) {
+        self.clock.sleep_until(t);
+    }
+
     /// The virtual time now.
     pub fn now(&self) -> Time {
         self.clock.now()
