@@ -21,6 +21,7 @@ pub fn run(out: &mut dyn Write) -> anyhow::Result<()> {
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
+    writeln!(out, "{}", view_line(gpufill_nvml::pid_view()))?;
     for gpu in &gpus {
         write_gpu(out, gpu)?;
     }
@@ -69,6 +70,19 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// What the PID view means for the process lists below.
+fn view_line(view: gpufill_core::PidView) -> &'static str {
+    match view {
+        gpufill_core::PidView::Host => {
+            "PID view: host (NVML lists every compute process, with host PIDs)"
+        }
+        gpufill_core::PidView::Namespace => {
+            "PID view: namespace (NVML lists only this PID namespace's processes; gpufill \
+             sees the others by the device memory they hold and their utilization)"
+        }
+    }
 }
 
 /// `s` safe for a terminal: a process name comes from its argv, which any user sets,
