@@ -41,6 +41,10 @@ pub struct ProcessInfo {
     /// The process name (a path or a bare name), when it can be resolved: NVML cannot
     /// resolve host PIDs from inside a container.
     pub name: Option<String>,
+    /// Whether the driver lists it as a client of an MPS server: under MPS its kernels
+    /// run beside ours. A process that is not one (another container, a job started
+    /// without the pipe directory) time-slices with us as without MPS.
+    pub mps_client: bool,
 }
 
 /// Measures a device: its utilization and who else is on it.

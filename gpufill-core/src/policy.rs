@@ -130,9 +130,11 @@ pub enum YieldMode {
         /// How long a listed process must have run no kernel before gpufill fills beside it.
         idle_grace: Duration,
     },
-    /// Never: under MPS, kernels of different processes run together (a one-warp filler
-    /// cost a PyTorch job 1.5 %, gpu-facts.md), so gpufill stays on and its controller,
-    /// which reads total device utilization, fills only the gap others leave.
+    /// Under MPS: kernels of MPS clients run together with ours (what that costs a job:
+    /// docs/benchmarks.md, "Under MPS"), so gpufill stays on beside them and its
+    /// controller, which reads total device utilization, fills only the gap others leave.
+    /// A listed process that is not a client of the MPS server time-slices with us as
+    /// without MPS: gpufill yields to it as `Presence` does, with the grace.
     Mps,
 }
 
@@ -255,7 +257,7 @@ impl YieldPolicy {
     /// Decides from everything `seen` shows, unlisted processes included.
     pub fn decide_seen(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
         let idle_grace = match self.settings.mode {
-            YieldMode::Mps => return Decision::Fill,
+            YieldMode::Mps => return self.decide_mps(now, seen),
             YieldMode::Presence => None,
             YieldMode::Activity { idle_grace } => Some(idle_grace),
         };
@@ -287,6 +289,31 @@ impl YieldPolicy {
             // when they leave.
             self.last_seen = None;
             return Decision::Fill;
+        }
+        match self.last_seen {
+            Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
+                pids,
+                unlisted: false,
+            },
+            _ => Decision::Fill,
+        }
+    }
+
+    /// MPS mode: only listed processes that are not MPS clients count, as in presence
+    /// mode (with the grace after the last one).
+    fn decide_mps(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
+        let pids: Vec<u32> = seen
+            .listed
+            .iter()
+            .filter(|p| !p.mps_client && self.counts(p))
+            .map(|p| p.pid)
+            .collect();
+        if !pids.is_empty() {
+            self.last_seen = Some(now);
+            return Decision::Yield {
+                pids,
+                unlisted: false,
+            };
         }
         match self.last_seen {
             Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
@@ -380,8 +407,42 @@ mod tests {
                 pid,
                 used_memory_bytes: None,
                 name: Some(format!("/usr/bin/job{pid}")),
+                mps_client: false,
             })
             .collect()
+    }
+
+    fn mps_policy() -> YieldPolicy {
+        YieldPolicy::new(YieldSettings {
+            mode: YieldMode::Mps,
+            ..YieldSettings::default()
+        })
+    }
+
+    #[test]
+    fn under_mps_clients_run_beside_us_and_a_non_client_makes_us_yield_with_the_grace() {
+        let mut policy = mps_policy();
+        let t = |s: u64| Time::from_secs_f64(s as f64);
+        let mut clients = procs(&[10, 11]);
+        for p in &mut clients {
+            p.mps_client = true;
+        }
+        assert_eq!(policy.decide(t(0), &clients, &[10, 11]), Decision::Fill);
+        let mut mixed = clients.clone();
+        mixed.extend(procs(&[12]));
+        assert_eq!(
+            policy.decide(t(1), &mixed, &[]),
+            Decision::Yield {
+                pids: vec![12],
+                unlisted: false
+            }
+        );
+        // It left: the grace (5 s) holds, then clients alone let us fill again.
+        assert!(matches!(
+            policy.decide(t(3), &clients, &[]),
+            Decision::Yield { .. }
+        ));
+        assert_eq!(policy.decide(t(7), &clients, &[]), Decision::Fill);
     }
 
     #[test]

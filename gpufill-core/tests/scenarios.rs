@@ -454,6 +454,44 @@ fn under_mps_it_fills_only_the_gap_and_costs_the_foreign_job_under_two_percent()
 }
 
 #[test]
+fn under_mps_a_process_that_is_not_a_client_is_yielded_to_before_its_first_kernel() {
+    let outsider = ForeignJob {
+        outside_mps: true,
+        ..ForeignJob::compute_bound(5.0, 10.0, 0.5)
+    };
+    let cfg = SimConfig {
+        mps: true,
+        foreign: vec![outsider],
+        ..SimConfig::default()
+    };
+    let y = YieldSettings {
+        mode: gpufill_core::YieldMode::Mps,
+        ..YieldSettings::default()
+    };
+    let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, y);
+    let ticks = s.collect_until(secs(20.0));
+    // It time-slices with us as without MPS: no kernel of ours beside it, and the grace
+    // after it leaves.
+    let report = s.gpu().report(secs(20.0));
+    assert_eq!(report.foreign[0].overlap, Duration::ZERO, "{report:?}");
+    assert!(report.foreign[0].slowdown < 0.001, "{report:?}");
+    let yielding = |a: f64, b: f64| {
+        ticks
+            .iter()
+            .filter(|t| t.at >= secs(a) && t.at < secs(b))
+            .all(|t| t.state == State::Yielding)
+    };
+    assert!(
+        yielding(5.1, 14.9),
+        "yields while it is there and for the grace"
+    );
+    assert_eq!(
+        first_tick_at_or_after(&ticks, secs(16.0)).state,
+        State::Filling
+    );
+}
+
+#[test]
 fn quiet_time_counts_from_the_start_and_restarts_when_a_foreign_process_leaves() {
     let cfg = SimConfig {
         foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 0.3)],

@@ -270,6 +270,7 @@ mod tests {
             pid,
             used_memory_bytes: Some(mib * MIB),
             name: None,
+            mps_client: false,
         }
     }
 

@@ -677,6 +677,7 @@ mod tests {
             pid,
             used_memory_bytes: bytes,
             name: None,
+            mps_client: false,
         };
         let own = OwnProcess::pid(7);
         let mib = |n: u64| n << 20;

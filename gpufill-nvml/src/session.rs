@@ -252,6 +252,7 @@ pub(crate) fn running_processes(device: &Device<'_>) -> Result<Vec<ProcessInfo>,
             pid: p.pid,
             used_memory_bytes: used_bytes(&p.used_gpu_memory),
             name: None,
+            mps_client: false,
         })
         .collect())
 }
@@ -273,6 +274,7 @@ pub(crate) fn add_mps_clients(
                 pid: p.pid,
                 used_memory_bytes: used_bytes(&p.used_gpu_memory),
                 name: None,
+                mps_client: true,
             }),
         ),
         Err(e) if classify(&e) == ErrorKind::Unsupported => {
@@ -296,14 +298,16 @@ fn used_bytes(used: &UsedGpuMemory) -> Option<u64> {
     }
 }
 
-/// Adds the processes of `more` whose PID `list` lacks.
+/// Adds the processes of `more` whose PID `list` lacks; one listed in both is an MPS
+/// client if either list says so.
 pub(crate) fn merge_processes(
     list: &mut Vec<ProcessInfo>,
     more: impl IntoIterator<Item = ProcessInfo>,
 ) {
     for process in more {
-        if !list.iter().any(|p| p.pid == process.pid) {
-            list.push(process);
+        match list.iter_mut().find(|p| p.pid == process.pid) {
+            Some(known) => known.mps_client |= process.mps_client,
+            None => list.push(process),
         }
     }
 }
@@ -317,15 +321,26 @@ mod tests {
             pid,
             used_memory_bytes: Some(mib << 20),
             name: None,
+            mps_client: false,
         }
     }
 
     #[test]
     fn mps_clients_already_listed_are_not_listed_twice() {
         let mut list = vec![process(1, 66), process(2, 254)];
-        merge_processes(&mut list, [process(2, 254), process(3, 300)]);
+        let client = |pid, mib| ProcessInfo {
+            mps_client: true,
+            ..process(pid, mib)
+        };
+        merge_processes(&mut list, [client(2, 254), client(3, 300)]);
         let pids: Vec<u32> = list.iter().map(|p| p.pid).collect();
         assert_eq!(pids, vec![1, 2, 3]);
+        let clients: Vec<bool> = list.iter().map(|p| p.mps_client).collect();
+        assert_eq!(
+            clients,
+            vec![false, true, true],
+            "the MPS list marks clients"
+        );
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct ForeignJob {
     /// MiB: PyTorch with a tiny tensor). Before that it grows as a PyTorch context did on
     /// the H100, from 36 ms before the host view would list it until its first kernel.
     pub memory_bytes: u64,
+    /// With `SimConfig::mps`: a process that is not a client of the MPS server (started
+    /// without its pipe directory), which time-slices with us as without MPS.
+    pub outside_mps: bool,
 }
 
 impl ForeignJob {
@@ -74,6 +77,7 @@ impl ForeignJob {
             name: Some("python3".into()),
             work: None,
             memory_bytes: 612 * MIB,
+            outside_mps: false,
         }
     }
 
@@ -379,11 +383,14 @@ impl Model {
         let mut idle = 1.0 - own;
         let mut sm = own_sm;
         let mut time_sliced = own;
+        let mut all_beside = true;
         for (i, job) in self.cfg.foreign.iter().enumerate() {
             if !job.running(self.now) {
                 continue;
             }
-            let loss = if self.cfg.mps {
+            let beside = self.cfg.mps && !job.outside_mps;
+            all_beside &= beside;
+            let loss = if beside {
                 self.cfg.mps_interference
             } else {
                 job.interference
@@ -397,8 +404,9 @@ impl Model {
             time_sliced += progress;
             sm += progress * job.sm_share;
         }
-        // Without MPS contexts take turns, so busy shares add up; with MPS they overlap.
-        let busy = if self.cfg.mps {
+        // Without MPS contexts take turns, so busy shares add up; with MPS they overlap
+        // (a process outside MPS takes turns with everyone).
+        let busy = if self.cfg.mps && all_beside {
             1.0 - idle
         } else {
             time_sliced.min(1.0)
@@ -716,6 +724,7 @@ impl Probe for SimProbe {
                 pid: job.pid,
                 used_memory_bytes: m.cfg.process_sizes.then_some(job.memory_at(now, 0)),
                 name: job.name.clone(),
+                mps_client: m.cfg.mps && !job.outside_mps,
             })
             .collect())
     }
