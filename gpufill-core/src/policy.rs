@@ -725,11 +725,15 @@ mod tests {
     }
 
     #[test]
-    fn mps_mode_never_yields() {
+    fn mps_mode_never_yields_to_mps_clients() {
         let mut p = YieldPolicy::new(YieldSettings {
             mode: YieldMode::Mps,
             ..YieldSettings::default()
         });
-        assert!(p.decide(Time::ZERO, &procs(&[5, 6]), &[5]).is_fill());
+        let mut clients = procs(&[5, 6]);
+        for c in &mut clients {
+            c.mps_client = true;
+        }
+        assert!(p.decide(Time::ZERO, &clients, &[5]).is_fill());
     }
 }
