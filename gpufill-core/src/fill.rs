@@ -71,6 +71,9 @@ pub enum State {
     Blind,
     /// Idle for good: the device is lost or cannot be measured.
     Stopped,
+    /// Idle because the target is 0 (a schedule window that turns gpufill off): there
+    /// is nothing to fill, and nobody to yield to.
+    Off,
 }
 
 impl State {
@@ -81,6 +84,7 @@ impl State {
             State::Yielding => "yielding",
             State::Blind => "blind",
             State::Stopped => "stopped",
+            State::Off => "off",
         }
     }
 
@@ -487,6 +491,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 }
                 (State::Yielding, Load::IDLE)
             }
+            Decision::Fill if self.settings.target == Utilization::ZERO => (State::Off, Load::IDLE),
             Decision::Fill => (State::Filling, self.fill(now, measured.sample)),
         }
     }

@@ -16,11 +16,12 @@ use crate::snapshot::GpuSnapshot;
 /// The `Content-Type` of the rendered text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-const STATES: [State; 4] = [
+const STATES: [State; 5] = [
     State::Filling,
     State::Yielding,
     State::Blind,
     State::Stopped,
+    State::Off,
 ];
 
 type Value = fn(&GpuSnapshot) -> Option<f64>;

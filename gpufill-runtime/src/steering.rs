@@ -302,7 +302,7 @@ mod tests {
         let start = TimeOfDay::parse("21:59").unwrap();
         let mut live = Steering::new(&config, false, DayClock::StartingAt(start));
         let mut ticks = Vec::new();
-        drive(
+        let last = drive(
             &mut fill,
             &VirtualClock::default(),
             config.tick(),
@@ -319,6 +319,8 @@ mod tests {
         );
         assert!(ticks.iter().filter(|t| t.0 < 60.0).all(|t| t.1 == 50.0));
         assert!(ticks.iter().filter(|t| t.0 >= 60.0).all(|t| t.1 == 0.0));
+        // Inside the window the state says gpufill is off, not filling.
+        assert_eq!(last.state, State::Off, "{last:?}");
         let (_, _, duty) = ticks.last().unwrap();
         assert!(*duty < 1.0, "off inside the window, duty {duty}");
     }
