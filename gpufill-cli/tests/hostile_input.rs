@@ -22,6 +22,17 @@ fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// `config check` on a file holding `text` exits 2 with `expected` on stderr.
+fn refused(dir: &tempfile::TempDir, text: &str, expected: &str) {
+    let path = file(dir, "t.toml", text);
+    gpufill()
+        .args(["config", "check"])
+        .arg(&path)
+        .assert()
+        .code(2)
+        .stderr(contains(expected));
+}
+
 #[test]
 fn huge_numbers_are_refused_with_exit_2_not_a_panic() {
     for (args, message) in [
@@ -103,13 +114,7 @@ fn a_relation_between_keys_blames_the_key_the_file_has() {
             "t.toml:2:19: probe.retry_initial_s: must be at most probe.retry_max_s (300), got 500",
         ),
     ] {
-        let path = file(&dir, "t.toml", text);
-        gpufill()
-            .args(["config", "check"])
-            .arg(&path)
-            .assert()
-            .code(2)
-            .stderr(contains(expected));
+        refused(&dir, text, expected);
     }
 }
 
@@ -127,13 +132,7 @@ fn wrong_types_and_duplicates_name_the_key() {
         ),
         ("[load]\n[load]\n", "t.toml:2:2: duplicate key `load`"),
     ] {
-        let path = file(&dir, "t.toml", text);
-        gpufill()
-            .args(["config", "check"])
-            .arg(&path)
-            .assert()
-            .code(2)
-            .stderr(contains(expected));
+        refused(&dir, text, expected);
     }
 }
 

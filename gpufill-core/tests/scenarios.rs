@@ -427,6 +427,13 @@ fn without_release_after_the_context_is_kept_while_yielding() {
     assert!(s.gpu().holds_context());
 }
 
+fn mps_yield_settings() -> YieldSettings {
+    YieldSettings {
+        mode: gpufill_core::YieldMode::Mps,
+        ..YieldSettings::default()
+    }
+}
+
 #[test]
 fn under_mps_it_fills_only_the_gap_and_costs_the_foreign_job_under_two_percent() {
     let cfg = SimConfig {
@@ -434,10 +441,7 @@ fn under_mps_it_fills_only_the_gap_and_costs_the_foreign_job_under_two_percent()
         foreign: vec![ForeignJob::compute_bound(5.0, 15.0, 0.3)],
         ..SimConfig::default()
     };
-    let y = YieldSettings {
-        mode: gpufill_core::YieldMode::Mps,
-        ..YieldSettings::default()
-    };
+    let y = mps_yield_settings();
     let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, y);
     let ticks = s.collect_until(secs(20.0));
     assert!(ticks.iter().all(|t| t.state == State::Filling));
@@ -464,10 +468,7 @@ fn under_mps_a_process_that_is_not_a_client_is_yielded_to_before_its_first_kerne
         foreign: vec![outsider],
         ..SimConfig::default()
     };
-    let y = YieldSettings {
-        mode: gpufill_core::YieldMode::Mps,
-        ..YieldSettings::default()
-    };
+    let y = mps_yield_settings();
     let mut s = sim_with(cfg, 50.0, ControllerKind::Pi, y);
     let ticks = s.collect_until(secs(20.0));
     // It time-slices with us as without MPS: no kernel of ours beside it, and the grace
