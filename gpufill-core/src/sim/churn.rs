@@ -99,7 +99,7 @@ impl Arrivals {
         Some(ForeignJob {
             pid,
             first_kernel_after: Duration::from_secs_f64(first_kernel_ms / 1e3)
-                .min(Duration::from_secs_f64(life.max(0.0))),
+                .min(Time::from_secs_f64(life).since_epoch()),
             ..ForeignJob::compute_bound(start, start + life.max(1e-3), load)
         })
     }
@@ -213,6 +213,15 @@ mod tests {
     fn a_zero_rate_gives_no_arrivals() {
         let mut a = Arrivals::new(1, 0.0, (Duration::ZERO, Duration::ZERO), Time::ZERO);
         assert!(a.next_before(Time::from_secs_f64(1e9)).is_none());
+    }
+
+    #[test]
+    fn endless_lifetimes_saturate_instead_of_panicking() {
+        let forever = (Duration::MAX, Duration::MAX);
+        let mut a = Arrivals::new(3, 3600.0, forever, Time::ZERO);
+        let job = a.next_before(Time::MAX).unwrap();
+        assert_eq!(job.leaves_at, Time::MAX);
+        assert!(job.first_kernel_after <= Duration::from_millis(150));
     }
 
     #[test]
