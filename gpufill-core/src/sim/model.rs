@@ -629,6 +629,12 @@ impl SimGpu {
         self.lock().cfg.foreign.len()
     }
 
+    /// How many PIDs seen working the model keeps for the next
+    /// [`Probe::active_processes`] read (only the `activity` policy reads them).
+    pub fn pending_active_len(&self) -> usize {
+        self.lock().active.len()
+    }
+
     /// Runs the simulation up to `t` and reports.
     pub fn report(&self, t: Time) -> SimReport {
         let mut m = self.lock();
@@ -668,7 +674,12 @@ impl SimGpu {
         let mut i = m.configured;
         while i < m.cfg.foreign.len() {
             if m.cfg.foreign[i].leaves_at < t {
-                m.cfg.foreign.remove(i);
+                let job = m.cfg.foreign.remove(i);
+                // A PID seen working stays pending until the `activity` policy reads
+                // it; nothing reads it in `presence` mode, so a retired job takes its
+                // PID along, or the list (searched at every sample) grows with every
+                // job of the run.
+                m.active.retain(|&pid| pid != job.pid);
                 m.wanted.remove(i);
                 m.got.remove(i);
                 m.overlap.remove(i);
