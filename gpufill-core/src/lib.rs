@@ -37,6 +37,7 @@ pub mod device;
 pub mod fill;
 pub mod policy;
 pub mod ratelimit;
+mod reopen;
 pub mod schedule;
 pub mod shaper;
 #[cfg(feature = "sim")]
