@@ -101,25 +101,18 @@ impl Default for ServerSettings {
     }
 }
 
-/// How long a worker may go without a tick before `/healthz` reports it (the tick is
-/// 50 ms; opening a CUDA context takes about a second).
-pub const STALE_AFTER: Duration = Duration::from_secs(10);
-
-/// The runtime's [`Registry`] as an [`Exposition`]: its Prometheus text, and its
-/// snapshots' last ticks judged against `stale_after`.
+/// The runtime's [`Registry`] as an [`Exposition`]: its Prometheus text, and each
+/// snapshot judged by [`GpuSnapshot::unhealthy`] against its own `stall_after` (the
+/// same rule as `gpufill_worker_up`).
 #[derive(Debug)]
 pub struct RegistryExposition {
     registry: Arc<Registry>,
-    stale_after: Duration,
 }
 
 impl RegistryExposition {
-    /// Serves `registry`, calling a worker stale after [`STALE_AFTER`] without a tick.
+    /// Serves `registry`.
     pub fn new(registry: Arc<Registry>) -> Self {
-        RegistryExposition {
-            registry,
-            stale_after: STALE_AFTER,
-        }
+        RegistryExposition { registry }
     }
 }
 
@@ -128,32 +121,18 @@ impl Exposition for RegistryExposition {
         self.registry.render()
     }
     fn health(&self) -> Health {
-        health_of(
-            &self.registry.snapshots(),
-            SystemTime::now(),
-            self.stale_after,
-        )
+        health_of(&self.registry.snapshots(), SystemTime::now())
     }
 }
 
-/// The health of these snapshots at `now`: each GPU whose worker has ended, has not
-/// ticked yet, or last ticked more than `stale_after` ago fails. A wall clock set back
-/// makes a tick look recent, not stale.
-pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime, stale_after: Duration) -> Health {
+/// The health of these snapshots at `now`: one line, naming the GPU, for each whose
+/// worker has ended or has not ticked within its `stall_after`
+/// ([`GpuSnapshot::unhealthy`]).
+pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime) -> Health {
     let failing = snapshots
         .iter()
         .filter_map(|s| {
-            let why = match s.last_tick {
-                _ if !s.worker_running => "worker ended".to_owned(),
-                None => "no tick yet".to_owned(),
-                Some(at) => {
-                    let age = now.duration_since(at).unwrap_or_default();
-                    if age <= stale_after {
-                        return None;
-                    }
-                    format!("last tick {:.1} s ago", age.as_secs_f64())
-                }
-            };
+            let why = s.unhealthy(now, s.stall_after)?;
             Some(format!("gpu {} ({}): {why}", s.labels.index, s.labels.uuid))
         })
         .collect();
