@@ -6,6 +6,8 @@ use crate::time::Time;
 use crate::units::{Load, Utilization};
 use crate::unlisted::Unlisted;
 
+pub use crate::reopen::{ReopenError, ReopenSettings, Reopening};
+
 /// How a device error should be handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -136,86 +138,6 @@ pub trait LoadSource {
     /// A classified device error.
     fn release(&mut self, now: Time) -> Result<(), Self::Error> {
         let _ = now;
-        Ok(())
-    }
-}
-
-/// A [`LoadSource`] that can be dropped while idle and opened again on demand: the
-/// generic half of "no footprint while yielding". `open` makes a fresh source (a new
-/// CUDA context); [`LoadSource::release`] drops the current one.
-pub struct Reopening<L, F> {
-    open: F,
-    current: Option<L>,
-    /// The load last asked for, given to a source opened to replace a failed one.
-    load: Load,
-}
-
-impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
-    /// Wraps an open source; `open` makes the next one after a release.
-    pub fn new(first: L, open: F) -> Self {
-        Reopening {
-            open,
-            current: Some(first),
-            load: Load::IDLE,
-        }
-    }
-
-    /// The source in use, `None` while released.
-    pub fn current(&self) -> Option<&L> {
-        self.current.as_ref()
-    }
-}
-
-impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<L, F> {
-    type Error = L::Error;
-
-    /// A source that fails for good (a CUDA context after a sticky launch error) is
-    /// dropped and replaced by a fresh one, once per call; if the fresh one fails too,
-    /// its error is returned (the loop stops, and its supervisor retries later).
-    fn set_load(&mut self, now: Time, load: Load) -> Result<(), Self::Error> {
-        self.load = load;
-        let source = match &mut self.current {
-            Some(source) => source,
-            // Released and asked for nothing: stay released.
-            None if load.is_idle() => return Ok(()),
-            None => self.current.insert((self.open)()?),
-        };
-        match source.set_load(now, load) {
-            Err(e) if e.kind() != ErrorKind::Transient => {
-                self.current = None;
-                if load.is_idle() {
-                    // Nothing to run: the dropped context is idle enough.
-                    return Ok(());
-                }
-                self.current.insert((self.open)()?).set_load(now, load)
-            }
-            other => other,
-        }
-    }
-
-    /// A source whose launch fails for good is replaced like in `set_load`: dropped, and
-    /// a fresh one opened with the load in force (it launches from the next step).
-    fn launch_due(&mut self, now: Time) -> Result<(), Self::Error> {
-        let Some(source) = &mut self.current else {
-            return Ok(());
-        };
-        match source.launch_due(now) {
-            Err(e) if e.kind() != ErrorKind::Transient => {
-                self.current = None;
-                if self.load.is_idle() {
-                    return Ok(());
-                }
-                self.current.insert((self.open)()?).set_load(now, self.load)
-            }
-            other => other,
-        }
-    }
-
-    fn release(&mut self, now: Time) -> Result<(), Self::Error> {
-        if let Some(mut source) = self.current.take() {
-            source.set_load(now, Load::IDLE)?;
-            source.release(now)?;
-        }
         Ok(())
     }
 }

@@ -119,7 +119,9 @@ pub enum Event {
     WentBlind,
     /// Yielded for `release_after`: the load source (the CUDA context) was released.
     Released,
-    /// Applying the load failed transiently; retried next tick.
+    /// Applying or launching the load failed transiently, retried next tick; or the
+    /// load source failed for good and no load runs until its replacement
+    /// ([`crate::device::Reopening`]), reported at every tick until then.
     LoadFault {
         /// The adapter's message.
         message: String,

@@ -37,6 +37,7 @@ pub mod device;
 pub mod fill;
 pub mod policy;
 pub mod ratelimit;
+mod reopen;
 pub mod schedule;
 pub mod shaper;
 #[cfg(feature = "sim")]
@@ -54,6 +55,6 @@ pub use ratelimit::RateLimiter;
 pub use schedule::{IdleRule, Schedule, TimeOfDay, Window};
 pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
 pub use supervise::{Backoff, RetrySettings, Supervised, Supervisor, SupervisorEvent};
-pub use time::{Clock, SystemClock, Time, VirtualClock};
+pub use time::{Clock, SystemClock, Time, TimeRangeError, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};
 pub use unlisted::{MemoryReading, OwnShare, PidView, UnexplainedMemory, Unlisted};

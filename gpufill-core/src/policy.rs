@@ -240,10 +240,12 @@ impl YieldPolicy {
     }
 
     fn counts(&self, p: &ProcessInfo) -> bool {
-        let ignored_name = p.name.as_deref().is_some_and(|name| {
-            let base = name.rsplit('/').next().unwrap_or(name);
-            self.settings.ignore_names.iter().any(|n| n == base)
-        });
+        let names = &self.settings.ignore_names;
+        let ignored_name = !names.is_empty()
+            && p.name.as_deref().is_some_and(|name| {
+                let base = name.rsplit('/').next().unwrap_or(name);
+                names.iter().any(|n| n == base)
+            });
         !ignored_name && !self.settings.ignore_pids.contains(&p.pid)
     }
 

@@ -16,6 +16,10 @@ impl Time {
     /// The epoch.
     pub const ZERO: Time = Time(Duration::ZERO);
 
+    /// The end of time: the latest point a [`Time`] can hold (about 584 billion years
+    /// after the epoch). Arithmetic saturates here instead of overflowing.
+    pub const MAX: Time = Time(Duration::MAX);
+
     /// The point `since_epoch` after the epoch.
     pub const fn from_duration(since_epoch: Duration) -> Self {
         Time(since_epoch)
@@ -26,12 +30,28 @@ impl Time {
         Time(Duration::from_millis(millis))
     }
 
-    /// The point `secs` seconds after the epoch; negative or NaN seconds give the epoch.
+    /// The point `secs` seconds after the epoch, saturating: negative or NaN seconds give
+    /// the epoch, and seconds beyond what a `Duration` holds (over about 1.8e19, or
+    /// infinite) give [`Time::MAX`]. Never panics, whatever a user typed; to refuse such
+    /// input instead, use [`Time::try_from_secs_f64`].
     pub fn from_secs_f64(secs: f64) -> Self {
-        if secs.is_finite() && secs > 0.0 {
-            Time(Duration::from_secs_f64(secs))
-        } else {
-            Time::ZERO
+        if secs.is_nan() || secs <= 0.0 {
+            return Time::ZERO;
+        }
+        Duration::try_from_secs_f64(secs).map_or(Time::MAX, Time)
+    }
+
+    /// The point `secs` seconds after the epoch, for input that must make sense: a
+    /// finite number of seconds, at least zero, that a `Duration` can hold.
+    ///
+    /// # Errors
+    /// [`TimeRangeError`] for NaN, negative, infinite or too large seconds.
+    pub fn try_from_secs_f64(secs: f64) -> Result<Self, TimeRangeError> {
+        // `try_from_secs_f64` alone refuses NaN and negatives but also infinity; the
+        // explicit checks keep the intent readable.
+        match Duration::try_from_secs_f64(secs) {
+            Ok(d) if secs.is_finite() && secs >= 0.0 => Ok(Time(d)),
+            _ => Err(TimeRangeError { secs }),
         }
     }
 
@@ -51,16 +71,28 @@ impl Time {
     }
 }
 
+/// Seconds that are not a point on the timeline: NaN, negative, infinite, or beyond
+/// what a `Duration` holds.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error("{secs} seconds is not a time: expected a finite number of seconds from 0 to 1.8e19")]
+pub struct TimeRangeError {
+    /// The seconds refused.
+    pub secs: f64,
+}
+
+/// Saturating at [`Time::MAX`]: a deadline "1e20 seconds from now" is the end of time,
+/// not a panic.
 impl Add<Duration> for Time {
     type Output = Time;
     fn add(self, rhs: Duration) -> Time {
-        Time(self.0 + rhs)
+        Time(self.0.saturating_add(rhs))
     }
 }
 
+/// Saturating at [`Time::MAX`], like `+`.
 impl AddAssign<Duration> for Time {
     fn add_assign(&mut self, rhs: Duration) {
-        self.0 += rhs;
+        self.0 = self.0.saturating_add(rhs);
     }
 }
 
@@ -177,6 +209,34 @@ mod tests {
         assert_eq!(Time::from_secs_f64(f64::NAN), Time::ZERO);
         assert_eq!(Time::from_secs_f64(-3.0), Time::ZERO);
         assert_eq!(Time::from_secs_f64(1.5), Time::from_millis(1500));
+    }
+
+    #[test]
+    fn huge_seconds_saturate_instead_of_panicking() {
+        for secs in [1e20, f64::MAX, f64::INFINITY, 2f64.powi(64)] {
+            assert_eq!(Time::from_secs_f64(secs), Time::MAX, "{secs}");
+        }
+        // Just below the largest Duration still converts exactly enough.
+        assert_eq!(Time::from_secs_f64(1e12).as_secs_f64(), 1e12);
+    }
+
+    #[test]
+    fn try_from_secs_f64_rejects_what_from_secs_f64_would_clamp() {
+        assert_eq!(Time::try_from_secs_f64(2.5), Ok(Time::from_millis(2500)));
+        assert_eq!(Time::try_from_secs_f64(0.0), Ok(Time::ZERO));
+        for bad in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e20] {
+            let e = Time::try_from_secs_f64(bad).unwrap_err();
+            assert!(e.to_string().contains("seconds"), "{e}");
+        }
+    }
+
+    #[test]
+    fn adding_to_the_end_of_time_saturates() {
+        let mut t = Time::MAX;
+        assert_eq!(t + Duration::from_secs(1), Time::MAX);
+        t += Duration::MAX;
+        assert_eq!(t, Time::MAX);
+        assert_eq!(Time::MAX - Time::ZERO, Duration::MAX);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! When the fill loop lets its load source launch: at every step, right after the
 //! process list was read and the load applied, so a launcher driven from the loop's
 //! thread never starts a burst on a stale list; and a source whose launch fails for good
-//! is replaced by [`Reopening`] with the load in force.
+//! is replaced by [`Reopening`] with the load in force, after a delay that the loop
+//! reports as a fault.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use gpufill_core::device::Reopening;
 use gpufill_core::{
-    ControllerKind, DeviceError, ErrorKind, FillLoop, FillSettings, Load, LoadSource, Probe,
+    ControllerKind, DeviceError, ErrorKind, Event, FillLoop, FillSettings, Load, LoadSource, Probe,
     ProcessInfo, State, Time, Utilization, YieldPolicy, YieldSettings,
 };
 
@@ -185,12 +186,25 @@ fn a_source_whose_launch_fails_for_good_is_replaced_and_given_the_load_in_force(
     }
     assert_eq!(*opened.borrow(), 1, "replaced once");
     assert!(ticks.iter().all(|t| t.state == State::Filling), "{ticks:?}");
-    // The replacement launches with the load in force: no step without a launch but the
-    // one that failed.
-    let launches = log
+    // The launch at 100 ms fails; the replacement is opened 100 ms later (the first
+    // delay of its backoff) and launches with the load in force in that same step.
+    // The steps in between report the fault: none passes for success.
+    let faulted: Vec<u64> = ticks
+        .iter()
+        .filter(|t| {
+            t.events
+                .iter()
+                .any(|e| matches!(e, Event::LoadFault { .. }))
+        })
+        .map(|t| t.at.since_epoch().as_millis() as u64)
+        .collect();
+    assert_eq!(faulted, [100, 120, 140, 160, 180]);
+    let launches: Vec<u64> = log
         .borrow()
         .iter()
         .filter(|(_, c)| matches!(c, Call::Launch { load } if !load.is_idle()))
-        .count();
-    assert_eq!(launches, ticks.len() - 1);
+        .map(|(t, _)| t.since_epoch().as_millis() as u64)
+        .collect();
+    assert_eq!(launches.len(), ticks.len() - faulted.len());
+    assert!(launches.contains(&200) && !launches.contains(&180));
 }

@@ -346,6 +346,40 @@ fn a_long_run_with_random_arrivals_neither_drifts_nor_grows() {
 }
 
 #[test]
+fn a_simulated_week_with_a_thousand_jobs_an_hour_keeps_what_it_holds_bounded() {
+    // `gpufill simulate --duration 604800 --random-foreign 1000` ran for over 300 s: the
+    // model kept every PID it had seen working (read only by the `activity` policy), so
+    // each sample cost more than the last. Here a week of the same arrivals, ticked and
+    // sampled once a virtual second (the work per virtual second is what grew), must
+    // keep the model's per-job state to the jobs around now.
+    let mut sim = Simulation::new(
+        SimConfig {
+            // NVML's slowest sampling (1 s), to keep the debug-build test short.
+            sample_period: Duration::from_secs(1),
+            ..SimConfig::default()
+        },
+        settings(50.0),
+        YieldSettings::default(),
+        ControllerKind::Pi.build(),
+        Duration::from_secs(1),
+    );
+    let life = (Duration::from_secs(1), Duration::from_secs(20));
+    let mut arrivals = Arrivals::new(5, 1000.0, life, Time::ZERO);
+    let gpu = sim.gpu().clone();
+    let mut most_pending = 0;
+    let report = sim.run_with_arrivals(secs(7.0 * 86_400.0), &mut arrivals, |t| {
+        let pending = gpu.pending_active_len();
+        most_pending = most_pending.max(pending);
+        assert!(pending <= 50, "{pending} PIDs kept at {:?}", t.at);
+    });
+    assert!(report.arrived > 160_000, "{report:?}");
+    assert_eq!(report.retired, report.arrived);
+    assert!(report.max_retained <= 50, "{report:?}");
+    assert!(report.max_pending_active <= 50, "{report:?}");
+    assert!(most_pending > 0, "the model saw jobs working");
+}
+
+#[test]
 fn a_job_added_during_a_run_is_yielded_to() {
     let (mut sim, _) = churn_sim(0);
     sim.gpu()

@@ -1,134 +1,483 @@
-//! A minimal HTTP/1.x server for `GET /metrics`, on `std::net` in one thread of its own.
+//! A small HTTP/1.x server for `GET /metrics` and `GET /healthz`, on `std::net`.
 //!
-//! One connection at a time, each with short read and write timeouts, so a stuck client
-//! delays only other scrapes, never a fill loop (the loops only `try_lock` their
-//! snapshot). No dependency is needed for a single read-only path.
+//! Nothing a client does can stall it for others, and nothing it does can make a fill
+//! loop wait (the loops only `try_lock` their snapshot):
+//! - **concurrent**: an acceptor thread hands each connection to a thread of its own, up
+//!   to [`ServerSettings::max_connections`] at once; beyond that a connection is answered
+//!   `503` at once and closed, so a flood of idle connections delays nobody else for more
+//!   than the request deadline;
+//! - **one deadline per request**: the head must arrive within
+//!   [`ServerSettings::request_deadline`] (2 s) in total, however it trickles in (the read
+//!   timeout shrinks to what is left of the deadline before each read), else `408`; the
+//!   response gets the same budget for writing;
+//! - **strict parsing** (`server/http.rs`): `400` for a malformed head (bare LF line ends are
+//!   accepted, see there), `431` for a head over [`ServerSettings::max_head_bytes`]
+//!   (8 KiB), `405` for methods other than GET and HEAD, `404` for other paths, `505` for
+//!   HTTP versions other than 1.x; one request per connection (`Connection: close`), and
+//!   unread input is drained briefly after the response so the client reads the answer
+//!   rather than a reset.
+//!
+//! The server knows nothing of where snapshots live: it serves an [`Exposition`] (the
+//! metrics text and the workers' [`Health`]). [`start`] serves a runtime [`Registry`]
+//! through [`RegistryExposition`].
+
+mod http;
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use tracing::debug;
 
 use super::render::CONTENT_TYPE;
-use super::{Registry, Render};
+use super::{GpuSnapshot, Registry, Render};
+use http::{HeadScanner, Refusal};
 
-const TIMEOUT: Duration = Duration::from_secs(2);
-const MAX_HEAD: usize = 8192;
+/// What the endpoint serves.
+pub trait Exposition: Send + Sync + 'static {
+    /// The Prometheus text of every series, for `/metrics`.
+    fn metrics(&self) -> String;
+    /// Whether every worker ticks, for `/healthz`.
+    fn health(&self) -> Health;
+}
 
-/// Binds `addr` and serves the registry from a background thread. Returns the bound
-/// address (its port is the chosen one when `addr` asked for port 0).
+/// A pair of closures serves as an exposition: `(metrics, health)`.
+impl<M, H> Exposition for (M, H)
+where
+    M: Fn() -> String + Send + Sync + 'static,
+    H: Fn() -> Health + Send + Sync + 'static,
+{
+    fn metrics(&self) -> String {
+        (self.0)()
+    }
+    fn health(&self) -> Health {
+        (self.1)()
+    }
+}
+
+/// The workers' health as `/healthz` reports it: `200 ok` when `failing` is empty, else
+/// `503` with one line per entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Health {
+    /// One line per GPU whose worker has not ticked recently or has ended, naming the
+    /// GPU and saying why (e.g. `gpu 1 (GPU-...): last tick 12.0 s ago`).
+    pub failing: Vec<String>,
+}
+
+impl Health {
+    /// Every worker is well.
+    pub fn ok() -> Self {
+        Health::default()
+    }
+
+    /// Whether every worker is well.
+    pub fn is_ok(&self) -> bool {
+        self.failing.is_empty()
+    }
+}
+
+/// Limits of the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// Connections served at once; more are answered `503` and closed.
+    pub max_connections: usize,
+    /// Time a client has to send its whole request head; the response has as long to
+    /// be written.
+    pub request_deadline: Duration,
+    /// The longest request head accepted; a longer one is answered `431`.
+    pub max_head_bytes: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            max_connections: 32,
+            request_deadline: Duration::from_secs(2),
+            max_head_bytes: 8192,
+        }
+    }
+}
+
+/// The runtime's [`Registry`] as an [`Exposition`]: its Prometheus text, and each
+/// snapshot judged by [`GpuSnapshot::unhealthy`] against its own `stall_after` (the
+/// same rule as `gpufill_worker_up`).
+#[derive(Debug)]
+pub struct RegistryExposition {
+    registry: Arc<Registry>,
+}
+
+impl RegistryExposition {
+    /// Serves `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        RegistryExposition { registry }
+    }
+}
+
+impl Exposition for RegistryExposition {
+    fn metrics(&self) -> String {
+        self.registry.render()
+    }
+    fn health(&self) -> Health {
+        health_of(&self.registry.snapshots(), SystemTime::now())
+    }
+}
+
+/// The health of these snapshots at `now`: one line, naming the GPU, for each whose
+/// worker has ended or has not ticked within its `stall_after`
+/// ([`GpuSnapshot::unhealthy`]).
+pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime) -> Health {
+    let failing = snapshots
+        .iter()
+        .filter_map(|s| {
+            let why = s.unhealthy(now, s.stall_after)?;
+            Some(format!("gpu {} ({}): {why}", s.labels.index, s.labels.uuid))
+        })
+        .collect();
+    Health { failing }
+}
+
+/// Binds `addr` and serves the registry (see [`RegistryExposition`]) with the default
+/// [`ServerSettings`]. Returns the bound address (its port is the chosen one when `addr`
+/// asked for port 0).
 ///
 /// # Errors
 /// The bind error (address in use, not an address of this host, no permission).
 pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> io::Result<SocketAddr> {
+    let exposition = Arc::new(RegistryExposition::new(registry));
+    serve(addr, exposition, ServerSettings::default())
+}
+
+/// Binds `addr` and serves `exposition` from background threads. Returns the bound
+/// address.
+///
+/// # Errors
+/// The bind error, or the error of spawning the acceptor thread.
+pub fn serve(
+    addr: SocketAddr,
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+) -> io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
+    let shared = Arc::new(Shared {
+        exposition,
+        settings,
+        active: AtomicUsize::new(0),
+    });
     thread::Builder::new()
         .name("gpufill-metrics".into())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                match stream {
-                    Ok(stream) => {
-                        if let Err(e) = serve(stream, &registry) {
-                            debug!("metrics connection: {e}");
-                        }
-                    }
-                    Err(e) => debug!("metrics accept: {e}"),
-                }
-            }
-        })?;
+        .spawn(move || accept_loop(&listener, &shared))?;
     Ok(bound)
 }
 
-fn serve(mut stream: TcpStream, registry: &Registry) -> io::Result<()> {
-    stream.set_read_timeout(Some(TIMEOUT))?;
-    stream.set_write_timeout(Some(TIMEOUT))?;
-    let head = read_head(&mut stream)?;
-    let (status, body) = respond(&head, registry);
-    let content_type = if status.starts_with("200") {
-        CONTENT_TYPE
-    } else {
-        "text/plain; charset=utf-8"
+struct Shared {
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+    /// Connections being served.
+    active: AtomicUsize,
+}
+
+/// A slot among `max_connections`, given back when dropped (also on a panic).
+struct Slot(Arc<Shared>);
+
+impl Slot {
+    fn take(shared: &Arc<Shared>) -> Option<Slot> {
+        let max = shared.settings.max_connections;
+        shared
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(Arc::clone(shared)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection handler's stack: it parses a head of at most 8 KiB and renders text.
+const HANDLER_STACK: usize = 256 * 1024;
+
+/// The pause after a failed accept (out of file descriptors), so the acceptor does not
+/// spin while the condition lasts.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(e) => {
+                debug!("metrics accept: {e}");
+                thread::sleep(ACCEPT_PAUSE);
+                continue;
+            }
+        };
+        let Some(slot) = Slot::take(shared) else {
+            debug!(
+                "metrics: {} connections already, answering 503",
+                shared.settings.max_connections
+            );
+            refuse_busy(stream);
+            continue;
+        };
+        let spawned = thread::Builder::new()
+            .name("gpufill-metrics-conn".into())
+            .stack_size(HANDLER_STACK)
+            .spawn(move || {
+                if let Err(e) = handle(stream, &slot.0) {
+                    debug!("metrics connection: {e}");
+                }
+                drop(slot);
+            });
+        if let Err(e) = spawned {
+            // The closure, its stream and its slot are dropped: the connection closes.
+            debug!("metrics: cannot start a connection thread: {e}");
+        }
+    }
+}
+
+/// Answers `503` from the acceptor without reading: the response fits any socket
+/// buffer, and the short timeout bounds the write all the same.
+fn refuse_busy(mut stream: TcpStream) {
+    let response = Response::text(503, "too many connections; retry shortly\n".to_owned());
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.write_all(&response.bytes(false, &["Retry-After: 1"]));
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+/// A response: status, content type and body.
+struct Response {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+}
+
+impl Response {
+    fn text(status: u16, body: String) -> Self {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body,
+        }
+    }
+
+    /// The bytes to send; `head_only` for HEAD (the length is still the body's).
+    fn bytes(&self, head_only: bool, extra: &[&str]) -> Vec<u8> {
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.status,
+            reason(self.status),
+            self.content_type,
+            self.body.len()
+        );
+        for line in extra {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+        out.push_str("\r\n");
+        if !head_only {
+            out.push_str(&self.body);
+        }
+        out.into_bytes()
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+/// What reading a request head gave.
+enum Head {
+    /// The head, complete.
+    Complete(Vec<u8>),
+    /// Longer than the limit.
+    TooLarge,
+    /// The deadline passed first.
+    TimedOut,
+    /// The client closed without sending anything.
+    Closed,
+    /// The client ended its side before the head was complete.
+    Incomplete,
+}
+
+fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    let settings = shared.settings;
+    let deadline = Instant::now() + settings.request_deadline;
+    let (response, head_only, extra): (Response, bool, &[&str]) =
+        match read_head(&mut stream, deadline, settings.max_head_bytes)? {
+            Head::Closed => return Ok(()),
+            Head::TimedOut => (
+                Response::text(408, "request head not received in time\n".into()),
+                false,
+                &[],
+            ),
+            Head::Incomplete => (
+                Response::text(400, "bad request: incomplete request head\n".into()),
+                false,
+                &[],
+            ),
+            Head::TooLarge => (
+                Response::text(431, "request head too large\n".into()),
+                false,
+                &[],
+            ),
+            Head::Complete(head) => route(&head, shared.exposition.as_ref()),
+        };
+    let deadline = Instant::now() + settings.request_deadline;
+    write_all_by(&mut stream, &response.bytes(head_only, extra), deadline)?;
+    linger(&mut stream);
+    Ok(())
+}
+
+/// The response to a complete head, whether it is a HEAD request, and extra header lines.
+fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static [&'static str]) {
+    let request = match http::parse(head) {
+        Ok(request) => request,
+        Err(Refusal::BadRequest(why)) => {
+            return (
+                Response::text(400, format!("bad request: {why}\n")),
+                false,
+                &[],
+            );
+        }
+        Err(Refusal::Version) => {
+            return (Response::text(505, "only HTTP/1.x\n".into()), false, &[]);
+        }
     };
-    write!(
-        stream,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    if !head.starts_with("HEAD ") {
-        stream.write_all(body.as_bytes())?;
+    let head_only = request.method == "HEAD";
+    if !matches!(request.method, "GET" | "HEAD") {
+        let response = Response::text(405, "only GET and HEAD\n".into());
+        return (response, false, &["Allow: GET, HEAD"]);
+    }
+    let response = match request.path {
+        "/metrics" => Response {
+            status: 200,
+            content_type: CONTENT_TYPE,
+            body: exposition.metrics(),
+        },
+        "/healthz" => {
+            let health = exposition.health();
+            if health.is_ok() {
+                Response::text(200, "ok\n".into())
+            } else {
+                let mut body = String::from("not ticking:\n");
+                for line in &health.failing {
+                    body.push_str(line);
+                    body.push('\n');
+                }
+                Response::text(503, body)
+            }
+        }
+        _ => Response::text(404, "not found; try /metrics or /healthz\n".into()),
+    };
+    (response, head_only, &[])
+}
+
+/// Reads until the head is complete, with the read timeout shrunk before each read to
+/// what is left of `deadline`.
+fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Result<Head> {
+    let mut head = Vec::with_capacity(1024);
+    let mut scanner = HeadScanner::default();
+    let mut buf = [0u8; 1024];
+    loop {
+        let Some(left) = left_until(deadline) else {
+            return Ok(Head::TimedOut);
+        };
+        stream.set_read_timeout(Some(left))?;
+        let n = match stream.read(&mut buf) {
+            Ok(0) if head.is_empty() => return Ok(Head::Closed),
+            Ok(0) => return Ok(Head::Incomplete),
+            Ok(n) => n,
+            Err(e) if is_timeout(&e) => return Ok(Head::TimedOut),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        head.extend_from_slice(&buf[..n]);
+        match scanner.end(&head) {
+            Some(end) if end <= max => {
+                head.truncate(end);
+                return Ok(Head::Complete(head));
+            }
+            Some(_) => return Ok(Head::TooLarge),
+            None if head.len() > max => return Ok(Head::TooLarge),
+            None => {}
+        }
+    }
+}
+
+/// Writes all of `bytes` by `deadline`, however slowly the client reads.
+fn write_all_by(stream: &mut TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let left = left_until(deadline).ok_or(io::ErrorKind::TimedOut)?;
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     stream.flush()
 }
 
-/// The status line's code and reason, and the body, for a request head.
-fn respond(head: &str, registry: &Registry) -> (&'static str, String) {
-    let mut parts = head.lines().next().unwrap_or("").split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
-        ("GET" | "HEAD", "/metrics") => ("200 OK", registry.render()),
-        ("GET" | "HEAD", _) => ("404 Not Found", "not found; try /metrics\n".to_owned()),
-        _ => ("405 Method Not Allowed", "only GET /metrics\n".to_owned()),
+/// How long unread input is drained after a response, at most.
+const LINGER: Duration = Duration::from_millis(250);
+/// How much unread input is drained after a response, at most.
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Ends our side, then reads and discards what the client still sends (the rest of an
+/// oversized head, a body) for a moment: closing with unread input would send a reset,
+/// which can destroy the response before the client reads it.
+fn linger(stream: &mut TcpStream) {
+    if stream.shutdown(Shutdown::Write).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + LINGER;
+    let mut buf = [0u8; 4096];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        let Some(left) = left_until(deadline) else {
+            return;
+        };
+        if stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
     }
 }
 
-/// Reads up to the blank line that ends the request head (or `MAX_HEAD` bytes).
-fn read_head(stream: &mut TcpStream) -> io::Result<String> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
-        let n = stream.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
+/// Time left until `deadline`; `None` once it has passed (a zero timeout would mean
+/// "block forever" to `set_read_timeout`).
+fn left_until(deadline: Instant) -> Option<Duration> {
+    Some(deadline.saturating_duration_since(Instant::now())).filter(|d| !d.is_zero())
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::GpuLabels;
-    use super::*;
-
-    fn get(addr: SocketAddr, request: &str) -> String {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(request.as_bytes()).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    }
-
-    #[test]
-    fn serves_metrics_on_port_0_and_404_elsewhere() {
-        let (registry, _publishers) = Registry::new(vec![GpuLabels {
-            index: 0,
-            uuid: "GPU-x".into(),
-            model: "m".into(),
-        }]);
-        let addr = start("127.0.0.1:0".parse().unwrap(), registry).unwrap();
-        assert_ne!(addr.port(), 0);
-        let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(
-            ok.contains("Content-Type: text/plain; version=0.0.4"),
-            "{ok}"
-        );
-        assert!(ok.contains("gpufill_build_info{version="), "{ok}");
-        let missing = get(addr, "GET /other HTTP/1.1\r\n\r\n");
-        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-        let post = get(addr, "POST /metrics HTTP/1.1\r\n\r\n");
-        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
-    }
-
-    #[test]
-    fn a_port_in_use_is_an_error() {
-        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-        let (registry, _) = Registry::new(Vec::new());
-        assert!(start(taken.local_addr().unwrap(), registry).is_err());
-    }
-}
+mod tests;

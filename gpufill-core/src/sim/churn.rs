@@ -41,6 +41,36 @@ impl Rng {
     }
 }
 
+/// The most random foreign jobs an hour a simulation takes: one a second on average.
+/// The simulated GPU's work per virtual second grows with the jobs listed at once
+/// (with `gpufill simulate`'s 10 s to 10 min lifetimes, about 300 at this rate, far
+/// more than share a real GPU), so a higher rate would only make a run take hours.
+pub const MAX_RANDOM_JOBS_PER_HOUR: f64 = 3600.0;
+
+/// A rate of random foreign jobs a user asked for, if it can be simulated: finite,
+/// from 0 to [`MAX_RANDOM_JOBS_PER_HOUR`]. For the flag parser, before [`Arrivals::new`]
+/// (which clamps instead).
+///
+/// # Errors
+/// [`RateError`] naming the rate and the limit.
+pub fn check_random_jobs_per_hour(rate_per_hour: f64) -> Result<f64, RateError> {
+    if (0.0..=MAX_RANDOM_JOBS_PER_HOUR).contains(&rate_per_hour) {
+        Ok(rate_per_hour)
+    } else {
+        Err(RateError { rate_per_hour })
+    }
+}
+
+/// A rate of random foreign jobs outside `0..=MAX_RANDOM_JOBS_PER_HOUR`.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "{rate_per_hour} random jobs per hour cannot be simulated: expected 0 to {MAX_RANDOM_JOBS_PER_HOUR}"
+)]
+pub struct RateError {
+    /// The rate refused.
+    pub rate_per_hour: f64,
+}
+
 /// A Poisson stream of foreign jobs: `rate_per_hour` arrivals an hour on average, each
 /// staying a uniform time in `lifetime` and wanting a uniform share of the GPU in `load`.
 #[derive(Clone, Debug)]
@@ -54,10 +84,11 @@ pub struct Arrivals {
 }
 
 impl Arrivals {
-    /// Arrivals from `start` on. A rate of zero (or below) gives no arrivals.
+    /// Arrivals from `start` on. A rate of zero (or below, or NaN) gives no arrivals; a
+    /// rate above [`MAX_RANDOM_JOBS_PER_HOUR`] is clamped to it.
     pub fn new(seed: u64, rate_per_hour: f64, lifetime: (Duration, Duration), start: Time) -> Self {
         let mean_gap_s = if rate_per_hour > 0.0 {
-            3600.0 / rate_per_hour
+            3600.0 / rate_per_hour.min(MAX_RANDOM_JOBS_PER_HOUR)
         } else {
             f64::INFINITY
         };
@@ -99,7 +130,7 @@ impl Arrivals {
         Some(ForeignJob {
             pid,
             first_kernel_after: Duration::from_secs_f64(first_kernel_ms / 1e3)
-                .min(Duration::from_secs_f64(life.max(0.0))),
+                .min(Time::from_secs_f64(life).since_epoch()),
             ..ForeignJob::compute_bound(start, start + life.max(1e-3), load)
         })
     }
@@ -213,6 +244,37 @@ mod tests {
     fn a_zero_rate_gives_no_arrivals() {
         let mut a = Arrivals::new(1, 0.0, (Duration::ZERO, Duration::ZERO), Time::ZERO);
         assert!(a.next_before(Time::from_secs_f64(1e9)).is_none());
+    }
+
+    #[test]
+    fn rates_beyond_the_limit_are_refused_by_the_check_and_clamped_by_arrivals() {
+        for ok in [0.0, 20.0, MAX_RANDOM_JOBS_PER_HOUR] {
+            assert_eq!(check_random_jobs_per_hour(ok), Ok(ok));
+        }
+        for bad in [
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e6,
+            MAX_RANDOM_JOBS_PER_HOUR * 1.01,
+        ] {
+            let e = check_random_jobs_per_hour(bad).unwrap_err();
+            assert!(e.to_string().contains("per hour"), "{e}");
+        }
+        let life = (Duration::from_secs(1), Duration::from_secs(2));
+        let mut a = Arrivals::new(9, 1e6, life, Time::ZERO);
+        let hour = Time::from_secs_f64(3600.0);
+        let n = std::iter::from_fn(|| a.next_before(hour)).count() as f64;
+        assert!((n - MAX_RANDOM_JOBS_PER_HOUR).abs() < 0.1 * n, "{n}");
+    }
+
+    #[test]
+    fn endless_lifetimes_saturate_instead_of_panicking() {
+        let forever = (Duration::MAX, Duration::MAX);
+        let mut a = Arrivals::new(3, 3600.0, forever, Time::ZERO);
+        let job = a.next_before(Time::MAX).unwrap();
+        assert_eq!(job.leaves_at, Time::MAX);
+        assert!(job.first_kernel_after <= Duration::from_millis(150));
     }
 
     #[test]

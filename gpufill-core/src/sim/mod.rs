@@ -46,7 +46,10 @@ pub mod churn;
 mod model;
 mod run;
 
-pub use churn::{Arrivals, LongRunStats, Period, Rng};
+pub use churn::{
+    Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, Rng,
+    check_random_jobs_per_hour,
+};
 pub use model::{
     ForeignJob, ForeignReport, SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport,
 };

@@ -288,6 +288,9 @@ struct Model {
     /// them have been taken: the model's time only goes forward.
     driver_moved: i64,
     driver_taken: usize,
+    /// The earliest job event after the time it was computed; `None` when unknown
+    /// (see [`Model::next_job_event`]).
+    next_job_event: Option<Time>,
 }
 
 impl Model {
@@ -318,6 +321,7 @@ impl Model {
             load_calls: 0,
             driver_moved: 0,
             driver_taken: 0,
+            next_job_event: None,
         }
     }
 
@@ -330,8 +334,8 @@ impl Model {
     }
 
     /// The earliest time after `now` at which something changes.
-    fn next_breakpoint(&self, limit: Time) -> Time {
-        let mut next = limit.min(self.next_sample);
+    fn next_breakpoint(&mut self, limit: Time) -> Time {
+        let mut next = limit.min(self.next_sample).min(self.next_job_event());
         if let Some((until, _, _)) = self.tail.filter(|&(until, _, _)| until > self.now) {
             next = next.min(until);
         }
@@ -340,6 +344,18 @@ impl Model {
                 next = next.min(t);
             }
         }
+        next
+    }
+
+    /// The earliest change of a foreign job after `now`. Cached: between two job events
+    /// only samples come (five a second), and a scan of every job at each would make a
+    /// long run with many jobs around cost jobs x samples. The cache holds while `now`
+    /// has not reached it and no job was added or retired.
+    fn next_job_event(&mut self) -> Time {
+        if let Some(at) = self.next_job_event.filter(|&at| at > self.now) {
+            return at;
+        }
+        let mut next = Time::MAX;
         for job in &self.cfg.foreign {
             let (from, to) = job.work.unwrap_or((job.leaves_at, job.leaves_at));
             for t in [job.first_kernel(), job.leaves_at, from, to] {
@@ -348,6 +364,7 @@ impl Model {
                 }
             }
         }
+        self.next_job_event = Some(next);
         next
     }
 
@@ -629,6 +646,12 @@ impl SimGpu {
         self.lock().cfg.foreign.len()
     }
 
+    /// How many PIDs seen working the model keeps for the next
+    /// [`Probe::active_processes`] read (only the `activity` policy reads them).
+    pub fn pending_active_len(&self) -> usize {
+        self.lock().active.len()
+    }
+
     /// Runs the simulation up to `t` and reports.
     pub fn report(&self, t: Time) -> SimReport {
         let mut m = self.lock();
@@ -651,6 +674,7 @@ impl SimGpu {
     pub fn add_foreign(&self, job: ForeignJob) {
         let mut m = self.lock();
         m.cfg.foreign.push(job);
+        m.next_job_event = None;
         m.wanted.push(0.0);
         m.got.push(0.0);
         m.overlap.push(0.0);
@@ -668,7 +692,13 @@ impl SimGpu {
         let mut i = m.configured;
         while i < m.cfg.foreign.len() {
             if m.cfg.foreign[i].leaves_at < t {
-                m.cfg.foreign.remove(i);
+                let job = m.cfg.foreign.remove(i);
+                m.next_job_event = None;
+                // A PID seen working stays pending until the `activity` policy reads
+                // it; nothing reads it in `presence` mode, so a retired job takes its
+                // PID along, or the list (searched at every sample) grows with every
+                // job of the run.
+                m.active.retain(|&pid| pid != job.pid);
                 m.wanted.remove(i);
                 m.got.remove(i);
                 m.overlap.remove(i);

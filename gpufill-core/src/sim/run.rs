@@ -170,6 +170,8 @@ impl<'a> Churn<'a> {
             }
             let kept = sim.gpu.foreign_len();
             self.report.max_retained = self.report.max_retained.max(kept);
+            let pending = sim.gpu.pending_active_len();
+            self.report.max_pending_active = self.report.max_pending_active.max(pending);
         }
         if now >= self.next_retire {
             let retired = sim.gpu.retire_foreign(now);
@@ -210,6 +212,9 @@ pub struct ChurnReport {
     pub retired: u64,
     /// The most jobs the simulated GPU held at once (bounded by retiring).
     pub max_retained: usize,
+    /// The most PIDs seen working that the simulated GPU kept at once for the next
+    /// per-process activity read (bounded like the jobs).
+    pub max_pending_active: usize,
     /// Ticks that ended with a non-zero duty while the GPU listed a foreign process.
     pub filling_while_listed: u64,
     /// Time our kernels were resident while a foreign job ran its kernels, summed.

@@ -1,0 +1,268 @@
+//! The server over loopback sockets: every test binds port 0 on 127.0.0.1, and every
+//! loop in it is bounded, so the tests end by themselves.
+
+use super::super::GpuLabels;
+use super::*;
+use std::time::Instant;
+
+fn get(addr: SocketAddr, request: impl AsRef<[u8]>) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_ref()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn serves_metrics_on_port_0_and_404_elsewhere() {
+    let (registry, _publishers) = Registry::new(vec![GpuLabels {
+        index: 0,
+        uuid: "GPU-x".into(),
+        model: "m".into(),
+    }]);
+    let addr = start("127.0.0.1:0".parse().unwrap(), registry).unwrap();
+    assert_ne!(addr.port(), 0);
+    let ok = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+    assert!(
+        ok.contains("Content-Type: text/plain; version=0.0.4"),
+        "{ok}"
+    );
+    assert!(ok.contains("gpufill_build_info{version="), "{ok}");
+    let missing = get(addr, "GET /other HTTP/1.1\r\n\r\n");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    let post = get(addr, "POST /metrics HTTP/1.1\r\n\r\n");
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+}
+
+fn registry_server() -> SocketAddr {
+    let (registry, _publishers) = Registry::new(vec![GpuLabels {
+        index: 0,
+        uuid: "GPU-x".into(),
+        model: "m".into(),
+    }]);
+    start("127.0.0.1:0".parse().unwrap(), registry).unwrap()
+}
+
+/// `GET /metrics`, with the time it took to be answered.
+fn timed_scrape(addr: SocketAddr) -> (String, std::time::Duration) {
+    let t = std::time::Instant::now();
+    let out = get(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    (out, t.elapsed())
+}
+
+#[test]
+fn a_scrape_is_answered_within_a_second_beside_20_idle_connections() {
+    let addr = registry_server();
+    let idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let (out, took) = timed_scrape(addr);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    drop(idle);
+}
+
+#[test]
+fn a_client_sending_a_byte_every_1_5_s_neither_delays_a_scrape_nor_holds_on() {
+    let addr = registry_server();
+    let slow = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let start = std::time::Instant::now();
+        // At most 6 bytes (9 s): the server must have cut it off long before.
+        for b in b"GET /m".iter() {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1500));
+            let mut probe = [0u8; 1];
+            s.set_nonblocking(true).unwrap();
+            let closed = s.read(&mut probe).is_ok();
+            s.set_nonblocking(false).unwrap();
+            if closed {
+                break;
+            }
+        }
+        start.elapsed()
+    });
+    thread::sleep(Duration::from_millis(100));
+    let (out, took) = timed_scrape(addr);
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let held = slow.join().unwrap();
+    assert!(
+        held < Duration::from_secs(4),
+        "slow client held on for {held:?}"
+    );
+}
+
+#[test]
+fn malformed_requests_get_400_and_an_oversized_head_431() {
+    let addr = registry_server();
+    for garbage in [
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n" as &[u8],
+        b"hello\r\n\r\n",
+        b"GET\r\n\r\n",
+        b"GET /metrics\r\n\r\n",
+        b"GET  /metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1 extra\r\n\r\n",
+        b"GET metrics HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nno colon\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost : x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nHost: a\rb\r\n\r\n",
+    ] {
+        let out = get(addr, garbage);
+        let shown = String::from_utf8_lossy(garbage);
+        assert!(out.starts_with("HTTP/1.1 400 "), "{shown:?}: {out}");
+    }
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(9 * 1024)
+    );
+    let out = get(addr, &big);
+    assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
+    // A head cut short by the client's end of input.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
+}
+
+#[test]
+fn bare_lf_line_ends_are_accepted() {
+    let addr = registry_server();
+    let out = get(addr, "GET /metrics HTTP/1.1\nHost: x\n\n");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    // An empty line before the request line is ignored (RFC 9112, 2.2).
+    let out = get(addr, "\r\nGET /metrics HTTP/1.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+}
+
+/// A server of closures: fixed metrics text, and the health in `health`.
+fn closure_server(settings: ServerSettings) -> (SocketAddr, Arc<std::sync::Mutex<Health>>) {
+    let health = Arc::new(std::sync::Mutex::new(Health::ok()));
+    let read = Arc::clone(&health);
+    let exposition = (|| "m 1\n".to_owned(), move || read.lock().unwrap().clone());
+    let addr = serve(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(exposition),
+        settings,
+    )
+    .unwrap();
+    (addr, health)
+}
+
+#[test]
+fn healthz_is_ok_until_a_worker_stops_ticking_and_then_names_it() {
+    let (addr, health) = closure_server(ServerSettings::default());
+    let ok = get(addr, "GET /healthz HTTP/1.1\r\n\r\n");
+    assert!(
+        ok.starts_with("HTTP/1.1 200 OK\r\n") && ok.ends_with("\r\n\r\nok\n"),
+        "{ok}"
+    );
+    health.lock().unwrap().failing = vec!["gpu 1 (GPU-b): last tick 12.0 s ago".into()];
+    let bad = get(addr, "GET /healthz HTTP/1.1\r\n\r\n");
+    assert!(bad.starts_with("HTTP/1.1 503 "), "{bad}");
+    assert!(
+        bad.ends_with("not ticking:\ngpu 1 (GPU-b): last tick 12.0 s ago\n"),
+        "{bad}"
+    );
+    // HEAD: the same status and length, no body.
+    let head = get(addr, "HEAD /healthz HTTP/1.1\r\n\r\n");
+    assert!(
+        head.starts_with("HTTP/1.1 503 ") && head.ends_with("\r\n\r\n"),
+        "{head}"
+    );
+    let metrics = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(metrics.ends_with("\r\n\r\nm 1\n"), "{metrics}");
+}
+
+#[test]
+fn other_methods_get_405_with_allow_and_other_versions_505() {
+    let (addr, _) = closure_server(ServerSettings::default());
+    let out = get(addr, "DELETE /healthz HTTP/1.1\r\n\r\n");
+    assert!(
+        out.starts_with("HTTP/1.1 405 ") && out.contains("\r\nAllow: GET, HEAD\r\n"),
+        "{out}"
+    );
+    let out = get(addr, "GET /metrics HTTP/2.0\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 505 "), "{out}");
+}
+
+#[test]
+fn a_head_that_does_not_arrive_in_time_gets_408() {
+    let (addr, _) = closure_server(ServerSettings {
+        request_deadline: Duration::from_millis(300),
+        ..ServerSettings::default()
+    });
+    let t = Instant::now();
+    let out = get(addr, "GET /metrics HTTP/1.1\r\n");
+    assert!(out.starts_with("HTTP/1.1 408 "), "{out}");
+    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn connections_beyond_the_cap_get_503_at_once_and_the_slots_come_back() {
+    let (addr, _) = closure_server(ServerSettings {
+        max_connections: 3,
+        ..ServerSettings::default()
+    });
+    let idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let t = Instant::now();
+    let out = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
+    assert!(
+        out.starts_with("HTTP/1.1 503 ") && out.contains("Retry-After: 1"),
+        "{out}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    drop(idle);
+    // The handlers see the closed connections and give their slots back.
+    let served = (0..40).any(|_| {
+        thread::sleep(Duration::from_millis(50));
+        get(addr, "GET /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 200 ")
+    });
+    assert!(served);
+}
+
+#[test]
+fn health_names_the_workers_that_ended_or_have_not_ticked_lately() {
+    let labels = |index| GpuLabels {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: "m".into(),
+    };
+    let now = SystemTime::now();
+    let ticked = |index, ago| GpuSnapshot {
+        last_tick: Some(now - Duration::from_secs(ago)),
+        stall_after: Duration::from_secs(5),
+        ..GpuSnapshot::new(labels(index))
+    };
+    let ended = GpuSnapshot {
+        worker_running: false,
+        ..ticked(3, 0)
+    };
+    // A worker still opening its GPU has not ticked yet: not a failure.
+    let opening = GpuSnapshot::new(labels(2));
+    let snapshots = [ticked(0, 1), ticked(1, 20), opening, ended];
+    let health = health_of(&snapshots, now);
+    assert_eq!(
+        health.failing,
+        [
+            "gpu 1 (GPU-1): no tick for 20.0 s",
+            "gpu 3 (GPU-3): worker ended"
+        ]
+    );
+    assert!(health_of(&snapshots[..1], now).is_ok());
+    // A clock set back: the tick looks recent.
+    assert!(health_of(&[ticked(0, 0)], now - Duration::from_secs(60)).is_ok());
+}
+
+#[test]
+fn a_port_in_use_is_an_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (registry, _) = Registry::new(Vec::new());
+    assert!(start(taken.local_addr().unwrap(), registry).is_err());
+}

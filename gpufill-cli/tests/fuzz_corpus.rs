@@ -1,0 +1,205 @@
+//! The fuzz targets' functions (fuzz/, cargo-fuzz on nightly) on a fixed corpus of
+//! nasty inputs, on the stable toolchain: the config parser and the flag parser give a
+//! value or an error, and never panic. docs/faults.md says how to run the fuzzer itself.
+
+use clap::{CommandFactory, Parser};
+use gpufill_cli::cli::Cli;
+use gpufill_cli::config::Config;
+
+/// Values that have broken parsers: huge, tiny, not numbers, not text, empty.
+const NASTY_VALUES: &[&str] = &[
+    "",
+    "0",
+    "-0",
+    "-1",
+    "1e20",
+    "-1e20",
+    "1e308",
+    "1e309",
+    "5e-324",
+    "NaN",
+    "nan",
+    "inf",
+    "-inf",
+    "18446744073709551616",
+    "-9223372036854775809",
+    "0x7fffffffffffffff",
+    "1_000",
+    "0-1e20:30",
+    "1e20-2e20:30",
+    "5-12:1e20",
+    "::",
+    "-",
+    "--",
+    "=",
+    ",",
+    "0,,1",
+    "GPU-",
+    "99:99",
+    "24:00",
+    "23:60",
+    "-00:01",
+    "\u{0}",
+    "\u{feff}",
+    "\u{202e}50",
+    "é",
+    "[]",
+    "{}",
+];
+
+/// TOML values for every key: the same kinds of trouble, typed.
+const NASTY_TOML: &[&str] = &[
+    "0",
+    "-1",
+    "-0.0",
+    "1e20",
+    "1e308",
+    "-1e308",
+    "5e-324",
+    "nan",
+    "+inf",
+    "-inf",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "\"\"",
+    "\"1e20\"",
+    "\"nan\"",
+    "\"24:00\"",
+    "\"99:99\"",
+    "\"\\u0000\"",
+    "\"\u{202e}\"",
+    "true",
+    "[]",
+    "[1, \"a\"]",
+    "[-1, 4294967296]",
+    "{}",
+    "{ a = 1 }",
+    "1979-05-27T07:32:00Z",
+    "07:32:00",
+];
+
+fn config(text: &str) {
+    // Either is fine; a panic fails the test (and would be a fuzzer crash).
+    let _ = Config::from_toml_str(text, None);
+}
+
+#[test]
+fn the_config_parser_survives_nasty_documents() {
+    let deep = |open: &str, close: &str| {
+        format!(
+            "target_percent = {}1{}",
+            open.repeat(10_000),
+            close.repeat(10_000)
+        )
+    };
+    let documents = [
+        String::new(),
+        "\u{feff}".into(),
+        "\u{0}".into(),
+        "\r".into(),
+        "a = 1\r\r\n".into(),
+        "[load]\n[load]\n".into(),
+        "target_percent = 1\ntarget_percent = 2\n".into(),
+        "[[schedule.window]]\n".into(),
+        "[[schedule.window]]\nstart = \"22:00\"\nend = \"22:00\"\ntarget_percent = 0\n".into(),
+        "[schedule]\nwindow = 1\n".into(),
+        "[yield]\nignore_pids = [1, 1, 4294967295, 4294967296]\n".into(),
+        "[yield]\nignore_names = [\"\", \"\u{0}\", \"a\"]\n".into(),
+        "metrics.listen = \"[::1]:99999\"\n".into(),
+        "metrics.listen = \"999.0.0.1:1\"\n".into(),
+        "gpus = [0, 0, -1, \"GPU-\", \"\"]\n".into(),
+        "x".repeat(100_000),
+        format!("{} = 1", "a.".repeat(10_000) + "b"),
+        deep("[", "]"),
+        deep("{a=", "}"),
+        format!("target_percent = \"{}\"", "9".repeat(100_000)),
+    ];
+    for text in &documents {
+        config(text);
+    }
+}
+
+#[test]
+fn every_key_of_the_example_config_survives_every_nasty_value() {
+    let example = include_str!("../gpufill.example.toml");
+    let lines: Vec<&str> = example.lines().collect();
+    let mut tried = 0;
+    for (i, line) in lines.iter().enumerate() {
+        let Some((key, _)) = line.split_once(" = ").filter(|_| !line.starts_with('#')) else {
+            continue;
+        };
+        for value in NASTY_TOML {
+            let mut text = lines.clone();
+            let replaced = format!("{key} = {value}");
+            text[i] = &replaced;
+            config(&text.join("\n"));
+            tried += 1;
+        }
+    }
+    assert!(
+        tried > 20 * NASTY_TOML.len(),
+        "{tried}: the example lost its keys?"
+    );
+}
+
+/// `Cli::try_parse_from` with the binary's name first. `--help` and `--version` come
+/// back as errors too: nothing is printed.
+fn flags(args: &[&str]) {
+    let _ = Cli::try_parse_from(std::iter::once("gpufill").chain(args.iter().copied()));
+}
+
+#[test]
+fn every_flag_of_every_command_survives_every_nasty_value() {
+    let command = Cli::command();
+    let mut tried = 0;
+    let mut commands: Vec<(Vec<String>, &clap::Command)> = vec![(Vec::new(), &command)];
+    while let Some((path, cmd)) = commands.pop() {
+        for sub in cmd.get_subcommands() {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_owned());
+            commands.push((p, sub));
+        }
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let flag = format!("--{long}");
+            for value in NASTY_VALUES {
+                let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+                args.extend([flag.as_str(), value]);
+                flags(&args);
+                let joined = format!("{flag}={value}");
+                args.truncate(path.len());
+                args.push(&joined);
+                flags(&args);
+                tried += 2;
+            }
+        }
+        flags(&path.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    assert!(tried > 30 * NASTY_VALUES.len(), "{tried}");
+}
+
+#[test]
+fn odd_argument_lists_survive() {
+    let long = "9".repeat(100_000);
+    for args in [
+        &[][..],
+        &[""],
+        &["--"],
+        &["-"],
+        &["-vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv"],
+        &["-v", "-q"],
+        &["run", "--target", "50", "--target", "60"],
+        &["run", "--gpus", ",,,"],
+        &["run", "--duration", "1e20"],
+        &["simulate", "--foreign", "0-1e20:30", "--every", "1e20"],
+        &["simulate", "--random-foreign", "1000000", "--seed", "-1"],
+        &["simulate", "--start-time", "25:61"],
+        &["config", "check", "--", "--target"],
+        &["bench", "--targets", "10,,1e20,-1,nan"],
+        &["\u{0}"],
+        &[&long],
+        &["run", "--target", &long],
+    ] {
+        flags(args);
+    }
+}
