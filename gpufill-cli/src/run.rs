@@ -41,7 +41,8 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     let stall = gpufill_runtime::stall_after(settings.tick());
     let mut agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
-    metrics::start_endpoint(config.metrics.addr(), agent.registry())?;
+    let process = metrics::this_process(gpufill_nvml::pid_view());
+    metrics::start_endpoint(config.metrics.addr(), agent.registry(), process)?;
     let registry = agent.registry();
     let mut systemd = Notifier::from_env();
     systemd.ready();

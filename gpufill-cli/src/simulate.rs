@@ -27,10 +27,8 @@ fn sim_labels() -> GpuLabels {
     }
 }
 
-/// The most random foreign jobs a simulated hour may bring: one a second. More would
-/// be a churn test of its own (each job is a simulated process with its own state), and
-/// a simulated month of them would run for hours.
-pub const MAX_ARRIVALS_PER_HOUR: f64 = 3600.0;
+/// The most random foreign jobs a simulated hour may bring: the simulator's own limit.
+pub const MAX_ARRIVALS_PER_HOUR: f64 = gpufill_core::sim::MAX_RANDOM_JOBS_PER_HOUR;
 
 fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
     let fail = |m: String| Err(UsageError(anyhow::anyhow!(m)));
@@ -131,7 +129,13 @@ impl Setup {
             .or_else(gpufill_runtime::local_time_of_day)
             .unwrap_or(TimeOfDay::MIDNIGHT);
         let (registry, mut publishers) = Registry::new(vec![sim_labels()]);
-        crate::metrics::start_endpoint(config.metrics.addr(), registry)?;
+        let view = if args.pid_namespace {
+            gpufill_core::PidView::Namespace
+        } else {
+            gpufill_core::PidView::Host
+        };
+        let process = crate::metrics::this_process(view);
+        crate::metrics::start_endpoint(config.metrics.addr(), registry, process)?;
         let publisher = config
             .metrics
             .addr()

@@ -9,7 +9,7 @@
 use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gpufill_core::State;
+use gpufill_core::{PidView, State};
 
 use crate::snapshot::GpuSnapshot;
 
@@ -99,6 +99,12 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
         |s| Some(s.probe_faults_total as f64),
     ),
     (
+        "gpufill_load_faults_total",
+        "counter",
+        "Ticks on which the load could not be applied (a launch or a CUDA context that failed; it is replaced with backoff).",
+        |s| Some(s.load_faults_total as f64),
+    ),
+    (
         "gpufill_memory_used_bytes",
         "gauge",
         "GPU memory held by gpufill itself, bytes (NVML's process list).",
@@ -121,6 +127,9 @@ pub struct Process {
     /// `process_start_time_seconds`: when this process started, Unix time; `None` where
     /// `/proc` does not say.
     pub start_time_seconds: Option<f64>,
+    /// `gpufill_pid_view`: whether NVML shows every process (the host's PID namespace)
+    /// or only this namespace's.
+    pub pid_view: PidView,
     /// `gpufill_build_info`'s `version`.
     pub version: &'static str,
     /// `gpufill_build_info`'s `revision`: the commit built.
@@ -129,8 +138,9 @@ pub struct Process {
 
 impl Process {
     /// This process, from the environment and `/proc`, built from `version` at
-    /// `revision` (the binary's own, which a library cannot know).
-    pub fn current(version: &'static str, revision: &'static str) -> Process {
+    /// `revision` (the binary's own, which a library cannot know), seeing `pid_view`
+    /// (`gpufill_nvml::pid_view()`, or a simulated view).
+    pub fn current(version: &'static str, revision: &'static str, pid_view: PidView) -> Process {
         let hostname = std::env::var("NODE_NAME")
             .ok()
             .filter(|n| !n.is_empty())
@@ -140,6 +150,7 @@ impl Process {
         Process {
             hostname,
             start_time_seconds: start_time_seconds(),
+            pid_view,
             version,
             revision,
         }
@@ -202,6 +213,21 @@ pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
         ),
         1.0,
     );
+    header(
+        &mut out,
+        "gpufill_pid_view",
+        "gauge",
+        "1 for the PID view gpufill has: host (NVML lists every process) or namespace (only this PID namespace's; the others are seen by memory and utilization).",
+    );
+    for view in [PidView::Host, PidView::Namespace] {
+        let v = if process.pid_view == view { 1.0 } else { 0.0 };
+        sample(
+            &mut out,
+            "gpufill_pid_view",
+            &format!("view=\"{}\"", view.as_str()),
+            v,
+        );
+    }
     if let Some(start) = process.start_time_seconds {
         header(
             &mut out,
@@ -318,6 +344,7 @@ mod tests {
         Process {
             hostname: "node-a".to_owned(),
             start_time_seconds: Some(1_700_000_000.25),
+            pid_view: PidView::Namespace,
             version: "1.2.3",
             revision: "0123456789ab",
         }
@@ -372,6 +399,19 @@ mod tests {
     }
 
     #[test]
+    fn the_pid_view_is_one_series_per_view_with_1_for_ours() {
+        let text = render(&[], &process());
+        assert_eq!(
+            value_of(&text, "gpufill_pid_view{view=\"namespace\"}").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value_of(&text, "gpufill_pid_view{view=\"host\"}").as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
     fn the_start_time_is_boot_time_plus_the_start_ticks() {
         // Field 22 (starttime) is 500 ticks; the name holds a space and a ')'.
         let stat = "42 (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 500 1000 200";
@@ -383,7 +423,7 @@ mod tests {
 
     #[test]
     fn this_process_started_before_now_and_has_a_host_name() {
-        let p = Process::current("1.2.3", "abc");
+        let p = Process::current("1.2.3", "abc", PidView::Host);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()

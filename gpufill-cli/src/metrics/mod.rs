@@ -9,9 +9,10 @@
 pub mod server;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use anyhow::Context;
+use gpufill_core::PidView;
 pub use gpufill_runtime::prometheus::Process;
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
 use tracing::info;
@@ -21,19 +22,9 @@ pub mod render {
     pub use gpufill_runtime::prometheus::CONTENT_TYPE;
 }
 
-/// The exposition text of a registry.
-pub trait Render {
-    /// Every series of every GPU, with this binary's version and revision.
-    fn render(&self) -> String;
-}
-
-impl Render for Registry {
-    fn render(&self) -> String {
-        static PROCESS: OnceLock<Process> = OnceLock::new();
-        let process = PROCESS
-            .get_or_init(|| Process::current(crate::version::VERSION, crate::version::REVISION));
-        gpufill_runtime::prometheus::render(&self.snapshots(), process)
-    }
+/// This process as the metrics describe it, seeing `pid_view`.
+pub fn this_process(pid_view: PidView) -> Process {
+    Process::current(crate::version::VERSION, crate::version::REVISION, pid_view)
 }
 
 /// Starts the endpoint when `addr` is set and logs the address it bound
@@ -41,12 +32,17 @@ impl Render for Registry {
 ///
 /// # Errors
 /// When the address cannot be bound (in use, not of this host).
-pub fn start_endpoint(addr: Option<SocketAddr>, registry: Arc<Registry>) -> anyhow::Result<()> {
+pub fn start_endpoint(
+    addr: Option<SocketAddr>,
+    registry: Arc<Registry>,
+    process: Process,
+) -> anyhow::Result<()> {
     let Some(addr) = addr else {
         return Ok(());
     };
-    let bound =
-        server::start(addr, registry).with_context(|| format!("cannot serve metrics on {addr}"))?;
+    let exposition = Arc::new(server::RegistryExposition::new(registry, process));
+    let bound = server::serve(addr, exposition, server::ServerSettings::default())
+        .with_context(|| format!("cannot serve metrics on {addr}"))?;
     info!("metrics listening on http://{bound}/metrics");
     Ok(())
 }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::debug;
 
 use super::render::CONTENT_TYPE;
-use super::{GpuSnapshot, Registry, Render};
+use super::{GpuSnapshot, Process, Registry};
 use http::{HeadScanner, Refusal};
 
 /// What the endpoint serves.
@@ -107,18 +107,19 @@ impl Default for ServerSettings {
 #[derive(Debug)]
 pub struct RegistryExposition {
     registry: Arc<Registry>,
+    process: Process,
 }
 
 impl RegistryExposition {
-    /// Serves `registry`.
-    pub fn new(registry: Arc<Registry>) -> Self {
-        RegistryExposition { registry }
+    /// Serves `registry`, with `process`'s own series.
+    pub fn new(registry: Arc<Registry>, process: Process) -> Self {
+        RegistryExposition { registry, process }
     }
 }
 
 impl Exposition for RegistryExposition {
     fn metrics(&self) -> String {
-        self.registry.render()
+        gpufill_runtime::prometheus::render(&self.registry.snapshots(), &self.process)
     }
     fn health(&self) -> Health {
         health_of(&self.registry.snapshots(), SystemTime::now())
@@ -146,7 +147,8 @@ pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime) -> Health {
 /// # Errors
 /// The bind error (address in use, not an address of this host, no permission).
 pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> io::Result<SocketAddr> {
-    let exposition = Arc::new(RegistryExposition::new(registry));
+    let process = super::this_process(gpufill_core::PidView::Host);
+    let exposition = Arc::new(RegistryExposition::new(registry, process));
     serve(addr, exposition, ServerSettings::default())
 }
 
