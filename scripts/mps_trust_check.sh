@@ -20,8 +20,8 @@ verdict() { # log label
 
 echo "== 1: a fake control file"
 rm -rf /tmp/nvidia-mps; mkdir -p /tmp/nvidia-mps; touch /tmp/nvidia-mps/control
-"$g" run --gpus 0 --duration 9 2>"$out/fake.log" & gp=$!
-sleep 3; python3 -c "$job"; wait $gp
+"$g" run --gpus 0 --duration 20 2>"$out/fake.log" & gp=$!
+sleep 2; python3 -c "$job"; echo "fake: job done at $(date +%T.%N)" >>"$out/marks"; wait $gp
 verdict "$out/fake.log" "fake file"
 rm -rf /tmp/nvidia-mps
 
@@ -29,12 +29,14 @@ echo "== 2: a real MPS daemon"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d && sleep 1
-"$g" run --gpus 0 --duration 16 2>"$out/mps.log" & gp=$!
+ls -la $CUDA_MPS_PIPE_DIRECTORY | tee -a "$out/marks"
+"$g" run --gpus 0 --duration 30 2>"$out/mps.log" & gp=$!
 sleep 3
 python3 -c "$job"                                     # a client
 echo "client job done at $(date +%T.%N)" >>"$out/marks"
-sleep 1
+echo "non-client job starts at $(date +%T.%N)" >>"$out/marks"
 env -u CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_PIPE_DIRECTORY=/tmp/no-mps-here python3 -c "$job"   # not a client
+echo "non-client job done at $(date +%T.%N)" >>"$out/marks"
 wait $gp
 echo quit | nvidia-cuda-mps-control
 grep -E "MPS control daemon found|yielding|filling" "$out/mps.log" | head -8

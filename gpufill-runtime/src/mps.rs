@@ -3,9 +3,10 @@
 //! Under MPS gpufill never yields (kernels of MPS clients run together), so believing
 //! in a daemon that is not there switches yielding off: the check must not be one any
 //! local user can satisfy. The daemon (`nvidia-cuda-mps-control -d`) creates its
-//! control pipe, a FIFO named `control`, in its pipe directory, as the user it runs as
-//! (root for a shared daemon). A plain file, or a FIFO that another user made in a
-//! world-writable `/tmp`, is not taken for one.
+//! control endpoint, `control`, in its pipe directory, as the user it runs as (root for
+//! a shared daemon); NVIDIA documents the directory as holding "named pipes and UNIX
+//! domain sockets", so either counts. A plain file, or a pipe or socket that another
+//! user made in a world-writable `/tmp`, is not taken for one.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -20,11 +21,14 @@ pub fn daemon_running() -> bool {
     control_pipe_in(Path::new(&dir), euid)
 }
 
-/// Whether `dir` holds an MPS control pipe: `control` is a FIFO (not followed if a
-/// link) owned by root or by `euid`, the user we run as.
+/// Whether `dir` holds an MPS control endpoint: `control` is a FIFO or a UNIX socket
+/// (not followed if a link) owned by root or by `euid`, the user we run as.
 pub fn control_pipe_in(dir: &Path, euid: u32) -> bool {
     match std::fs::symlink_metadata(dir.join("control")) {
-        Ok(meta) => meta.file_type().is_fifo() && (meta.uid() == 0 || meta.uid() == euid),
+        Ok(meta) => {
+            let kind = meta.file_type();
+            (kind.is_fifo() || kind.is_socket()) && (meta.uid() == 0 || meta.uid() == euid)
+        }
         Err(_) => false,
     }
 }
@@ -55,6 +59,15 @@ mod tests {
         assert!(control_pipe_in(dir.path(), owner));
         // Seen by another user: only root's pipe counts.
         assert_eq!(control_pipe_in(dir.path(), owner + 1), owner == 0);
+    }
+
+    #[test]
+    fn a_unix_socket_of_our_own_user_is_a_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("control");
+        let _listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+        let owner = std::fs::metadata(&control).unwrap().uid();
+        assert!(control_pipe_in(dir.path(), owner));
     }
 
     #[test]
