@@ -517,7 +517,7 @@ mod tests {
 
     #[test]
     fn counters_never_go_down_across_renders() {
-        let (registry, mut publishers) = Registry::new(vec![gpu(0, "x").labels]);
+        let (registry, mut publishers) = Registry::new(vec![(*gpu(0, "x").labels).clone()]);
         let mut last = 0.0;
         for i in 0..20 {
             let events = if i % 3 == 0 {

@@ -25,8 +25,8 @@ pub struct GpuLabels {
 /// What is known of one GPU's loop, as last published.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuSnapshot {
-    /// Which GPU.
-    pub labels: GpuLabels,
+    /// Which GPU (shared, so that publishing a snapshot every tick allocates nothing).
+    pub labels: Arc<GpuLabels>,
     /// Target, percent.
     pub target_percent: f64,
     /// Last measured value of the controlled metric, percent; `None` when unknown.
@@ -66,7 +66,7 @@ impl GpuSnapshot {
     /// The snapshot of a GPU whose worker has not ticked yet.
     pub fn new(labels: GpuLabels) -> Self {
         GpuSnapshot {
-            labels,
+            labels: Arc::new(labels),
             target_percent: f64::NAN,
             util_percent: None,
             sm_metric: false,
