@@ -6,8 +6,6 @@ use crate::time::Time;
 use crate::units::{Load, Utilization};
 use crate::unlisted::Unlisted;
 
-pub use crate::reopen::{ReopenError, ReopenSettings, Reopening};
-
 /// How a device error should be handled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {

@@ -121,7 +121,7 @@ pub enum Event {
     Released,
     /// Applying or launching the load failed transiently, retried next tick; or the
     /// load source failed for good and no load runs until its replacement
-    /// ([`crate::device::Reopening`]), reported at every tick until then.
+    /// ([`crate::Reopening`]), reported at every tick until then.
     LoadFault {
         /// The adapter's message.
         message: String,

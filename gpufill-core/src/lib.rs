@@ -32,12 +32,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod policy;
 pub mod ratelimit;
-mod reopen;
+pub mod reopen;
 pub mod schedule;
 pub mod shaper;
 #[cfg(feature = "sim")]
@@ -47,14 +48,16 @@ pub mod time;
 pub mod units;
 pub mod unlisted;
 
+pub use backoff::Backoff;
 pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
 pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use ratelimit::RateLimiter;
+pub use reopen::{ReopenError, ReopenSettings, Reopening};
 pub use schedule::{IdleRule, Schedule, TimeOfDay, Window};
 pub use shaper::{PowerModel, Shaper, Shaping, SmShaping};
-pub use supervise::{Backoff, RetrySettings, Supervised, Supervisor, SupervisorEvent};
+pub use supervise::{RetrySettings, Supervised, Supervisor, SupervisorEvent};
 pub use time::{Clock, SystemClock, Time, TimeRangeError, VirtualClock};
 pub use units::{Duty, Load, RangeError, Utilization, Width};
 pub use unlisted::{MemoryReading, OwnShare, PidView, UnexplainedMemory, Unlisted};

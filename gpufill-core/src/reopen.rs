@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::device::{DeviceError, ErrorKind, LoadSource};
-use crate::supervise::Backoff;
 use crate::time::Time;
 use crate::units::Load;
 

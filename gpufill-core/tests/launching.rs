@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use gpufill_core::device::Reopening;
+use gpufill_core::Reopening;
 use gpufill_core::{
     ControllerKind, DeviceError, ErrorKind, Event, FillLoop, FillSettings, Load, LoadSource, Probe,
     ProcessInfo, State, Time, Utilization, YieldPolicy, YieldSettings,

@@ -12,12 +12,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use gpufill_core::device::{ReopenError, Reopening};
 use gpufill_core::{
     Backoff, Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings,
     Load, LoadSource, Probe, ProcessInfo, RateLimiter, Shaping, SmShaping, State, Time, TimeOfDay,
     Unlisted, Utilization, Width, YieldMode, YieldPolicy, YieldSettings,
 };
+use gpufill_core::{ReopenError, Reopening};
 use proptest::prelude::*;
 
 /// One scripted tick of the device: a measurement (or none, or a fault) and who is there.

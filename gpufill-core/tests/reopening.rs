@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use gpufill_core::device::Reopening;
+use gpufill_core::Reopening;
 use gpufill_core::{
     ControllerKind, DeviceError, ErrorKind, Event, FillLoop, FillSettings, Load, LoadSource, Probe,
     ProcessInfo, RateLimiter, State, Tick, Time, Utilization, YieldPolicy, YieldSettings,

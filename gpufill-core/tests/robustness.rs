@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use gpufill_core::device::Reopening;
+use gpufill_core::Reopening;
 use gpufill_core::sim::{
     Arrivals, ForeignJob, LongRunStats, SimConfig, SimError, SimGpu, SimLoad, SimProbe, Simulation,
     tracking,

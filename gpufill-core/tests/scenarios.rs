@@ -362,7 +362,7 @@ fn ignored_process_names_never_make_it_yield() {
 
 #[test]
 fn yielding_long_releases_the_context_and_resuming_takes_a_new_one() {
-    use gpufill_core::device::Reopening;
+    use gpufill_core::Reopening;
     use gpufill_core::sim::SimGpu;
     use gpufill_core::{FillLoop, YieldPolicy};
 

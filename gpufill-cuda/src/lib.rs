@@ -86,7 +86,7 @@
 //! unavailable) are `Lost`, resource shortages and unknown codes are `Transient`.
 //! `launch_due` returns a failed launch at once; after a lost or unsupported one, every
 //! later call returns that error, and the caller opens a new context
-//! (`gpufill_core::device::Reopening`).
+//! (`gpufill_core::Reopening`).
 //!
 //! [`devices`] lists the GPUs (name, NVML-style UUID, SM count) without creating a
 //! context.

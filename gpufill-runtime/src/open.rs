@@ -1,7 +1,7 @@
 //! Opening one GPU for filling: its CUDA context and launcher, its NVML probe, our own
 //! process found in NVML's list, and the fill loop built from [`Settings`].
 
-use gpufill_core::device::Reopening;
+use gpufill_core::Reopening;
 use gpufill_core::{Controller, FillLoop, FillSettings, YieldPolicy};
 use gpufill_cuda::{CudaError, CudaLoad};
 use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, ProbeError, identify_own_context};
