@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys};
 
-use crate::CudaError;
+use crate::error::CudaError;
 
 /// Whether the CUDA driver library (`libcuda.so.1`) can be loaded. Never panics.
 ///

@@ -10,8 +10,8 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use gpufill_core::{Clock, DeviceError, ErrorKind, Load, LoadSource, SystemClock, Time};
 
-use crate::CudaError;
 use crate::device::handle;
+use crate::error::CudaError;
 use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
 
@@ -493,7 +493,7 @@ mod tests {
 
     #[test]
     fn opening_without_a_driver_is_an_error_not_a_panic() {
-        if crate::driver_present() {
+        if crate::device::driver_present() {
             return; // covered by the hardware tests
         }
         let err = CudaLoad::open(0, LauncherSettings::default())
