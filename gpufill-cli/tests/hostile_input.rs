@@ -22,6 +22,15 @@ fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// `gpufill args...` exits 2 with `expected` on stderr.
+fn usage_error(args: &[&str], expected: &str) {
+    gpufill()
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(contains(expected));
+}
+
 /// `config check` on a file holding `text` exits 2 with `expected` on stderr.
 fn refused(dir: &tempfile::TempDir, text: &str, expected: &str) {
     let path = file(dir, "t.toml", text);
@@ -59,33 +68,26 @@ fn huge_numbers_are_refused_with_exit_2_not_a_panic() {
 
 #[test]
 fn negative_numbers_reach_the_range_check_and_name_the_flag() {
-    gpufill()
-        .args(["simulate", "--target", "-5"])
-        .assert()
-        .code(2)
-        .stderr(contains(
-            "invalid --target: target_percent: must be between 0 and 100, got -5",
-        ));
+    usage_error(
+        &["simulate", "--target", "-5"],
+        "invalid --target: target_percent: must be between 0 and 100, got -5",
+    );
 }
 
 #[test]
 fn a_zero_duration_says_it_must_be_more_than_zero() {
-    gpufill()
-        .args(["simulate", "--duration", "0"])
-        .assert()
-        .code(2)
-        .stderr(contains("--duration must be more than 0"));
+    usage_error(
+        &["simulate", "--duration", "0"],
+        "--duration must be more than 0",
+    );
 }
 
 #[test]
 fn a_tick_that_does_not_divide_the_period_blames_the_flag_given() {
-    gpufill()
-        .args(["simulate", "--tick-ms", "20", "--duration", "1"])
-        .assert()
-        .code(2)
-        .stderr(contains(
-            "invalid --tick-ms: tick_ms: must divide load.period_ms",
-        ));
+    usage_error(
+        &["simulate", "--tick-ms", "20", "--duration", "1"],
+        "invalid --tick-ms: tick_ms: must divide load.period_ms",
+    );
     // With the period flag the README's pair works.
     gpufill()
         .args([
@@ -138,11 +140,7 @@ fn wrong_types_and_duplicates_name_the_key() {
 
 #[test]
 fn bench_refuses_all_as_one_gpu_with_a_reason() {
-    gpufill()
-        .args(["bench", "--gpu", "all"])
-        .assert()
-        .code(2)
-        .stderr(contains("bench measures one GPU"));
+    usage_error(&["bench", "--gpu", "all"], "bench measures one GPU");
 }
 
 #[test]
