@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# CPU of `gpufill run` at the defaults in the host's PID view and inside a PID namespace
-# of its own (where it also reads device memory every tick), interleaved, on an idle GPU 0.
-# Prints user+system CPU seconds over the run as a percent of one core.
-# Usage: bash scripts/namespace_cpu.sh carry/gpufill [SECONDS] [PAIRS]
+# Steady-state CPU of `gpufill run` at the defaults in the host's PID view and inside a
+# PID namespace of its own (where it also reads device memory every tick), interleaved,
+# on an idle GPU 0: utime+stime from /proc/PID/stat over a window that starts 8 s after
+# launch (start-up, CUDA and NVML initialisation, is left out), as a percent of one core.
+# Usage: bash scripts/namespace_cpu.sh carry/gpufill [WINDOW_S] [PAIRS]
 set -u
-g=${1:-carry/gpufill}; secs=${2:-30}; pairs=${3:-2}
+g=$(realpath "${1:-carry/gpufill}"); win=${2:-30}; pairs=${3:-3}
+ticks=$(getconf CLK_TCK)
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }   # utime + stime, clock ticks
 run() { # view
-  local start end
   if [ "$1" = namespace ]; then
-    /usr/bin/time -f "%U %S" -o /tmp/cpu.$$ unshare --pid --fork --mount-proc "$g" run --gpus 0 --duration "$secs" 2>/dev/null
+    unshare --pid --fork --mount-proc "$g" run --gpus 0 --duration $((win + 12)) 2>/dev/null &
   else
-    /usr/bin/time -f "%U %S" -o /tmp/cpu.$$ "$g" run --gpus 0 --duration "$secs" 2>/dev/null
+    "$g" run --gpus 0 --duration $((win + 12)) 2>/dev/null &
   fi
-  read -r u s </tmp/cpu.$$
-  python3 -c "print(f'$1 {100*($u+$s)/$secs:.2f} % of a core (user {$u} s, system {$s} s over $secs s)')"
+  local launcher=$!
+  sleep 8
+  local pid; pid=$(pgrep -n -f "^$g run --gpus 0")
+  local a; a=$(cpu "$pid"); sleep "$win"; local b; b=$(cpu "$pid")
+  wait "$launcher"
+  python3 -c "print(f'$1 {100*($b-$a)/$ticks/$win:.2f} % of a core over {$win} s')"
 }
 for _ in $(seq "$pairs"); do run host; run namespace; done
