@@ -101,6 +101,15 @@ impl GpuSelector {
     /// Parses the value of a `--gpus` flag: `all`, or a comma-separated list of indices
     /// and UUIDs (`0,1,GPU-5f2c...`), with the same rules as the file.
     ///
+    /// ```
+    /// use gpufill_runtime::{GpuId, GpuSelector};
+    ///
+    /// assert_eq!(GpuSelector::parse_flag("all"), Ok(GpuSelector::All));
+    /// let two = GpuSelector::parse_flag("0, GPU-5f2c").unwrap();
+    /// assert_eq!(two, GpuSelector::List(vec![GpuId::Index(0), GpuId::Uuid("GPU-5f2c".into())]));
+    /// assert!(GpuSelector::parse_flag("0,0").is_err(), "a GPU named twice");
+    /// ```
+    ///
     /// # Errors
     /// A message naming what is wrong, for the flag parser to print.
     pub fn parse_flag(s: &str) -> Result<GpuSelector, String> {

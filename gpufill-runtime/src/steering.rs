@@ -33,7 +33,28 @@ pub type DeviceReadings = (Option<u64>, Option<f64>);
 
 const SLOW_REFRESH: Duration = Duration::from_secs(1);
 
-/// The per-tick extras of one worker.
+/// The per-tick extras of one worker: what an [`crate::Agent`]'s worker does around each
+/// step, for a caller that drives a fill loop itself.
+///
+/// ```
+/// use gpufill_core::sim::{SimConfig, SimGpu};
+/// use gpufill_core::{FillLoop, Time, TimeOfDay, YieldPolicy};
+/// use gpufill_runtime::{DayClock, Settings, Steering};
+///
+/// let settings = Settings { target_percent: 30.0, ..Settings::default() };
+/// let gpu = SimGpu::new(SimConfig::default());
+/// let mut fill = FillLoop::new(
+///     gpu.probe(),
+///     gpu.load(),
+///     settings.controller.build(),
+///     YieldPolicy::new(settings.yield_settings(false)),
+///     settings.fill_settings(),
+/// );
+/// let midnight = DayClock::StartingAt(TimeOfDay::MIDNIGHT);
+/// let mut steering = Steering::new(&settings, false, midnight);
+/// let tick = steering.step(&mut fill, Time::ZERO, |_| (None, None));
+/// assert_eq!(tick.target.percent(), 30.0);
+/// ```
 pub struct Steering {
     schedule: Schedule,
     controller: ControllerKind,
