@@ -18,13 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while !stop.load(Ordering::Relaxed) && !agent.is_finished() {
         std::thread::sleep(Duration::from_secs(1));
         for s in agent.snapshots() {
-            let util = s.util_percent.map_or("-".into(), |u| format!("{u:.0} %"));
+            let (gpu, duty) = (s.labels.index, s.duty_ratio * 100.0);
             let state = s.state.map_or("starting", |st| st.as_str());
             println!(
-                "GPU {} {state}: util {util}, duty {:.0} %, {} foreign",
-                s.labels.index,
-                s.duty_ratio * 100.0,
-                s.foreign
+                "GPU {gpu} {state}: util {:?} %, duty {duty:.0} %",
+                s.util_percent
             );
         }
     }
