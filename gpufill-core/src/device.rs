@@ -60,16 +60,16 @@ pub trait Probe {
     /// A classified device error.
     fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Self::Error>;
 
-    /// The compute processes on the device other than our own. Cheap (about 12 us on
-    /// NVML): the loop calls it every tick to see newcomers before their first kernel.
+    /// The compute processes on the device other than our own. Cheap (microseconds on
+    /// NVML: docs/benchmarks.md, "Hardware tests (run B)"): the loop calls it every tick to see newcomers before their first kernel.
     ///
     /// # Errors
     /// A classified device error.
     fn foreign_processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, Self::Error>;
 
     /// PIDs of foreign processes that ran kernels in the samples the device published
-    /// since the previous call, or `None` when it published none. Costly on NVML (about
-    /// 1.4 ms a call), so the loop asks only when the `activity` policy needs it and
+    /// since the previous call, or `None` when it published none. Costly on NVML (over a
+    /// millisecond a call: docs/benchmarks.md, "Hardware tests (run B)"), so the loop asks only when the `activity` policy needs it and
     /// implementations read at most once per sample period. The default knows nothing.
     ///
     /// # Errors

@@ -1,8 +1,8 @@
 //! Yield policies: when to stand aside for other processes.
 //!
 //! Without MPS the GPU time-slices between processes, so any kernel of ours that is
-//! resident while another process wants to run slows it (20-48 % at 50 % duty,
-//! gpu-facts.md). The only way to cost nothing is to be idle whenever anyone else is
+//! resident while another process wants to run slows it markedly (measured at 50 % duty:
+//! docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)"). The only way to cost nothing is to be idle whenever anyone else is
 //! on the GPU. The loop asks the policy before the controller, and the policy wins.
 //!
 //! Two modes:

@@ -94,7 +94,7 @@ struct OwnLoad {
 const STOP_TAIL_US: u64 = 100_000;
 
 /// How often per-process samples are read to tell several own-PID candidates apart
-/// (about 1.4 ms a read).
+/// (over a millisecond a read: docs/benchmarks.md, "Hardware tests (run B)").
 const OWN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// The most foreign PIDs kept from own-PID checks for `active_processes`.
@@ -463,7 +463,8 @@ impl Probe for NvmlProbe {
     }
 
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, ProbeError> {
-        // About 1.4 ms a call: at most once per sample period.
+        // Over a millisecond a call (docs/benchmarks.md, "Hardware tests (run B)"): at most
+        // once per sample period.
         if self.next_activity_read.is_some_and(|due| now < due) {
             return Ok(None);
         }

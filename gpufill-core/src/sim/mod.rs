@@ -1,25 +1,26 @@
 //! A simulated GPU, so every behaviour of the loop is tested on machines with no GPU.
 //!
-//! It models what the real one does, as measured on an H200 (gpu-facts.md):
+//! It models what the real one does, as measured on an H200 (the measurements are in
+//! docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)"; the numbers below are the model's parameters, chosen to match them):
 //! - **NVML sampling**: the device publishes one integer-percent sample per sampling
 //!   period (200 ms by default, configurable), the busy share of that window; the
 //!   probe returns each new sample once.
 //! - **Duty to utilization**: our kernels are resident `duty x (1 - overhead / kernel)`
 //!   of the time. With 30 us lost per 1 ms kernel this gives 48.5 / 24.3 / 72.8 % for
-//!   50 / 25 / 75 % duty, the open-loop shortfall measured with 1 ms kernels
-//!   (48.2 / 24.2 / 72.8 %).
+//!   50 / 25 / 75 % duty, close to the open-loop shortfall measured with 1 ms kernels.
 //! - **Stopping**: after the load goes idle, work already queued keeps running for
 //!   `stop_tail` (the real launcher lets at most one burst finish).
 //! - **Foreign processes**: each is listed by the probe from `listed_at`, runs its first
-//!   kernel `first_kernel_after` later (NVML lists a newcomer about 85 ms before its
-//!   context is ready), wants the GPU a share `load` of the time, and leaves.
+//!   kernel `first_kernel_after` later (NVML lists a newcomer well before its context is
+//!   ready), wants the GPU a share `load` of the time, and leaves.
 //! - **Time-slicing** (no MPS): while both want to run, the foreign job progresses at
 //!   `1 - interference x own_duty` of its wanted rate. `interference` 0.42 reproduces
-//!   the 8192^3 matmul loop's 21 % loss at 50 % duty; 0.84 the 1024^3 synchronised
-//!   loop's 42 %. The report gives each job's slowdown and the time our kernels were
+//!   the measured loss of the 8192^3 matmul loop at 50 % duty; 0.84 that of the 1024^3
+//!   synchronised loop. The report gives each job's slowdown and the time our kernels were
 //!   resident while it was active.
 //! - **MPS**: kernels run together; utilization is the union of the two, and the
-//!   foreign job loses `mps_interference x own_duty` (0.015: 1.5 % at full duty).
+//!   foreign job loses `mps_interference x own_duty` (0.015, matching the measured loss
+//!   at full duty).
 //! - **Faults**: probe calls fail transiently inside configured intervals; after
 //!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
 //!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
@@ -39,7 +40,7 @@
 //!   2.6 s the H100 took to show a new PID's work. The probe runs the same
 //!   [`crate::unlisted::UnexplainedMemory`] as the NVML probe. One caveat: time-sliced
 //!   busy shares add up here, so a light job beside our fill raises the simulated
-//!   utilization, which the H100 did not show (48-53 % at a 50 % target): tests of the
+//!   utilization, which the H100 did not show (docs/benchmarks.md, "Inside a PID namespace of its own"): tests of the
 //!   per-process path use jobs too light for the utilization signal.
 
 pub mod churn;

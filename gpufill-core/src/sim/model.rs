@@ -36,7 +36,8 @@ pub struct ForeignJob {
     pub pid: u32,
     /// When the probe starts listing it (its context creation has begun).
     pub listed_at: Time,
-    /// Delay from being listed to its first kernel (85 ms measured on the H200).
+    /// Delay from being listed to its first kernel (for PyTorch on the H200 see
+    /// docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)").
     pub first_kernel_after: Duration,
     /// When it leaves (stops running and is no longer listed).
     pub leaves_at: Time,
@@ -170,8 +171,8 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// How late the H100's per-process samples showed a new PID's work (2.65 s after
-    /// it began, in both PID views: docs/data/ns-signals-h100.txt).
+    /// How late the H100's per-process samples showed a new PID's work, in both PID
+    /// views (docs/data/ns-signals-h100.txt; docs/benchmarks.md, "Inside a PID namespace of its own").
     pub const H100_PROCESS_SAMPLE_LAG: Duration = Duration::from_millis(2600);
 
     /// The view from inside a PID namespace of our own, as measured on the H100: foreign
