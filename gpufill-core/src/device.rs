@@ -102,6 +102,35 @@ pub trait Probe {
     }
 }
 
+/// How a load source lays its kernels out in time. The duty is the same either way; what
+/// differs is how long another process's next kernel can wait behind ours, and the CPU.
+///
+/// Without MPS the GPU time-slices between processes. Work of ours that is *queued* when
+/// another process's kernel arrives can make it wait a whole time slice (up to about
+/// 2 ms on an H100); a *single* kernel in flight makes it wait at most that kernel's
+/// remaining length (docs/benchmarks.md, "Beside a mostly-idle service").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LaunchShape {
+    /// Each period, `duty x period` of kernels queued back to back: one wake-up and
+    /// launch call per period, the least CPU. For a GPU nobody else holds.
+    #[default]
+    Bursts,
+    /// One short kernel in flight at a time, an idle gap after each: beside a process
+    /// that holds a context but is quiet, so its next kernel waits at most one short
+    /// kernel of ours. Costs a wake-up per kernel.
+    OneInFlight,
+}
+
+impl LaunchShape {
+    /// A lowercase name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaunchShape::Bursts => "bursts",
+            LaunchShape::OneInFlight => "one_in_flight",
+        }
+    }
+}
+
 /// Puts load on a device.
 pub trait LoadSource {
     /// The adapter's error type.
@@ -138,6 +167,13 @@ pub trait LoadSource {
         let _ = now;
         Ok(())
     }
+
+    /// Lays the load out in `shape` from the next launch on (the loop calls it only when
+    /// the shape changes, before `set_load`). The default ignores it: a source with one
+    /// way of launching.
+    fn set_shape(&mut self, shape: LaunchShape) {
+        let _ = shape;
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -169,5 +205,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn release(&mut self, now: Time) -> Result<(), Self::Error> {
         (**self).release(now)
+    }
+    fn set_shape(&mut self, shape: LaunchShape) {
+        (**self).set_shape(shape)
     }
 }

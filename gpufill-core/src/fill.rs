@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use crate::controller::Controller;
-use crate::device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
+use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
 use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
 use crate::unlisted::{OwnShare, Unlisted};
 
@@ -108,6 +108,15 @@ pub enum Event {
         /// device memory, samples of an unknown PID or utilization beyond ours).
         unlisted: bool,
     },
+    /// Filling beside quiet holders, the utilization showed work beyond ours: idle
+    /// until it no longer does ([`crate::policy::BURST_HOLD`]). Filling resumes without
+    /// an [`Event::Filling`] (bursts come often; this is the one line per burst).
+    Paused {
+        /// The listed foreign PIDs present.
+        pids: Vec<u32>,
+        /// A foreign process the list does not show is present.
+        unlisted: bool,
+    },
     /// The probe failed; the last load is held for now.
     ProbeFault {
         /// The adapter's message.
@@ -152,6 +161,9 @@ pub struct Tick {
     pub duty: Duty,
     /// The width in force after the step (blocks per kernel).
     pub width: Width,
+    /// How the load is launched: in bursts on a GPU of our own, one short kernel at a
+    /// time beside quiet holders of a context.
+    pub shape: LaunchShape,
     /// How many foreign processes cause a yield now (0 while filling, also beside
     /// quiet processes in activity mode and under MPS); a presence the list does not
     /// show counts as one.
@@ -169,7 +181,10 @@ pub struct FillLoop<P, L, C> {
     settings: FillSettings,
     shaper: Shaper,
     state: Option<State>,
+    /// Whether the last decision was a pause for a burst (filling resumes silently).
+    paused: bool,
     applied: Load,
+    shape: LaunchShape,
     last_util: Option<Utilization>,
     skip_next_sample: bool,
     fault_since: Option<Time>,
@@ -202,7 +217,7 @@ struct Measured {
     foreign: Vec<ProcessInfo>,
     unlisted: Unlisted,
     sample: Option<Utilization>,
-    /// The sample exceeds what our load explains (weighed only with a partial list).
+    /// The sample exceeds what our load explains.
     beyond_own: bool,
     active: Vec<u32>,
 }
@@ -224,7 +239,9 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             shaper: Shaper::new(settings.shaping),
             settings,
             state: None,
+            paused: false,
             applied: Load::IDLE,
+            shape: LaunchShape::default(),
             last_util: None,
             skip_next_sample: true,
             fault_since: None,
@@ -299,6 +316,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             util: self.last_util,
             duty: self.applied.duty,
             width: self.applied.width,
+            shape: self.shape,
             foreign: 0,
             events: Vec::new(),
         };
@@ -307,7 +325,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             tick.duty = Duty::ZERO;
             return tick;
         }
-        let (state, desired) = match self.measure(now) {
+        let (state, desired, shape) = match self.measure(now) {
             Ok(measured) => {
                 let decided = self.decide(now, &measured, &mut tick);
                 // While yielding the list is kept for the next ticks (moved, not copied:
@@ -320,7 +338,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             Err((ErrorKind::Transient, message)) => {
                 // Blind: whether anyone came cannot be known, so the quiet time restarts.
                 self.quiet_since = None;
-                self.hold_or_go_blind(now, message, &mut tick)
+                let (state, load) = self.hold_or_go_blind(now, message, &mut tick);
+                (state, load, self.shape)
             }
             Err((kind, message)) => {
                 self.stop(now, kind, message, &mut tick);
@@ -328,10 +347,18 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
         };
         tick.state = state;
-        if self.state != Some(state) && state == State::Filling {
+        if self.state != Some(state) && state == State::Filling && !self.paused {
             tick.events.push(Event::Filling);
         }
+        if state != State::Yielding {
+            self.paused = false;
+        }
         self.state = Some(state);
+        if shape != self.shape {
+            self.load.set_shape(shape);
+            self.shape = shape;
+        }
+        tick.shape = self.shape;
         self.apply(now, desired, &mut tick);
         self.note_load(now, &tick);
         self.launch_due(now, &mut tick);
@@ -425,7 +452,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         self.unlisted = unlisted;
         let sample = self.probe.utilization(now).map_err(classify)?;
         // Every sample moves the own-share window on, whatever the list.
-        let beyond_own = sample.is_some_and(|s| self.own_share.beyond(s)) && unlisted.partial();
+        let beyond_own = sample.is_some_and(|s| self.own_share.beyond(s));
         // Per-process activity is costly to read: only when the policy uses it.
         let active = if self.policy.wants_activity(&foreign, unlisted) {
             self.probe
@@ -465,7 +492,12 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         Ok(list)
     }
 
-    fn decide(&mut self, now: Time, measured: &Measured, tick: &mut Tick) -> (State, Load) {
+    fn decide(
+        &mut self,
+        now: Time,
+        measured: &Measured,
+        tick: &mut Tick,
+    ) -> (State, Load, LaunchShape) {
         if self.fault_since.take().is_some() {
             tick.events.push(Event::ProbeRecovered);
         }
@@ -487,15 +519,33 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         let decision = self.policy.decide_seen(now, &seen);
         tick.foreign = decision.foreign_count();
+        let shape = match decision {
+            Decision::FillBeside => LaunchShape::OneInFlight,
+            Decision::Fill => LaunchShape::Bursts,
+            // Idle either way: the shape stays as it was.
+            Decision::Yield { .. } | Decision::Pause { .. } => self.shape,
+        };
         match decision {
             Decision::Yield { pids, unlisted } => {
-                if self.state != Some(State::Yielding) {
+                if self.state != Some(State::Yielding) || self.paused {
                     tick.events.push(Event::Yielded { pids, unlisted });
                 }
-                (State::Yielding, Load::IDLE)
+                self.paused = false;
+                (State::Yielding, Load::IDLE, shape)
             }
-            Decision::Fill if self.settings.target == Utilization::ZERO => (State::Off, Load::IDLE),
-            Decision::Fill => (State::Filling, self.fill(now, measured.sample)),
+            Decision::Pause { pids, unlisted } => {
+                if self.state != Some(State::Yielding) {
+                    tick.events.push(Event::Paused { pids, unlisted });
+                    self.paused = true;
+                }
+                (State::Yielding, Load::IDLE, shape)
+            }
+            Decision::Fill | Decision::FillBeside if self.settings.target == Utilization::ZERO => {
+                (State::Off, Load::IDLE, shape)
+            }
+            Decision::Fill | Decision::FillBeside => {
+                (State::Filling, self.fill(now, measured.sample), shape)
+            }
         }
     }
 

@@ -50,7 +50,7 @@ pub mod unlisted;
 
 pub use backoff::Backoff;
 pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
-pub use device::{DeviceError, ErrorKind, LoadSource, Probe, ProcessInfo};
+pub use device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use ratelimit::RateLimiter;

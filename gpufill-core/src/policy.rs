@@ -39,11 +39,33 @@ use crate::device::ProcessInfo;
 use crate::time::Time;
 use crate::unlisted::{UNLISTED_MARGIN, Unlisted};
 
+/// How long a burst seen in the utilization keeps gpufill idle beside a quiet holder,
+/// after the last sample that showed it. It bridges the gap between two of NVML's
+/// utilization samples (200 ms on the H100 and H200; up to 1 s on other products would
+/// need more, so a product with slower samples re-pauses at each one that still shows
+/// work): while the holder keeps working every sample shows it and the pause goes on;
+/// once a sample shows the GPU quiet, gpufill fills again within this time.
+pub const BURST_HOLD: Duration = Duration::from_millis(500);
+
 /// What the policy decided for this tick.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Nobody else is here: fill.
     Fill,
+    /// Others hold a context but are quiet (activity mode, past the idle grace): fill
+    /// beside them in [`crate::LaunchShape::OneInFlight`], so that their next kernel
+    /// waits at most one short kernel of ours.
+    FillBeside,
+    /// Others are quiet by their per-process samples, but the newest utilization sample
+    /// shows work beyond our own load (a burst of a quiet holder, seen a sample before
+    /// its own samples could show it, if ever): idle for [`BURST_HOLD`] after the last
+    /// such sample, then fill beside them again. No grace is owed afterwards.
+    Pause {
+        /// PIDs of the listed foreign processes present (any of them may be the one).
+        pids: Vec<u32>,
+        /// A foreign process that the list does not show is present.
+        unlisted: bool,
+    },
     /// Someone else is here (their PIDs, or one without a PID), or left less than the
     /// grace ago (no PIDs, `unlisted` false).
     Yield {
@@ -58,14 +80,16 @@ pub enum Decision {
 impl Decision {
     /// Whether the decision is to fill.
     pub fn is_fill(&self) -> bool {
-        matches!(self, Decision::Fill)
+        matches!(self, Decision::Fill | Decision::FillBeside)
     }
 
     /// How many foreign processes cause the decision (one for an unlisted presence).
     pub fn foreign_count(&self) -> usize {
         match self {
-            Decision::Fill => 0,
-            Decision::Yield { pids, unlisted } => pids.len() + usize::from(*unlisted),
+            Decision::Fill | Decision::FillBeside => 0,
+            Decision::Yield { pids, unlisted } | Decision::Pause { pids, unlisted } => {
+                pids.len() + usize::from(*unlisted)
+            }
         }
     }
 }
@@ -81,7 +105,8 @@ pub struct Seen<'a> {
     /// What the probe sees beyond its list ([`Unlisted::ListComplete`] in the host view).
     pub unlisted: Unlisted,
     /// Whether the newest utilization sample exceeds what our own load explains
-    /// ([`crate::unlisted::OwnShare`]); weighed only when the list is partial.
+    /// ([`crate::unlisted::OwnShare`]): work of an unlisted process where the list is
+    /// partial (presence mode), and in activity mode a burst of whoever is present.
     pub beyond_own: bool,
 }
 
@@ -170,6 +195,8 @@ pub struct YieldPolicy {
     last_seen: Option<Time>,
     last_work: HashMap<u32, Time>,
     unlisted: Option<UnlistedTrack>,
+    /// Activity mode: the last sample that showed work beyond ours beside quiet holders.
+    last_burst: Option<Time>,
 }
 
 impl YieldPolicy {
@@ -180,6 +207,7 @@ impl YieldPolicy {
             last_seen: None,
             last_work: HashMap::new(),
             unlisted: None,
+            last_burst: None,
         }
     }
 
@@ -233,9 +261,12 @@ impl YieldPolicy {
         let unknown_active = seen.active.iter().any(|pid| {
             !seen.listed.iter().any(|p| p.pid == *pid) && !self.settings.ignore_pids.contains(pid)
         });
+        // In activity mode utilization beyond ours is a burst of whoever is present
+        // ([`Decision::Pause`]), for listed and unlisted holders alike.
+        let by_utilization = seen.beyond_own && !self.needs_activity();
         Some(Hidden {
             memory: seen.unlisted.memory_bytes(),
-            working: unknown_active || seen.beyond_own,
+            working: unknown_active || by_utilization,
         })
     }
 
@@ -287,11 +318,29 @@ impl YieldPolicy {
             return Decision::Yield { pids, unlisted };
         }
         if anyone_listed || unlisted_there {
-            // Activity mode, everyone quiet for the idle grace: fill, and owe no grace
-            // when they leave.
+            // Activity mode, everyone quiet for the idle grace: fill beside them, and owe
+            // no grace when they leave; pause while the utilization shows a burst.
             self.last_seen = None;
-            return Decision::Fill;
+            if seen.beyond_own {
+                self.last_burst = Some(now);
+            }
+            if self
+                .last_burst
+                .is_some_and(|at| now.saturating_since(at) < BURST_HOLD)
+            {
+                return Decision::Pause {
+                    pids: seen
+                        .listed
+                        .iter()
+                        .filter(|p| self.counts(p))
+                        .map(|p| p.pid)
+                        .collect(),
+                    unlisted: unlisted_there,
+                };
+            }
+            return Decision::FillBeside;
         }
+        self.last_burst = None;
         match self.last_seen {
             Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
                 pids,

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::device::{DeviceError, ErrorKind, LoadSource};
+use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource};
 use crate::time::Time;
 use crate::units::Load;
 
@@ -86,6 +86,8 @@ pub struct Reopening<L, F> {
     current: Option<L>,
     /// The load last asked for, given to a source opened to replace a failed one.
     load: Load,
+    /// The shape last asked for, likewise.
+    shape: LaunchShape,
     backoff: Backoff,
     settings: ReopenSettings,
     /// After a failure: when the replacement may be opened.
@@ -107,6 +109,7 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
             open,
             current: Some(first),
             load: Load::IDLE,
+            shape: LaunchShape::default(),
             backoff: Backoff::new(settings.initial, settings.max),
             settings,
             retry_at: None,
@@ -134,6 +137,8 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
             let fresh = (self.open)().map_err(|e| self.open_failed(now, e))?;
             self.retry_at = None;
             self.opened_at = Some(now);
+            let mut fresh = fresh;
+            fresh.set_shape(self.shape);
             self.current = Some(fresh);
         }
         Ok(self.current.as_mut())
@@ -222,5 +227,12 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
             source.release(now).map_err(ReopenError::Source)?;
         }
         Ok(())
+    }
+
+    fn set_shape(&mut self, shape: LaunchShape) {
+        self.shape = shape;
+        if let Some(source) = &mut self.current {
+            source.set_shape(shape);
+        }
     }
 }

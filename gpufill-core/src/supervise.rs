@@ -189,6 +189,7 @@ where
             util: None,
             duty: Duty::ZERO,
             width: Width::ONE_WARP,
+            shape: crate::device::LaunchShape::default(),
             foreign: 0,
             events: Vec::new(),
         }

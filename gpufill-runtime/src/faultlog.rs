@@ -48,6 +48,12 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
                 foreign = ?pids,
                 "yielding to a process our PID namespace does not list (seen by device memory or its work)"
             ),
+            // One per burst of a quiet holder: debug, not info, to keep the log quiet.
+            Event::Paused { pids, unlisted } => debug!(
+                foreign = ?pids,
+                unlisted,
+                "paused: the utilization shows work beside ours"
+            ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
             }

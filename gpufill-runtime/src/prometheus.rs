@@ -93,6 +93,18 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
         |s| Some(s.yields_total as f64),
     ),
     (
+        "gpufill_pauses_total",
+        "counter",
+        "Times gpufill paused beside a quiet holder of the GPU because the utilization showed a burst of its work.",
+        |s| Some(s.pauses_total as f64),
+    ),
+    (
+        "gpufill_filling_beside",
+        "gauge",
+        "1 while gpufill fills beside a quiet holder of the GPU, one short kernel at a time; else 0.",
+        |s| Some(f64::from(u8::from(s.filling_beside))),
+    ),
+    (
         "gpufill_probe_faults_total",
         "counter",
         "Times measuring the GPU failed.",
@@ -367,6 +379,8 @@ mod tests {
             "gpufill_state gauge",
             "gpufill_foreign_processes gauge",
             "gpufill_yields_total counter",
+            "gpufill_pauses_total counter",
+            "gpufill_filling_beside gauge",
             "gpufill_probe_faults_total counter",
             "gpufill_memory_used_bytes gauge",
             "gpufill_power_watts gauge",
@@ -536,6 +550,7 @@ mod tests {
                 util: None,
                 duty: gpufill_core::Duty::ZERO,
                 width: gpufill_core::Width::ONE_WARP,
+                shape: gpufill_core::LaunchShape::Bursts,
                 foreign: 1,
                 events,
             };

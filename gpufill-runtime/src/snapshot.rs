@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use gpufill_core::{Event, State, Tick};
+use gpufill_core::{Event, LaunchShape, State, Tick};
 
 /// The labels dcgm-exporter puts on per-GPU series.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +44,10 @@ pub struct GpuSnapshot {
     pub foreign: usize,
     /// `Yielded` events so far.
     pub yields_total: u64,
+    /// `Paused` events so far: bursts of quiet holders seen in the utilization.
+    pub pauses_total: u64,
+    /// Filling beside quiet holders of a context, one short kernel in flight at a time.
+    pub filling_beside: bool,
     /// Probe faults so far.
     pub probe_faults_total: u64,
     /// gpufill's own GPU memory, bytes, when known.
@@ -75,6 +79,8 @@ impl GpuSnapshot {
             state: None,
             foreign: 0,
             yields_total: 0,
+            pauses_total: 0,
+            filling_beside: false,
             probe_faults_total: 0,
             memory_used_bytes: None,
             power_watts: None,
@@ -203,10 +209,12 @@ impl Publisher {
         s.width_blocks = width_blocks;
         s.state = Some(tick.state);
         s.foreign = tick.foreign;
+        s.filling_beside = tick.state.fills() && tick.shape == LaunchShape::OneInFlight;
         s.last_tick = Some(SystemTime::now());
         for event in &tick.events {
             match event {
                 Event::Yielded { .. } => s.yields_total += 1,
+                Event::Paused { .. } => s.pauses_total += 1,
                 Event::ProbeFault { .. } => s.probe_faults_total += 1,
                 Event::LoadFault { .. } => s.load_faults_total += 1,
                 _ => {}
@@ -259,6 +267,7 @@ mod tests {
             util: Some(Utilization::from_percent(48.0).unwrap()),
             duty: Duty::clamped(0.5),
             width: gpufill_core::Width::ONE_WARP,
+            shape: LaunchShape::Bursts,
             foreign: 0,
             events,
         }

@@ -51,6 +51,7 @@ fn publishing_a_tick_allocates_nothing() {
         util: Some(Utilization::from_percent(49.0).unwrap()),
         duty: Duty::clamped(0.5),
         width: Width::ONE_WARP,
+        shape: gpufill_core::LaunchShape::Bursts,
         foreign: 0,
         events: Vec::new(),
     };

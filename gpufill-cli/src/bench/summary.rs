@@ -310,6 +310,7 @@ mod tests {
             util: sample.map(pct),
             duty: Duty::ZERO,
             width: Width::ONE_WARP,
+            shape: gpufill_core::LaunchShape::Bursts,
             foreign: 0,
             events: Vec::new(),
         }
