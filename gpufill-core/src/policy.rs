@@ -302,16 +302,19 @@ impl YieldPolicy {
             .collect();
         let anyone_listed = !listed.is_empty();
         let hidden = self.hidden(seen);
+        // Activity mode: work of a process already past its idle grace (a quiet holder
+        // we fill beside) is a burst, not a reason to yield for the idle grace again.
+        let mut burst = seen.beyond_own;
         let (unlisted_there, unlisted) = match idle_grace {
             None => {
                 let there = hidden.is_some_and(Hidden::there);
                 (there, there)
             }
-            Some(idle_grace) => self.unlisted_working(now, hidden, idle_grace),
+            Some(idle_grace) => self.unlisted_working(now, hidden, idle_grace, &mut burst),
         };
         let pids = match idle_grace {
             None => listed,
-            Some(idle_grace) => self.working(now, &listed, seen.active, idle_grace),
+            Some(idle_grace) => self.working(now, &listed, seen.active, idle_grace, &mut burst),
         };
         if !pids.is_empty() || unlisted {
             self.last_seen = Some(now);
@@ -321,7 +324,7 @@ impl YieldPolicy {
             // Activity mode, everyone quiet for the idle grace: fill beside them, and owe
             // no grace when they leave; pause while the utilization shows a burst.
             self.last_seen = None;
-            if seen.beyond_own {
+            if burst {
                 self.last_burst = Some(now);
             }
             if self
@@ -384,6 +387,7 @@ impl YieldPolicy {
         now: Time,
         hidden: Option<Hidden>,
         idle_grace: Duration,
+        burst: &mut bool,
     ) -> (bool, bool) {
         let Some(hidden) = hidden else {
             self.unlisted = None;
@@ -399,7 +403,11 @@ impl YieldPolicy {
             None => return (false, false),
         };
         if hidden.working {
-            track.last_work = now;
+            if now.saturating_since(track.last_work) < idle_grace {
+                track.last_work = now;
+            } else {
+                *burst = true;
+            }
         }
         match (hidden.memory, track.level) {
             // More memory: another context, or allocations before work.
@@ -431,13 +439,20 @@ impl YieldPolicy {
         listed: &[u32],
         active: &[u32],
         idle_grace: Duration,
+        burst: &mut bool,
     ) -> Vec<u32> {
         self.last_work.retain(|pid, _| listed.contains(pid));
         for &pid in listed {
             // Appearing counts as working: a newcomer's first kernels are near.
             let last = self.last_work.entry(pid).or_insert(now);
             if active.contains(&pid) {
-                *last = now;
+                if now.saturating_since(*last) < idle_grace {
+                    *last = now;
+                } else {
+                    // A quiet holder working again: its samples lag (seconds for a
+                    // light job), so this is a burst (a pause), not a new idle grace.
+                    *burst = true;
+                }
             }
         }
         listed
@@ -559,20 +574,104 @@ mod tests {
     }
 
     #[test]
-    fn activity_mode_yields_again_the_moment_it_works() {
+    fn activity_mode_pauses_the_moment_a_quiet_holder_works_and_fills_beside_it_after() {
         let mut p = activity(1000);
         let nb = procs(&[5]);
         p.decide(Time::from_millis(0), &nb, &[]);
-        assert!(p.decide(Time::from_millis(5000), &nb, &[]).is_fill());
+        assert_eq!(
+            p.decide(Time::from_millis(5000), &nb, &[]),
+            Decision::FillBeside
+        );
+        // Its samples show work: a burst of a holder past its idle grace, so a pause
+        // for BURST_HOLD, not a yield for the idle grace.
         assert_eq!(
             p.decide(Time::from_millis(5010), &nb, &[5]),
-            Decision::Yield {
+            Decision::Pause {
                 pids: vec![5],
                 unlisted: false
             }
         );
-        assert!(!p.decide(Time::from_millis(5900), &nb, &[]).is_fill());
-        assert!(p.decide(Time::from_millis(6010), &nb, &[]).is_fill());
+        assert!(!p.decide(Time::from_millis(5500), &nb, &[]).is_fill());
+        assert_eq!(
+            p.decide(Time::from_millis(5510), &nb, &[]),
+            Decision::FillBeside
+        );
+        // Working on: every sample renews the pause.
+        assert!(!p.decide(Time::from_millis(6000), &nb, &[5]).is_fill());
+        assert!(!p.decide(Time::from_millis(6400), &nb, &[5]).is_fill());
+        assert!(p.decide(Time::from_millis(6900), &nb, &[]).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_pauses_beside_a_quiet_holder_while_the_utilization_shows_more_than_ours() {
+        let mut p = activity(1000);
+        let nb = procs(&[5]);
+        let quiet = Seen::complete(&nb, &[]);
+        let burst = Seen {
+            beyond_own: true,
+            ..quiet
+        };
+        p.decide_seen(ms(0), &quiet);
+        assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::FillBeside);
+        assert_eq!(
+            p.decide_seen(ms(2050), &burst),
+            Decision::Pause {
+                pids: vec![5],
+                unlisted: false
+            }
+        );
+        assert!(!p.decide_seen(ms(2250), &burst).is_fill(), "still working");
+        assert!(
+            !p.decide_seen(ms(2700), &quiet).is_fill(),
+            "within BURST_HOLD"
+        );
+        assert_eq!(p.decide_seen(ms(2750), &quiet), Decision::FillBeside);
+        // Nobody else there: utilization beyond ours is nobody's burst (no pause).
+        assert_eq!(
+            p.decide_seen(
+                ms(3000),
+                &Seen {
+                    beyond_own: true,
+                    ..Seen::complete(&[], &[])
+                }
+            ),
+            Decision::Fill
+        );
+    }
+
+    #[test]
+    fn activity_mode_yields_to_a_newcomer_beside_a_quiet_holder_for_the_idle_grace() {
+        let mut p = activity(1000);
+        p.decide(ms(0), &procs(&[5]), &[]);
+        assert_eq!(p.decide(ms(2000), &procs(&[5]), &[]), Decision::FillBeside);
+        assert_eq!(
+            p.decide(ms(2010), &procs(&[5, 6]), &[]),
+            Decision::Yield {
+                pids: vec![6],
+                unlisted: false
+            }
+        );
+        assert!(!p.decide(ms(3000), &procs(&[5, 6]), &[]).is_fill());
+        assert_eq!(
+            p.decide(ms(3010), &procs(&[5, 6]), &[]),
+            Decision::FillBeside
+        );
+    }
+
+    #[test]
+    fn presence_mode_never_fills_beside_anyone_and_ignores_bursts() {
+        let mut p = YieldPolicy::default();
+        let nb = procs(&[5]);
+        let burst = Seen {
+            beyond_own: true,
+            ..Seen::complete(&nb, &[])
+        };
+        for t in [0, 1000, 60_000] {
+            assert!(matches!(
+                p.decide_seen(ms(t), &burst),
+                Decision::Yield { .. }
+            ));
+        }
     }
 
     #[test]
@@ -698,7 +797,8 @@ mod tests {
         assert!(!p.decide_seen(ms(1199), &hidden(620)).is_fill());
         assert!(p.decide_seen(ms(1200), &hidden(620)).is_fill());
         assert!(p.decide_seen(ms(5000), &hidden(625)).is_fill());
-        // Its first per-process sample (a host PID we cannot see): yield again.
+        // Its first per-process sample (a host PID we cannot see): a burst of a quiet
+        // holder, so a pause for BURST_HOLD.
         let active = [444];
         let working = Seen {
             active: &active,
@@ -706,13 +806,13 @@ mod tests {
         };
         assert_eq!(
             p.decide_seen(ms(5010), &working),
-            Decision::Yield {
+            Decision::Pause {
                 pids: vec![],
                 unlisted: true
             }
         );
-        assert!(!p.decide_seen(ms(6000), &hidden(620)).is_fill());
-        assert!(p.decide_seen(ms(6010), &hidden(620)).is_fill());
+        assert!(!p.decide_seen(ms(5500), &hidden(620)).is_fill());
+        assert_eq!(p.decide_seen(ms(5510), &hidden(620)), Decision::FillBeside);
         // Quiet when it leaves: fill at once, no grace owed.
         assert!(p.decide_seen(ms(6020), &hidden(0)).is_fill());
     }

@@ -280,10 +280,23 @@ fn activity_yields_at_the_first_sample_showing_an_unlisted_holders_work() {
         "not before its samples: {yielded:?}"
     );
     assert!(yielded <= secs(10.0 + lag + 0.5), "{yielded:?}");
-    // Quiet from 15 s: its last sample shows 2.6 s later, then the 3 s idle grace.
+    // A holder past its idle grace that works is a burst: each sample renews a pause
+    // of BURST_HOLD. Quiet from 15 s: its last sample shows 2.6 s later, then the hold
+    // (not the 3 s idle grace).
+    let hold = gpufill_core::policy::BURST_HOLD.as_secs_f64();
     let refilled = first(&ticks, yielded.as_secs_f64(), State::Filling);
-    assert!(refilled >= secs(15.0 + lag + 3.0 - 0.25), "{refilled:?}");
-    assert!(refilled <= secs(15.0 + lag + 3.0 + 0.5), "{refilled:?}");
+    assert!(refilled >= secs(15.0 + lag + hold - 0.25), "{refilled:?}");
+    assert!(refilled <= secs(15.0 + lag + hold + 0.5), "{refilled:?}");
+    for t in ticks
+        .iter()
+        .filter(|t| t.at > yielded && t.at < secs(15.0 + lag))
+    {
+        assert_eq!(
+            t.state,
+            State::Yielding,
+            "paused while its samples show it: {t:?}"
+        );
+    }
 }
 
 #[test]

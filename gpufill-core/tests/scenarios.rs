@@ -296,7 +296,7 @@ fn activity_settings() -> YieldSettings {
 }
 
 #[test]
-fn activity_mode_fills_beside_an_idle_notebook_and_yields_when_it_works() {
+fn activity_mode_fills_beside_an_idle_notebook_and_pauses_while_it_works() {
     let cfg = SimConfig {
         foreign: vec![notebook()],
         ..SimConfig::default()
@@ -315,9 +315,20 @@ fn activity_mode_fills_beside_an_idle_notebook_and_yields_when_it_works() {
         .find(|t| t.at >= secs(10.0) && t.state == State::Yielding)
         .unwrap();
     assert!(yielded.at <= secs(10.3), "{yielded:?}");
-    // Quiet again from 15 s: fill once it has been quiet for 3 s.
-    assert_eq!(state_at(17.9), State::Yielding);
-    assert_eq!(state_at(18.5), State::Filling);
+    // Working till 15 s: every sample renews the pause. Quiet from 15 s: fill beside
+    // it again once the last sample showing it is BURST_HOLD old (not the idle grace:
+    // it is a holder past its idle grace, and its work was a burst).
+    for t in ticks
+        .iter()
+        .filter(|t| t.at > yielded.at && t.at < secs(15.0))
+    {
+        assert_eq!(t.state, State::Yielding, "{t:?}");
+    }
+    assert_eq!(state_at(16.0), State::Filling);
+    assert_eq!(
+        first_tick_at_or_after(&ticks, secs(16.0)).shape,
+        gpufill_core::LaunchShape::OneInFlight
+    );
     let report = s.gpu().report(secs(30.0));
     assert!(report.foreign[0].slowdown < 0.05, "{report:?}");
     assert!(report.foreign[0].overlap > Duration::ZERO, "{report:?}");
