@@ -420,6 +420,12 @@ impl YieldPolicy {
                 track.last_work = now;
                 track.level = Some(bytes);
             }
+            // Its memory is gone: it left (the grace after yielding applies, as for a
+            // listed process that leaves), unless its samples still show it.
+            (None, Some(_)) if !hidden.working => {
+                self.unlisted = None;
+                return (false, false);
+            }
             (None, _) => track.level = None,
         }
         let recent = now.saturating_since(track.last_work) < idle_grace;
@@ -815,6 +821,23 @@ mod tests {
         assert_eq!(p.decide_seen(ms(5510), &hidden(620)), Decision::FillBeside);
         // Quiet when it leaves: fill at once, no grace owed.
         assert!(p.decide_seen(ms(6020), &hidden(0)).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_owes_only_the_grace_once_an_unlisted_newcomers_memory_is_gone() {
+        let mut p = activity(30_000);
+        assert!(!p.decide_seen(ms(0), &hidden(620)).is_fill());
+        assert!(!p.decide_seen(ms(7000), &hidden(620)).is_fill());
+        // It left before its idle grace ran out: the grace (5 s) after the last yield,
+        // not the rest of the idle grace.
+        assert_eq!(
+            p.decide_seen(ms(7050), &hidden(0)),
+            Decision::Yield {
+                pids: vec![],
+                unlisted: false
+            }
+        );
+        assert_eq!(p.decide_seen(ms(12_050), &hidden(0)), Decision::Fill);
     }
 
     #[test]

@@ -141,7 +141,7 @@ pub struct YieldingSettings {
 impl Default for YieldingSettings {
     fn default() -> Self {
         YieldingSettings {
-            policy: YieldPolicyChoice::Presence,
+            policy: YieldPolicyChoice::Activity,
             mps: MpsChoice::Auto,
             grace_s: 5.0,
             idle_grace_s: 30.0,
@@ -223,11 +223,15 @@ pub enum Metric {
 /// The yield policy (`yield.policy`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum YieldPolicyChoice {
-    /// `"presence"`: idle while any other compute process is on the GPU.
-    #[default]
+    /// `"presence"`: idle while any other compute process is on the GPU, even one that
+    /// only holds a context. Its newcomers' first kernels and a holder's next kernel
+    /// never meet ours, but a GPU held all day by a quiet service stays idle.
     Presence,
-    /// `"activity"`: idle while another process works, and until it has been quiet
-    /// for `idle_grace_s`.
+    /// `"activity"` (the default): idle while another process works, and until a
+    /// newcomer has been quiet for `idle_grace_s`; then fill beside it one short kernel
+    /// at a time, pausing while the utilization shows its bursts
+    /// (docs/benchmarks.md, "Beside a mostly-idle service").
+    #[default]
     Activity,
 }
 
@@ -785,9 +789,15 @@ mod tests {
     fn mps_auto_follows_the_daemon_and_wins_over_the_policy() {
         let s = Settings::default();
         assert_eq!(s.yield_settings(true).mode, YieldMode::Mps);
-        assert_eq!(s.yield_settings(false).mode, YieldMode::Presence);
+        assert_eq!(
+            s.yield_settings(false).mode,
+            YieldMode::Activity {
+                idle_grace: Duration::from_secs(30)
+            }
+        );
         let mut off = Settings::default();
         off.yielding.mps = MpsChoice::Off;
+        off.yielding.policy = YieldPolicyChoice::Presence;
         assert_eq!(off.yield_settings(true).mode, YieldMode::Presence);
     }
 

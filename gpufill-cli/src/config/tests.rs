@@ -504,12 +504,18 @@ fn defaults_resolve_to_the_core_defaults() {
         config.to_settings().fill_settings(),
         FillSettings::default()
     );
+    // The product's default policy is activity (issue 16); the core's is presence.
     assert_eq!(
         config.to_settings().yield_settings(false),
-        YieldSettings::default()
+        YieldSettings {
+            mode: YieldMode::Activity {
+                idle_grace: Duration::from_secs(30)
+            },
+            ..YieldSettings::default()
+        }
     );
     assert_eq!(config.controller, ControllerKind::default());
-    assert_eq!(config.yielding.policy, YieldPolicyChoice::Presence);
+    assert_eq!(config.yielding.policy, YieldPolicyChoice::Activity);
     assert_eq!(config.to_settings().tick(), Duration::from_millis(50));
     assert_eq!(
         config.to_settings().launcher_settings().period,
@@ -708,9 +714,11 @@ fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
     assert_eq!(auto.to_settings().yield_settings(true).mode, YieldMode::Mps);
     assert_eq!(
         auto.to_settings().yield_settings(false).mode,
-        YieldMode::Presence
+        YieldMode::Activity {
+            idle_grace: Duration::from_secs(30)
+        }
     );
-    let off = parse("[yield]\nmps = \"off\"\n").unwrap();
+    let off = parse("[yield]\nmps = \"off\"\npolicy = \"presence\"\n").unwrap();
     assert_eq!(
         off.to_settings().yield_settings(true).mode,
         YieldMode::Presence
