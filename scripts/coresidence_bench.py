@@ -1,0 +1,411 @@
+#!/usr/bin/env python3
+"""Issue 16's co-residence benchmark: real work beside gpufill, interleaved A/B.
+
+Parts (`--parts`, comma-separated):
+- `service`: ResNet-50 (torchvision, batch 1, fp32) answering bursts of `--burst` requests
+  every `--gap` s; p50/p99 of the requests and of each burst's first request, the NVML
+  utilization held between bursts, gpufill's CPU.
+- `notebook`: a notebook-like session: a process holds a context and, every `--nb-gap` s,
+  runs one cell (a few hundred ms of bf16 matmuls); the cell's time, and utilization between
+  cells.
+- `mps`: under an MPS daemon (pipe and log dirs under /tmp), ResNet-50 training (synthetic
+  data, batch 64, bf16 autocast) and GPT-2 (transformers, random init) training, throughput
+  in iterations per second, with gpufill's mean duty while it ran.
+
+Each part runs alone, with, alone, with, ... (`--pairs` pairs, one more `alone` at the end)
+and reports, per pair, `with / mean(alone before, alone after)`: the median ratio and its
+spread. gpufill is started before each `with` run and stopped after it.
+
+Usage on the GPU machine (build here with scripts/build-carry.sh, carry `carry`):
+  python3 scripts/coresidence_bench.py --gpufill carry/gpufill --out "$OUT" [--parts ...]
+Extra flags for gpufill go after `--`.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PORT = 9417
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    i = min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))
+    return xs[i]
+
+
+def scrape(port=PORT):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except Exception:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpufill_") and "{" in line:
+            name = line.split("{", 1)[0]
+            try:
+                out[name] = float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
+class Gpufill:
+    """gpufill run in the background, its duty and utilization scraped every 0.2 s."""
+
+    def __init__(self, binary, extra, log):
+        self.binary, self.extra, self.log = binary, extra, log
+
+    def __enter__(self):
+        env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info")
+        self.logf = open(self.log, "a")
+        self.p = subprocess.Popen(
+            [self.binary, "run", "--gpus", "0", "--metrics", f"127.0.0.1:{PORT}", *self.extra],
+            stderr=self.logf, stdout=self.logf, env=env)
+        self.cpu0 = None
+        for _ in range(50):
+            if scrape():
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # settle at the target
+        self.cpu0 = (cpu_seconds(self.p.pid), time.monotonic())
+        return self
+
+    def cpu_share(self):
+        c, t = cpu_seconds(self.p.pid), time.monotonic()
+        return (c - self.cpu0[0]) / (t - self.cpu0[1])
+
+    def __exit__(self, *exc):
+        self.cpu = self.cpu_share()
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=10)
+        self.logf.close()
+        time.sleep(0.5)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Sampler:
+    """gpufill's metrics every 0.2 s in a thread, for the mean duty during a run."""
+
+    def __init__(self):
+        import threading
+        self.samples, self.stop = [], False
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop:
+            m = scrape()
+            if m:
+                self.samples.append((time.monotonic(), m))
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.t.join()
+
+    def mean(self, name, window=None):
+        xs = [m[name] for t, m in self.samples
+              if name in m and (window is None or window[0] <= t <= window[1])]
+        return sum(xs) / len(xs) if xs else float("nan")
+
+
+def worker(code, args):
+    """Runs `code` (a function name in this file) in a child Python; returns its JSON."""
+    out = subprocess.run([sys.executable, __file__, "--worker", code, *args],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{code} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ab(name, run_once, gpufill, pairs, extra, outdir, metric):
+    """alone, with, alone, ... ; returns the runs and per-pair ratios of `metric`."""
+    runs = []
+    for i in range(2 * pairs + 1):
+        with_ = i % 2 == 1
+        if with_:
+            with Gpufill(gpufill, extra, os.path.join(outdir, f"gpufill-{name}.log")) as g:
+                with Sampler() as s:
+                    r = run_once()
+                # While the workload's measured part ran (monotonic clock, shared).
+                window = (r["t0"], r["t1"]) if "t0" in r else None
+                r["duty"] = s.mean("gpufill_duty_ratio", window)
+                r["beside"] = s.mean("gpufill_filling_beside", window)
+                r["util_gpufill"] = s.mean("gpufill_utilization_percent", window)
+            r["cpu"] = g.cpu
+        else:
+            r = run_once()
+        r["with"] = with_
+        runs.append(r)
+        print(f"  {name} {'with ' if with_ else 'alone'} {metric}={r[metric]:.4f}"
+              + (f" duty={r['duty']:.3f} beside={r['beside']:.2f} cpu={100 * r['cpu']:.2f}%"
+                 if with_ else ""),
+              flush=True)
+    ratios = []
+    for i in range(1, 2 * pairs, 2):
+        alone = (runs[i - 1][metric] + runs[i + 1][metric]) / 2
+        ratios.append(runs[i][metric] / alone)
+    return runs, ratios
+
+
+# ------------------------------------------------------------------------- workloads
+def w_service(argv):
+    """ResNet-50 batch 1 in bursts; prints request latencies and NVML samples."""
+    import pynvml
+    import torch
+    import torchvision
+    p = argparse.ArgumentParser()
+    p.add_argument("--bursts", type=int)
+    p.add_argument("--burst", type=int)
+    p.add_argument("--gap", type=float)
+    p.add_argument("--quiet", type=float)
+    a = p.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda")
+    model = torchvision.models.resnet50(weights=None).to(dev).eval()
+    x = torch.randn(1, 3, 224, 224).pin_memory()
+
+    def request():
+        t = time.perf_counter()
+        with torch.no_grad():
+            model(x.to(dev, non_blocking=True)).cpu()
+        return (time.perf_counter() - t) * 1e3
+
+    for _ in range(100):
+        request()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    # Quiet a while first: gpufill (activity mode) fills beside a holder only once it
+    # has been quiet for the idle grace.
+    time.sleep(a.quiet)
+    wall0 = int(time.time() * 1e6)
+    t0 = time.monotonic()
+    bursts = []
+    t_next = time.monotonic()
+    for _ in range(a.bursts):
+        time.sleep(max(0.0, t_next - time.monotonic()))
+        s = time.time()
+        lat = [request() for _ in range(a.burst)]
+        bursts.append((s, time.time(), lat))
+        t_next += a.gap
+    time.sleep(max(0.0, t_next - time.monotonic()))
+    _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
+    # Utilization between bursts: samples whose window (200 ms) meets no burst, from the
+    # first burst on (gpufill has had a gap to settle).
+    quiet = [s.sampleValue.uiVal for s in samples
+             if s.timeStamp / 1e6 > bursts[0][0] and not any(
+                 b0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < b1 + 0.05
+                 for b0, b1, _ in bursts)]
+    lat = [v for _, _, l in bursts for v in l]
+    first = [l[0] for _, _, l in bursts]
+    print(json.dumps({"t0": t0, "t1": time.monotonic(),
+                      "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat),
+                      "first_p50": pct(first, 50), "first_max": max(first),
+                      "util_between": sum(quiet) / len(quiet) if quiet else float("nan"),
+                      "util_n": len(quiet), "lat": lat}))
+
+
+def w_notebook(argv):
+    """A context held all along; every gap one 'cell' of bf16 matmuls."""
+    import pynvml
+    import torch
+    p = argparse.ArgumentParser()
+    p.add_argument("--cells", type=int)
+    p.add_argument("--gap", type=float)
+    p.add_argument("--quiet", type=float)
+    a = p.parse_args(argv)
+    a_ = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    time.sleep(a.quiet)
+    wall0 = int(time.time() * 1e6)
+    t0 = time.monotonic()
+    cells = []
+    for _ in range(a.cells):
+        s = time.time()
+        t = time.perf_counter()
+        for _ in range(2000):
+            b = a_ @ a_
+        b.sum().item()
+        cells.append((s, time.time(), (time.perf_counter() - t) * 1e3))
+        time.sleep(a.gap)
+    _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
+    quiet = [s.sampleValue.uiVal for s in samples
+             if s.timeStamp / 1e6 > cells[0][0] and not any(
+                 c0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < c1 + 0.05
+                 for c0, c1, _ in cells)]
+    ms = [c for _, _, c in cells]
+    print(json.dumps({"t0": t0, "t1": time.monotonic(),
+                      "cell_p50": pct(ms, 50), "cell_max": max(ms),
+                      "util_between": sum(quiet) / len(quiet) if quiet else float("nan"),
+                      "util_n": len(quiet)}))
+
+
+def w_train(argv):
+    """ResNet-50 or GPT-2 training on synthetic data; prints iterations per second."""
+    import torch
+    p = argparse.ArgumentParser()
+    p.add_argument("--model")
+    p.add_argument("--iters", type=int)
+    a = p.parse_args(argv)
+    dev = torch.device("cuda")
+    # Autotuning picks algorithms by timing, differently from run to run: off, so each
+    # run trains with the same kernels.
+    torch.backends.cudnn.benchmark = False
+    if a.model == "resnet50":
+        import torchvision
+        model = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
+        x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (64,), device=dev)
+
+        def loss():
+            return torch.nn.functional.cross_entropy(model(x), y)
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config()).to(dev)
+        ids = torch.randint(0, 50257, (8, 512), device=dev)
+
+        def loss():
+            return model(ids, labels=ids).loss
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            l_ = loss()
+        l_.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(15):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    t = time.perf_counter()
+    for _ in range(a.iters):
+        step()
+    torch.cuda.synchronize()
+    print(json.dumps({"t0": t0, "t1": time.monotonic(),
+                      "its": a.iters / (time.perf_counter() - t)}))
+
+
+# ------------------------------------------------------------------------- parts
+def summary(name, ratios, extra=""):
+    print(f"{name}: median {statistics.median(ratios):.4f} "
+          f"[{min(ratios):.4f}-{max(ratios):.4f}] over {len(ratios)} pairs {extra}", flush=True)
+
+
+def part_service(a, extra, out):
+    res = {}
+    runs, r50 = ab("service", lambda: worker("service", [
+        "--bursts", str(a.bursts), "--burst", str(a.burst), "--gap", str(a.gap),
+        "--quiet", str(a.quiet)]),
+        a.gpufill, a.pairs, extra, out, "p50")
+    r99 = [runs[i]["p99"] - (runs[i - 1]["p99"] + runs[i + 1]["p99"]) / 2
+           for i in range(1, 2 * a.pairs, 2)]
+    rf = [runs[i]["first_p50"] / ((runs[i - 1]["first_p50"] + runs[i + 1]["first_p50"]) / 2)
+          for i in range(1, 2 * a.pairs, 2)]
+    withs = [r for r in runs if r["with"]]
+    summary("service p50 ratio", r50)
+    print(f"service p99 difference (ms): median {statistics.median(r99):+.3f} "
+          f"[{min(r99):+.3f}..{max(r99):+.3f}]; first request p50 ratio "
+          f"{statistics.median(rf):.4f} [{min(rf):.4f}-{max(rf):.4f}]")
+    print(f"service util between bursts with gpufill: "
+          f"{[round(r['util_between'], 1) for r in withs]}, alone: "
+          f"{[round(r['util_between'], 1) for r in runs if not r['with']]}; "
+          f"gpufill CPU {[round(100 * r['cpu'], 2) for r in withs]} %")
+    res["service"] = {"runs": runs, "p50_ratios": r50, "p99_diff_ms": r99, "first_ratios": rf}
+    return res
+
+
+def part_notebook(a, extra, out):
+    runs, rc = ab("notebook", lambda: worker("notebook", [
+        "--cells", str(a.cells), "--gap", str(a.nb_gap), "--quiet", str(a.quiet)]),
+        a.gpufill, a.pairs, extra, out, "cell_p50")
+    withs = [r for r in runs if r["with"]]
+    summary("notebook cell time ratio", rc)
+    print(f"notebook util between cells with gpufill: "
+          f"{[round(r['util_between'], 1) for r in withs]}; "
+          f"gpufill CPU {[round(100 * r['cpu'], 2) for r in withs]} %")
+    return {"notebook": {"runs": runs, "ratios": rc}}
+
+
+def part_mps(a, extra, out):
+    env = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/mps-pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/mps-log"}
+    os.environ.update(env)
+    for d in env.values():
+        os.makedirs(d, exist_ok=True)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True)
+    time.sleep(1)
+    res = {}
+    try:
+        for model, iters in (("resnet50", a.resnet_iters), ("gpt2", a.gpt2_iters)):
+            runs, r = ab(f"mps-{model}", lambda: worker("train", [
+                "--model", model, "--iters", str(iters)]),
+                a.gpufill, a.pairs, extra, out, "its")
+            summary(f"MPS {model} throughput ratio", r,
+                    f"duty {[round(x['duty'], 3) for x in runs if x['with']]}")
+            res[f"mps-{model}"] = {"runs": runs, "ratios": r}
+    finally:
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True)
+        time.sleep(1)
+    return res
+
+
+def main():
+    if "--worker" in sys.argv:
+        i = sys.argv.index("--worker")
+        {"service": w_service, "notebook": w_notebook, "train": w_train}[sys.argv[i + 1]](
+            sys.argv[i + 2:])
+        return
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
+    p = argparse.ArgumentParser()
+    p.add_argument("--gpufill", default="carry/gpufill")
+    p.add_argument("--out", default="/tmp/coresidence")
+    p.add_argument("--parts", default="service,notebook,mps")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--bursts", type=int, default=6)
+    p.add_argument("--burst", type=int, default=20)
+    p.add_argument("--gap", type=float, default=3.0)
+    p.add_argument("--quiet", type=float, default=5.0,
+                   help="s a workload holds its context quietly before its bursts or cells: "
+                        "longer than gpufill's idle grace (pass a config with idle_grace_s)")
+    p.add_argument("--cells", type=int, default=5)
+    p.add_argument("--nb-gap", type=float, default=2.0)
+    p.add_argument("--resnet-iters", type=int, default=200)
+    p.add_argument("--gpt2-iters", type=int, default=80)
+    a = p.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    res = {"args": vars(a), "gpufill_args": extra}
+    for part in a.parts.split(","):
+        print(f"== {part}", flush=True)
+        res.update({"service": part_service, "notebook": part_notebook,
+                    "mps": part_mps}[part](a, extra, a.out))
+    with open(os.path.join(a.out, "coresidence-bench.json"), "w") as f:
+        json.dump(res, f)
+
+
+if __name__ == "__main__":
+    main()
