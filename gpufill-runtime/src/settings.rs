@@ -30,7 +30,7 @@ pub const TICK_MS: (u64, u64) = (1, 1000);
 pub const WIDTH_BLOCKS: (u64, u64) = (1, 65535);
 /// Bounds of `load.period_ms`.
 pub const PERIOD_MS: (u64, u64) = (1, 1000);
-/// Bounds of `load.max_kernel_us`.
+/// Bounds of `load.max_kernel_us` and `load.beside_kernel_us`.
 pub const KERNEL_US: (u64, u64) = (10, 100_000);
 /// Bounds of a PID in `yield.ignore_pids`.
 pub const PID: (u64, u64) = (1, u32::MAX as u64);
@@ -99,6 +99,11 @@ pub struct LoadSettings {
     pub period_ms: u64,
     /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
     pub max_kernel_us: u64,
+    /// The kernel's length in microseconds while filling beside a quiet holder of the
+    /// GPU, one kernel in flight at a time, `10..=100000`, and at most the period: the
+    /// longest a holder's kernel waits behind ours. Shorter costs more CPU (a wake-up per
+    /// kernel: docs/benchmarks.md, "Beside a mostly-idle service").
+    pub beside_kernel_us: u64,
     /// The spin kernel.
     pub kernel: SpinKernel,
 }
@@ -110,6 +115,7 @@ impl Default for LoadSettings {
             max_duty_percent: 100.0,
             period_ms: 50,
             max_kernel_us: 2000,
+            beside_kernel_us: 500,
             kernel: SpinKernel::Sleep,
         }
     }
@@ -381,6 +387,22 @@ impl Settings {
                 )),
             });
         }
+        if load.beside_kernel_us > period_us {
+            return Some(SettingsError {
+                key: "load.beside_kernel_us",
+                reason: format!(
+                    "must not exceed load.period_ms ({} ms = {period_us} us), got {}",
+                    load.period_ms, load.beside_kernel_us
+                ),
+                other: Some((
+                    "load.period_ms",
+                    format!(
+                        "must be at least load.beside_kernel_us ({} us), got {}",
+                        load.beside_kernel_us, load.period_ms
+                    ),
+                )),
+            });
+        }
         let (period, tick) = (load.period_ms, self.tick_ms);
         // Bursts start only at ticks (the launcher runs in the loop's thread, right after
         // the process check), so a period that is not a whole number of ticks cannot be kept.
@@ -436,6 +458,10 @@ impl Settings {
             (
                 "load.max_kernel_us",
                 int_problem(load.max_kernel_us, KERNEL_US),
+            ),
+            (
+                "load.beside_kernel_us",
+                int_problem(load.beside_kernel_us, KERNEL_US),
             ),
             (
                 "yield.grace_s",
@@ -655,6 +681,11 @@ pub const RESTART_KEYS: &[RestartKey] = &[
         "load.max_kernel_us",
         |a, b| a.load.max_kernel_us != b.load.max_kernel_us,
         |o, n| n.load.max_kernel_us = o.load.max_kernel_us,
+    ),
+    (
+        "load.beside_kernel_us",
+        |a, b| a.load.beside_kernel_us != b.load.beside_kernel_us,
+        |o, n| n.load.beside_kernel_us = o.load.beside_kernel_us,
     ),
     (
         "probe.retry_initial_s",

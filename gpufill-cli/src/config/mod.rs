@@ -123,6 +123,10 @@ pub struct LoadConfig {
     /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
     #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
     pub max_kernel_us: u64,
+    /// The kernel's length in microseconds while filling beside a quiet holder of the
+    /// GPU (one in flight at a time), `10..=100000`, and at most the period.
+    #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
+    pub beside_kernel_us: u64,
     /// The spin kernel: `spin` (busy-wait) or `sleep` (busy-wait with nanosleep).
     #[serde(with = "named::choice")]
     pub kernel: SpinKernel,
@@ -308,6 +312,7 @@ impl Config {
                 max_duty_percent: load.max_duty_percent,
                 period_ms: load.period_ms,
                 max_kernel_us: load.max_kernel_us,
+                beside_kernel_us: load.beside_kernel_us,
                 kernel: load.kernel,
             },
             yielding: YieldingSettings {
@@ -343,6 +348,7 @@ impl Config {
                 max_duty_percent: load.max_duty_percent,
                 period_ms: load.period_ms,
                 max_kernel_us: load.max_kernel_us,
+                beside_kernel_us: load.beside_kernel_us,
                 kernel: load.kernel,
             },
             yielding: YieldConfig {

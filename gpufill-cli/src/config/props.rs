@@ -23,6 +23,7 @@ const KEYS: &[(&str, &str)] = &[
     ("load", "max_duty_percent"),
     ("load", "period_ms"),
     ("load", "max_kernel_us"),
+    ("load", "beside_kernel_us"),
     ("yield", "policy"),
     ("yield", "mps"),
     ("yield", "grace_s"),

@@ -246,6 +246,30 @@ fn a_kernel_longer_than_the_period_is_refused() {
 }
 
 #[test]
+fn a_beside_kernel_longer_than_the_period_or_out_of_range_is_refused() {
+    let e = error("[load]\nperiod_ms = 1\nmax_kernel_us = 500\nbeside_kernel_us = 1001\n");
+    assert_eq!(
+        e.to_string(),
+        "gpufill.toml:4:20: load.beside_kernel_us: must not exceed load.period_ms \
+         (1 ms = 1000 us), got 1001"
+    );
+    let e = error("[load]\nbeside_kernel_us = 5\n");
+    assert!(
+        e.to_string()
+            .starts_with("gpufill.toml:2:20: load.beside_kernel_us: "),
+        "{e}"
+    );
+    assert_eq!(
+        parse("[load]\nbeside_kernel_us = 250\n")
+            .unwrap()
+            .to_settings()
+            .load
+            .beside_kernel_us,
+        250
+    );
+}
+
+#[test]
 fn wrong_types_are_refused_naming_the_key() {
     for (text, key) in [
         ("target_percent = \"50\"", "target_percent"),
