@@ -162,15 +162,23 @@ impl ForeignJob {
             windows.push((from, from + burst));
             from += every;
         }
-        ForeignJob { windows, ..job }
+        ForeignJob {
+            windows,
+            // Nothing outside its bursts (an empty `work`), even with none.
+            work: Some((job.leaves_at, job.leaves_at)),
+            ..job
+        }
     }
 
     /// A notebook: it holds its context from `start_s` to `end_s` and runs a cell of
     /// heavy work (load 1.0, the 8192^3 matmul loop's costs) in each `[from, to)` of
     /// `cells` (seconds, in time order), idle in between.
     pub fn notebook(start_s: f64, end_s: f64, cells: &[(f64, f64)]) -> Self {
+        let leaves_at = Time::from_secs_f64(end_s);
         ForeignJob {
             name: Some("ipykernel_launcher".into()),
+            // Nothing outside its cells (an empty `work`), even with none.
+            work: Some((leaves_at, leaves_at)),
             windows: cells
                 .iter()
                 .map(|&(from, to)| (Time::from_secs_f64(from), Time::from_secs_f64(to)))
@@ -387,6 +395,11 @@ mod tests {
         assert!(!nb.running(secs(20.0)));
         assert!(nb.running(secs(30.5)));
         assert!(!nb.running(secs(40.0)));
+        let idle = ForeignJob::notebook(0.0, 60.0, &[]);
+        assert!(
+            !idle.running(secs(5.0)),
+            "no cells: it only holds its context"
+        );
         let plain = ForeignJob::compute_bound(0.0, 60.0, 1.0);
         assert!(plain.running(secs(5.0)));
         // `work` and `windows` add up.
