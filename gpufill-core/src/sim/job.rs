@@ -256,15 +256,20 @@ impl ForeignJob {
     /// The earliest time after `now` at which it is listed, starts or stops running, or
     /// leaves.
     pub(super) fn next_event(&self, now: Time) -> Option<Time> {
+        if self.leaves_at <= now {
+            return None;
+        }
         let (from, to) = self.work.unwrap_or((self.leaves_at, self.leaves_at));
-        let window = self
-            .window_at(now)
-            .map(|(from, to)| if from > now { from } else { to });
-        [self.first_kernel(), self.leaves_at, from, to]
-            .into_iter()
-            .chain(window)
-            .filter(|&t| t > now)
-            .min()
+        let mut next = self.leaves_at;
+        for t in [self.first_kernel(), from, to] {
+            if t > now && t < next {
+                next = t;
+            }
+        }
+        if let Some((from, to)) = self.window_at(now) {
+            next = next.min(if from > now { from } else { to });
+        }
+        Some(next)
     }
 }
 
