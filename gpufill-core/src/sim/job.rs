@@ -34,8 +34,8 @@
 //! cap, the service's `interference`, against 17 % measured); for the 8192^3 matmul
 //! loop (1.66 ms an iteration) beside 100 us kernels 6 % against the 8 % measured on
 //! the H200, and beside 1 ms kernels the cap, 21 %, as measured (docs/benchmarks.md,
-//! "The GPU itself, measured before gpufill (probes)"; that filler launched one kernel,
-//! waited for it and slept).
+//! "The GPU itself, measured before gpufill (probes)"; assuming that filler, like the
+//! probes' open-loop one, ran one kernel at a time).
 
 use std::time::Duration;
 
