@@ -138,7 +138,8 @@ fn beside_a_sparse_service_it_fills_one_kernel_at_a_time_and_holds_the_target_be
     let t = tracking(&ticks, secs(61.0), secs(70.0), pct(50.0), 2.0);
     assert!(t.settle.unwrap() <= Duration::from_secs(1), "{t:?}");
     // All our overlap with its bursts was one kernel at a time, and a burst lost at
-    // most what 250 us kernels at our duty cost it: 2 x 0.25 / 5.59 x 0.57 = 5 %.
+    // most what 250 us kernels resident 0.50 of the time cost it:
+    // 2 x 0.25 / 5.59 x 0.50 = 4.5 %.
     let r = &s.gpu().report(secs(70.0)).foreign[0];
     assert!(r.overlap > Duration::ZERO, "{r:?}");
     assert_eq!(r.overlap, r.overlap_one_in_flight, "{r:?}");
@@ -274,8 +275,8 @@ fn beside_a_notebook_it_fills_between_cells_and_stands_aside_during_a_long_cell(
         assert_eq!(resumed.shape, LaunchShape::OneInFlight);
     }
     // What filling cost a cell: our kernels, one at a time, until the pause (at most a
-    // sample and a tick, 250 ms at 0.57 of duty, 0.30 lost per unit of it) within the
-    // 1.5 s cell: under 3 %; over the notebook's life under 1 %.
+    // sample and a tick, 250 ms, resident 0.50 of the time, 0.30 lost per unit of that)
+    // within the 1.5 s cell: 2.5 %, so under 3 %; over the notebook's life under 1 %.
     let r = &s.gpu().report(secs(50.0)).foreign[0];
     assert!(r.worst_run < 0.03, "{r:?}");
     assert!(r.slowdown < 0.01, "{r:?}");
