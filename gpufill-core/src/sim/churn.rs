@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::model::ForeignJob;
+use super::job::ForeignJob;
 use crate::time::Time;
 
 /// A small, fast, seeded pseudo-random generator (SplitMix64). Not for cryptography.

@@ -1,26 +1,51 @@
 //! A simulated GPU, so every behaviour of the loop is tested on machines with no GPU.
 //!
-//! It models what the real one does, as measured on an H200 (the measurements are in
-//! docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)"; the numbers below are the model's parameters, chosen to match them):
+//! It models what the real one does, as measured on an H200 and an H100 (the
+//! measurements are in docs/benchmarks.md, "The GPU itself, measured before gpufill
+//! (probes)" unless another section is named; the numbers below are the model's
+//! parameters, chosen to match them):
 //! - **NVML sampling**: the device publishes one integer-percent sample per sampling
 //!   period (200 ms by default, configurable), the busy share of that window; the
 //!   probe returns each new sample once.
 //! - **Duty to utilization**: our kernels are resident `duty x (1 - overhead / kernel)`
 //!   of the time. With 30 us lost per 1 ms kernel this gives 48.5 / 24.3 / 72.8 % for
 //!   50 / 25 / 75 % duty, close to the open-loop shortfall measured with 1 ms kernels.
+//! - **Launch shape** ([`crate::LaunchShape`], recorded by [`SimLoad`]'s `set_shape`,
+//!   read back with [`SimGpu::shape`]): in bursts, kernels of `kernel` (1 ms); one in
+//!   flight, kernels of `one_in_flight_kernel` (250 us), so 30 us lost per kernel reads
+//!   44 % at 50 % duty, as 200 us kernels did open-loop on the H200.
 //! - **Stopping**: after the load goes idle, work already queued keeps running for
-//!   `stop_tail` (the real launcher lets at most one burst finish).
-//! - **Foreign processes**: each is listed by the probe from `listed_at`, runs its first
-//!   kernel `first_kernel_after` later (NVML lists a newcomer well before its context is
-//!   ready), wants the GPU a share `load` of the time, and leaves.
+//!   `stop_tail` (the real launcher lets at most one burst finish); one in flight, only
+//!   the kernel in flight finishes.
+//! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
+//!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
+//!   newcomer well before its context is ready), wants the GPU a share `load` of the
+//!   time while it works, and leaves. It works from its first kernel on, or only in
+//!   `work` and `windows`: the sparse bursts of an inference service
+//!   ([`ForeignJob::service`], calibrated on ResNet-50 at batch 1 on an H100:
+//!   docs/benchmarks.md, "Beside a mostly-idle service") or a notebook's cells
+//!   ([`ForeignJob::notebook`]), merely holding its context in between.
 //! - **Time-slicing** (no MPS): while both want to run, the foreign job progresses at
-//!   `1 - interference x own_duty` of its wanted rate. `interference` 0.42 reproduces
-//!   the measured loss of the 8192^3 matmul loop at 50 % duty; 0.84 that of the 1024^3
-//!   synchronised loop. The report gives each job's slowdown and the time our kernels were
-//!   resident while it was active.
+//!   `1 - loss x own_duty` of its wanted rate. Beside our bursts `loss` is the job's
+//!   `interference`: 0.42 reproduces the measured loss of the 8192^3 matmul loop at
+//!   50 % duty, 0.84 that of the 1024^3 synchronised loop, 0.3 the ResNet-50 service's.
+//!   Beside one kernel in flight a request waits at most our kernel's remaining
+//!   length, so `loss` is `2 x kernel / request`, capped at `interference`
+//!   ([`ForeignJob::loss_per_duty`], whose module docs give the calibration). The
+//!   report ([`ForeignReport`]) gives each job's slowdown, its worst single run (a burst,
+//!   a cell), and the time our kernels were resident while it ran, in all and one in
+//!   flight.
+//! - **Per-process samples**: a job shows in the samples of the windows in which it
+//!   ran, `process_sample_lag` after their publication, and only once a run of its
+//!   kernels has lasted `process_sample_min_run`
+//!   ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`], 400 ms: the H100 never showed the
+//!   service's 170 ms bursts there, the H200 showed steady work within 580 ms).
 //! - **MPS**: kernels run together; utilization is the union of the two, and the
 //!   foreign job loses `mps_interference x own_duty` (0.015, matching the measured loss
-//!   at full duty).
+//!   at full duty). A steady load is modelled: gpufill's measured costs beside real
+//!   training under MPS (ResNet-50 -3.2 %, GPT-2 -0.8 %; the sparse service's bursts
+//!   +8 % at p50: docs/benchmarks.md, "Under MPS") come from filling the dips of a
+//!   job whose utilization wavers, which the model does not have.
 //! - **Faults**: probe calls fail transiently inside configured intervals; after
 //!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
 //!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
@@ -44,6 +69,7 @@
 //!   per-process path use jobs too light for the utilization signal.
 
 pub mod churn;
+mod job;
 mod model;
 mod run;
 
@@ -51,7 +77,6 @@ pub use churn::{
     Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, Rng,
     check_random_jobs_per_hour,
 };
-pub use model::{
-    ForeignJob, ForeignReport, SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport,
-};
+pub use job::{ForeignJob, ForeignReport};
+pub use model::{SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport};
 pub use run::{Churn, ChurnReport, Simulation, Tracking, tracking};

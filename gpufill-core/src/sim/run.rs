@@ -194,7 +194,7 @@ impl<'a> Churn<'a> {
         self.report
     }
 
-    fn absorb(&mut self, jobs: Vec<super::ForeignReport>) {
+    fn absorb(&mut self, jobs: Vec<super::job::ForeignReport>) {
         for job in jobs {
             self.report.overlap += job.overlap;
             self.report.worst_slowdown = self.report.worst_slowdown.max(job.slowdown);
