@@ -197,6 +197,9 @@ pub struct YieldPolicy {
     unlisted: Option<UnlistedTrack>,
     /// Activity mode: the last sample that showed work beyond ours beside quiet holders.
     last_burst: Option<Time>,
+    /// Activity mode: the working PIDs of the last yield, to tell at the end of a yield
+    /// whether they left (the grace applies) or went quiet (fill beside them at once).
+    last_yield: Option<(Vec<u32>, bool)>,
 }
 
 impl YieldPolicy {
@@ -208,6 +211,7 @@ impl YieldPolicy {
             last_work: HashMap::new(),
             unlisted: None,
             last_burst: None,
+            last_yield: None,
         }
     }
 
@@ -318,12 +322,32 @@ impl YieldPolicy {
         };
         if !pids.is_empty() || unlisted {
             self.last_seen = Some(now);
+            self.last_yield = Some((pids.clone(), unlisted));
             return Decision::Yield { pids, unlisted };
         }
         if anyone_listed || unlisted_there {
             // Activity mode, everyone quiet for the idle grace: fill beside them, and owe
-            // no grace when they leave; pause while the utilization shows a burst.
-            self.last_seen = None;
+            // no grace when they leave; pause while the utilization shows a burst. A
+            // working process that left (rather than went quiet) is owed the grace, as
+            // when nobody stays.
+            if let Some((pids, was_unlisted)) = self.last_yield.take() {
+                let left = pids
+                    .iter()
+                    .any(|pid| !seen.listed.iter().any(|p| p.pid == *pid))
+                    || (was_unlisted && !unlisted_there);
+                if !left {
+                    self.last_seen = None;
+                }
+            }
+            if let Some(seen) = self.last_seen {
+                if now.saturating_since(seen) < self.settings.grace {
+                    return Decision::Yield {
+                        pids: Vec::new(),
+                        unlisted: false,
+                    };
+                }
+                self.last_seen = None;
+            }
             if burst {
                 self.last_burst = Some(now);
             }
@@ -344,6 +368,7 @@ impl YieldPolicy {
             return Decision::FillBeside;
         }
         self.last_burst = None;
+        self.last_yield = None;
         match self.last_seen {
             Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
                 pids,
