@@ -138,12 +138,14 @@ fn beside_a_sparse_service_it_fills_one_kernel_at_a_time_and_holds_the_target_be
     let t = tracking(&ticks, secs(61.0), secs(70.0), pct(50.0), 2.0);
     assert!(t.settle.unwrap() <= Duration::from_secs(1), "{t:?}");
     // All our overlap with its bursts was one kernel at a time, and a burst lost at
-    // most what 250 us kernels resident 0.50 of the time cost it:
-    // 2 x 0.25 / 5.59 x 0.50 = 4.5 %.
+    // most what the model says 500 us kernels resident 0.50 of the time cost it:
+    // 2 x 0.5 / 5.59 x 0.50 = 8.9 % (the model is pessimistic: on the H100 500 us
+    // kernels cost ResNet-50 requests nothing beyond the noise), where queued bursts
+    // would have cost 15 %.
     let r = &s.gpu().report(secs(70.0)).foreign[0];
     assert!(r.overlap > Duration::ZERO, "{r:?}");
     assert_eq!(r.overlap, r.overlap_one_in_flight, "{r:?}");
-    assert!(r.worst_run < 0.05, "{r:?}");
+    assert!(r.worst_run < 0.095, "{r:?}");
 }
 
 #[test]

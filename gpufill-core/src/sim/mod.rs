@@ -12,8 +12,8 @@
 //!   50 / 25 / 75 % duty, close to the open-loop shortfall measured with 1 ms kernels.
 //! - **Launch shape** ([`crate::LaunchShape`], recorded by [`SimLoad`]'s `set_shape`,
 //!   read back with [`SimGpu::shape`]): in bursts, kernels of `kernel` (1 ms); one in
-//!   flight, kernels of `one_in_flight_kernel` (250 us), so 30 us lost per kernel reads
-//!   44 % at 50 % duty, as 200 us kernels did open-loop on the H200.
+//!   flight, kernels of `one_in_flight_kernel` (500 us, the launcher's default), so 30 us
+//!   lost per kernel reads 47 % at 50 % duty.
 //! - **Stopping**: after the load goes idle, work already queued keeps running for
 //!   `stop_tail` (the real launcher lets at most one burst finish); one in flight, only
 //!   the kernel in flight finishes.
