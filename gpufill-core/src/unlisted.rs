@@ -278,11 +278,33 @@ impl UnexplainedMemory {
 /// ([`OwnShare::beyond`]) the sample is compared with the most our load could have put
 /// in its window: the largest noted over the interval since the previous sample and the
 /// one before, since a sample's window starts before the previous sample is read.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+///
+/// A duty reads a little below itself (launch overhead; more with one short kernel in
+/// flight, where the controller asks, say, 0.54 to read 0.50), so comparing samples with
+/// the duty would widen the margin by that shortfall. `OwnShare` therefore learns how much
+/// of a steady duty the device reads (from samples that show nobody else, between
+/// [`OWN_GAIN_MIN`] and 1) and compares each sample with the duty times that.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OwnShare {
     last: f64,
     current: f64,
     previous: f64,
+    gain: f64,
+}
+
+/// The least share of a steady duty `OwnShare` takes the device to read: a lower reading
+/// is more likely someone else's absence than our overhead.
+pub const OWN_GAIN_MIN: f64 = 0.7;
+
+impl Default for OwnShare {
+    fn default() -> Self {
+        OwnShare {
+            last: 0.0,
+            current: 0.0,
+            previous: 0.0,
+            gain: 1.0,
+        }
+    }
 }
 
 impl OwnShare {
@@ -302,9 +324,16 @@ impl OwnShare {
     /// [`BEYOND_OWN_MARGIN`]; starts the next interval.
     pub fn beyond(&mut self, sample: Utilization) -> bool {
         let own = self.current.max(self.previous);
+        let steady = self.current == self.previous;
         self.previous = self.current;
         self.current = self.last;
-        sample.fraction() - own > BEYOND_OWN_MARGIN
+        let beyond = sample.fraction() - own * self.gain > BEYOND_OWN_MARGIN;
+        if !beyond && steady && own >= 0.1 {
+            // A steady duty and nobody else seen: learn what it reads.
+            let read = (sample.fraction() / own).clamp(OWN_GAIN_MIN, 1.0);
+            self.gain = 0.75 * self.gain + 0.25 * read;
+        }
+        beyond
     }
 }
 
@@ -511,6 +540,31 @@ mod tests {
             assert!(!own.beyond(util(u)), "{u}");
         }
         assert!(own.beyond(util(63.0)));
+    }
+
+    #[test]
+    fn it_learns_what_our_duty_reads_so_the_margin_stays_ten_points() {
+        // One kernel in flight: the controller asks 0.57 to read 0.50.
+        let mut own = OwnShare::new();
+        for _ in 0..30 {
+            own.note(0.57);
+            assert!(!own.beyond(util(50.0)));
+        }
+        // A burst that adds 12 points: 7 above the duty asked, 12 above what it reads.
+        own.note(0.57);
+        assert!(own.beyond(util(62.0)));
+        own.note(0.57);
+        assert!(!own.beyond(util(58.0)));
+        // It never takes the device to read less than OWN_GAIN_MIN of the duty.
+        let mut idle_device = OwnShare::new();
+        for _ in 0..50 {
+            idle_device.note(0.5);
+            idle_device.beyond(util(10.0));
+        }
+        idle_device.note(0.5);
+        assert!(idle_device.beyond(util(0.5 * OWN_GAIN_MIN * 100.0 + 11.0)));
+        idle_device.note(0.5);
+        assert!(!idle_device.beyond(util(0.5 * OWN_GAIN_MIN * 100.0 + 9.0)));
     }
 
     #[test]
