@@ -80,10 +80,11 @@
 //! only what is left of it (docs/gpu-facts.md, "Launch shape and a mostly-idle
 //! neighbour"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
 //! `launch_due` with a non-idle load, launches one kernel of
-//! [`LauncherSettings::beside_kernel`] (500 us) at a time, waits (sleeping, then
-//! polling the event) until it has finished, rests `kernel x (1 - duty) / duty`
-//! ([`plan::one_in_flight_gap`]), and launches the next. Two of our kernels are never
-//! queued at once; the thread's first kernel waits for a burst still queued.
+//! [`LauncherSettings::beside_kernel`] (500 us) at a time, sleeps its length and the
+//! gap `kernel x (1 - duty) / duty` ([`plan::one_in_flight_gap`]), checks the event
+//! (polling on, then resting the gap, if another context slowed the kernel), and
+//! launches the next. Two of our kernels are never queued at once; the thread's first
+//! kernel waits for a burst still queued.
 //!
 //! The thread exists only in that shape with a non-idle load: because the gaps (500 us
 //! at half duty) are far shorter than a tick and the next kernel must follow the last
@@ -93,7 +94,7 @@
 //! the thread at once, waking it from any wait, within the tick; what is left of ours
 //! on the GPU is the one kernel in flight, at most `beside_kernel`. A launch error in
 //! the thread stops it and is returned, classified as any other, by the next
-//! `set_load` or `launch_due`. The cost is CPU: a wake-up or two per kernel, `duty /
+//! `set_load` or `launch_due`. The cost is CPU: a wake-up per kernel, `duty /
 //! beside_kernel` kernels a second.
 //!
 //! # Stopping and dropping
