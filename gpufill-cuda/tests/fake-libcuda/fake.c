@@ -22,6 +22,8 @@
 // FAKE_FAIL_AFTER=n makes every launch after n kernels fail with FAKE_FAIL_CODE
 // (default 719, CUDA_ERROR_LAUNCH_FAILED; 2 is CUDA_ERROR_OUT_OF_MEMORY). A kernel of
 // exactly 777777 ns always fails with 719: a test breaks the context on purpose with it.
+// A kernel of exactly 666666 ns runs 2 ms longer, as if another context's time slice
+// had held the GPU meanwhile.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +80,7 @@ CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigne
   uint64_t ns=*(uint64_t*)params[0]; pthread_mutex_lock(&mu); uint64_t n=now_ns();
   if(!first_launch) first_launch=n;
   uint64_t start= busy_until>n?busy_until:n; if(busy_until>n && busy_until-n>max_queue_ns) max_queue_ns=busy_until-n;
-  busy_until=start+ns+3000; busy_total+=ns; kernels++; last_end=busy_until;
+  busy_until=start+ns+3000+(ns==666666?2000000:0); busy_total+=ns; kernels++; last_end=busy_until;
   unsigned queued=1; for(int i=0;i<RING;i++) if(ends[i]>n) queued++;
   ends[ring_next++%RING]=busy_until;
   if(pthread_equal(pthread_self(),opener)){ if(queued>max_by_opener) max_by_opener=queued; }
