@@ -695,6 +695,13 @@ mod tests {
     }
 
     #[test]
+    fn a_cuda_load_and_its_pacing_thread_can_move_to_the_loops_thread() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<CudaLoad>();
+        send_and_sync::<Launcher>();
+    }
+
+    #[test]
     fn opening_without_a_driver_is_an_error_not_a_panic() {
         if crate::device::driver_present() {
             return; // covered by the hardware tests
