@@ -33,6 +33,10 @@ pub enum CudaError {
     /// [`crate::LauncherSettings`] out of range.
     #[error("invalid launcher settings: {0}")]
     Settings(String),
+    /// The one-in-flight launcher thread could not start, or panicked. Transient: the
+    /// next call starts another.
+    #[error("{0}")]
+    Thread(String),
 }
 
 impl CudaError {
@@ -66,6 +70,7 @@ impl DeviceError for CudaError {
                 ErrorKind::Unsupported
             }
             CudaError::Driver { code, .. } => classify(*code),
+            CudaError::Thread(_) => ErrorKind::Transient,
         }
     }
 }

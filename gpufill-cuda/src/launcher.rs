@@ -1,5 +1,7 @@
-//! [`CudaLoad`]: turns a [`Load`] into bursts of spin kernels, one burst per period,
-//! launched from the caller's thread at [`LoadSource::launch_due`].
+//! [`CudaLoad`]: turns a [`Load`] into spin kernels in one of two shapes
+//! ([`LaunchShape`]): bursts, one per period, launched from the caller's thread at
+//! [`LoadSource::launch_due`]; or one kernel in flight at a time, launched by a pacing
+//! thread of ours ([`crate::pacing`]) while the loop fills beside a quiet process.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,10 +10,13 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
-use gpufill_core::{Clock, DeviceError, ErrorKind, Load, LoadSource, SystemClock, Time};
+use gpufill_core::{
+    Clock, DeviceError, ErrorKind, LaunchShape, Load, LoadSource, SystemClock, Time,
+};
 
 use crate::device::handle;
 use crate::error::CudaError;
+use crate::pacing::{Launcher, Pacing};
 use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
 
@@ -40,6 +45,15 @@ pub struct LauncherSettings {
     /// The longest single kernel. A stop waits for what is queued, so this and the
     /// period bound how long another process can find the GPU busy with our work.
     pub max_kernel: Duration,
+    /// The length of every kernel in [`LaunchShape::OneInFlight`] (filling beside a
+    /// process that holds a context but is quiet): what the neighbour's next kernel can
+    /// wait behind us at most. 500 us, from a probe on an H100 beside a ResNet-50
+    /// service at 50 % duty: one-in-flight kernels of 250 and 500 us left its latency
+    /// within noise, 1000 us cost +20 % median, queued 2 ms bursts +9 % median and
+    /// +2 ms p99. Shorter is not free: the thread wakes once a kernel, `duty / kernel`
+    /// launches a second (1000 at half duty with 500 us), so its CPU grows as the
+    /// kernel shrinks.
+    pub beside_kernel: Duration,
     /// Launch on a lowest-priority non-blocking stream of our own (`true`), or on the
     /// context's default stream (`false`, to measure what the extra stream costs).
     pub own_stream: bool,
@@ -52,6 +66,7 @@ impl Default for LauncherSettings {
         LauncherSettings {
             period: Duration::from_millis(50),
             max_kernel: Duration::from_millis(2),
+            beside_kernel: Duration::from_micros(500),
             own_stream: true,
             kernel: SpinKernel::default(),
         }
@@ -59,7 +74,8 @@ impl Default for LauncherSettings {
 }
 
 impl LauncherSettings {
-    /// Checks the ranges: a period from 1 ms to 1 s, a kernel from 10 us to the period.
+    /// Checks the ranges: a period from 1 ms to 1 s, both kernel lengths from 10 us to
+    /// the period.
     ///
     /// # Errors
     /// [`CudaError::Settings`] naming the value out of range.
@@ -77,6 +93,13 @@ impl LauncherSettings {
                 self.period, self.max_kernel
             )));
         }
+        if !(Duration::from_micros(10)..=self.period).contains(&self.beside_kernel) {
+            return Err(CudaError::Settings(format!(
+                "beside kernel (one-in-flight kernel length) must be between 10 us and the \
+                 period ({:?}), got {:?}",
+                self.period, self.beside_kernel
+            )));
+        }
         Ok(())
     }
 }
@@ -84,10 +107,13 @@ impl LauncherSettings {
 /// Counters for benchmarks and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchStats {
-    /// Kernels submitted.
+    /// Kernels submitted, in either shape.
     pub kernels_launched: u64,
-    /// Periods in which kernels were submitted.
+    /// Periods in which kernels were submitted ([`LaunchShape::Bursts`]).
     pub bursts: u64,
+    /// Kernels submitted one at a time by the pacing thread
+    /// ([`LaunchShape::OneInFlight`]); also counted in `kernels_launched`.
+    pub one_in_flight: u64,
     /// Periods that launched nothing though the duty asked for work: the previous burst
     /// was still running past its plan, or no call came in the whole period.
     pub skipped_periods: u64,
@@ -102,13 +128,25 @@ pub struct MemoryInfo {
     pub total_bytes: u64,
 }
 
-/// The load source for one GPU: spin kernels launched from the caller's thread.
+/// The load source for one GPU: spin kernels, in bursts from the caller's thread or one
+/// at a time from a pacing thread of ours.
 ///
-/// [`LoadSource::set_load`] records the load; [`LoadSource::launch_due`], called by the
-/// fill loop at every tick right after it read the process list, launches the burst of
-/// a period that has begun. Nothing runs between calls: there is no thread of ours, so
-/// no kernel can start on a decision older than the tick. Dropping it waits for our
-/// queued kernels and releases the context.
+/// [`LoadSource::set_load`] records the load. In [`LaunchShape::Bursts`] (the default),
+/// [`LoadSource::launch_due`], called by the fill loop at every tick right after it read
+/// the process list, launches the burst of a period that has begun, and nothing runs
+/// between calls: no kernel can start on a decision older than the tick.
+///
+/// In [`LaunchShape::OneInFlight`] (set with [`LoadSource::set_shape`] while the loop
+/// fills beside a process that holds a context but is quiet) a pacing thread, started
+/// by `launch_due` with a non-idle load and owned by this value, launches one kernel of
+/// [`LauncherSettings::beside_kernel`] at a time with an idle gap after each
+/// ([`plan::one_in_flight_gap`](crate::plan::one_in_flight_gap); the crate docs say
+/// why); the gaps are far shorter than a tick. The newcomer check still
+/// happens at every tick: a loop that sees a reason to yield sets the idle load, which
+/// stops the thread at once (within the tick), and what is left of ours on the GPU is
+/// the one kernel in flight, at most `beside_kernel`.
+///
+/// Dropping it stops the thread, waits for our queued kernels and releases the context.
 pub struct CudaLoad {
     ordinal: usize,
     settings: LauncherSettings,
@@ -123,9 +161,16 @@ pub struct CudaLoad {
     stats: LaunchStats,
     /// The error that broke the context; every later call returns it.
     broken: Option<CudaError>,
-    // Dropped in this order, after the drain in `Drop::drop`: the event, the function
-    // (and its module), the stream, then our hold on the context.
-    event: CudaEvent,
+    /// How kernels are laid out; bursts until [`LoadSource::set_shape`] says otherwise.
+    shape: LaunchShape,
+    /// The one-in-flight thread, while one runs (or has exited and is not yet joined).
+    pacing: Option<Pacing>,
+    /// The error a pacing thread stopped on, returned (and checked) at the next call.
+    fault: Option<CudaError>,
+    // Dropped in this order, after the thread is joined and the drain in `Drop::drop`:
+    // the event (shared with the thread while it runs), the function (and its module),
+    // the stream, then our hold on the context.
+    event: Arc<CudaEvent>,
     func: CudaFunction,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -178,6 +223,7 @@ impl CudaLoad {
         // so completing it needs no interrupt and wakes no driver thread.
         let event = ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map(Arc::new)
             .map_err(|e| CudaError::driver("cuEventCreate", e))?;
         tracing::info!(gpu = ordinal, stack_limit, ?settings, "opened");
         Ok(CudaLoad {
@@ -191,6 +237,9 @@ impl CudaLoad {
             skipped: 0,
             stats: LaunchStats::default(),
             broken: None,
+            shape: LaunchShape::default(),
+            pacing: None,
+            fault: None,
             event,
             func,
             stream,
@@ -216,10 +265,18 @@ impl CudaLoad {
 
     /// Counters since opening.
     pub fn stats(&self) -> LaunchStats {
+        let running = self.pacing.as_ref().map_or(0, Pacing::kernels);
         LaunchStats {
+            kernels_launched: self.stats.kernels_launched + running,
+            one_in_flight: self.stats.one_in_flight + running,
             skipped_periods: self.skipped + self.pacer.missed(),
             ..self.stats
         }
+    }
+
+    /// The shape in force ([`LoadSource::set_shape`]).
+    pub fn shape(&self) -> LaunchShape {
+        self.shape
     }
 
     /// Free and total device memory, seen from our context.
@@ -239,11 +296,20 @@ impl CudaLoad {
 
     /// Waits until no kernel of ours is queued or running, for at most `timeout`,
     /// polling (the event has no blocking sync). Returns whether the GPU is free of our
-    /// work. Kernels start only in [`LoadSource::launch_due`] and about one burst of
+    /// work. Bursts start only in [`LoadSource::launch_due`] and about one burst of
     /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time,
     /// `duty x period` (measured: docs/benchmarks.md, section "Hardware tests (run B)").
+    ///
+    /// A one-in-flight thread is stopped first (the next `launch_due` with a load
+    /// starts another), so this waits for its one kernel in flight, at most
+    /// [`LauncherSettings::beside_kernel`].
     pub fn quiesce(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        if let Some(pacing) = &self.pacing
+            && !pacing.stop_by(deadline)
+        {
+            return false;
+        }
         let mut attempt = 0;
         loop {
             match self.event.try_is_complete() {
@@ -264,21 +330,12 @@ impl CudaLoad {
     /// Launches `burst` as back-to-back kernels of `width` one-warp blocks and records
     /// the event after them.
     fn launch(&mut self, burst: Burst, width: u32) -> Result<(), CudaError> {
-        let cfg = LaunchConfig {
-            grid_dim: (width, 1, 1),
-            block_dim: (BLOCK_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
         let mut outcome = Ok(());
         let mut launched = 0u32;
         for _ in 0..burst.count {
-            // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked
-            // by the ptx tests) and `ns` is a u64 that lives until `launch` returns, which
-            // copies it. The kernel touches no memory, so no argument can be misused.
-            let result = unsafe { self.stream.launch_builder(&self.func).arg(&ns).launch(cfg) };
-            if let Err(e) = result {
-                outcome = Err(CudaError::driver("cuLaunchKernel", e));
+            if let Err(e) = launch_spin(&self.stream, &self.func, ns, width) {
+                outcome = Err(e);
                 break;
             }
             launched += 1;
@@ -313,6 +370,61 @@ impl CudaLoad {
         Ok(!self.pending)
     }
 
+    /// The error to return before doing anything: the one that broke the context, or
+    /// the one a pacing thread stopped on (joined here once it has exited, then
+    /// checked as a launch's error would be).
+    fn healthy(&mut self) -> Result<(), CudaError> {
+        if let Some(broken) = &self.broken {
+            return Err(broken.clone());
+        }
+        if self.pacing.as_ref().is_some_and(Pacing::exited) {
+            self.stop_pacing();
+        }
+        match self.fault.take() {
+            Some(e) => self.check(Err(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the pacing thread, if one runs, and joins it (promptly: it wakes from any
+    /// wait at once). Its kernel in flight, if any, is recorded in the event, so the
+    /// next burst or [`CudaLoad::quiesce`] sees it. Keeps its count and its error.
+    fn stop_pacing(&mut self) {
+        let Some(pacing) = self.pacing.take() else {
+            return;
+        };
+        let stopped = pacing.stop();
+        self.stats.kernels_launched += stopped.kernels;
+        self.stats.one_in_flight += stopped.kernels;
+        self.pending = true;
+        if let Some(e) = stopped.error {
+            self.fault = Some(e);
+        }
+        tracing::debug!(
+            gpu = self.ordinal,
+            kernels = stopped.kernels,
+            "one-in-flight thread stopped"
+        );
+    }
+
+    /// Starts the pacing thread unless one runs. It first waits for whatever is queued
+    /// (a burst), so its first kernel is the only one of ours on the GPU.
+    fn start_pacing(&mut self) -> Result<(), CudaError> {
+        if self.pacing.is_some() {
+            return Ok(());
+        }
+        let launcher = Launcher {
+            ctx: Arc::clone(&self.ctx),
+            stream: Arc::clone(&self.stream),
+            func: self.func.clone(),
+            event: Arc::clone(&self.event),
+            kernel: self.settings.beside_kernel,
+        };
+        self.pacing = Some(Pacing::spawn(self.ordinal, launcher, self.load)?);
+        tracing::debug!(gpu = self.ordinal, "one-in-flight thread started");
+        Ok(())
+    }
+
     /// Remembers an error that leaves the context unusable; passes any error on.
     fn check(&mut self, outcome: Result<(), CudaError>) -> Result<(), CudaError> {
         if let Err(e) = &outcome
@@ -333,32 +445,42 @@ impl LoadSource for CudaLoad {
     /// next period. Idle stops launching; what is queued (at most one period) finishes.
     /// `now` is not used: periods are timed on the launcher's own clock.
     ///
+    /// In [`LaunchShape::OneInFlight`] a running pacing thread takes a new duty or
+    /// width from its next gap and kernel; idle stops and joins it at once (its one
+    /// kernel in flight finishes).
+    ///
     /// # Errors
-    /// The error that made the context unusable, if one did.
+    /// The error that made the context unusable, or the one a pacing thread stopped on.
     fn set_load(&mut self, _now: Time, load: Load) -> Result<(), CudaError> {
-        if let Some(broken) = &self.broken {
-            return Err(broken.clone());
-        }
+        self.healthy()?;
         if load.is_idle() {
             self.pacer.stop();
+            self.stop_pacing();
+        } else if let Some(pacing) = &self.pacing {
+            pacing.set_load(load);
         }
         self.load = load;
         Ok(())
     }
 
-    /// Launches the burst of a period that has begun (see [`Pacer`]); does nothing
-    /// while idle or between period starts.
+    /// In [`LaunchShape::Bursts`], launches the burst of a period that has begun (see
+    /// [`Pacer`]); does nothing while idle or between period starts. In
+    /// [`LaunchShape::OneInFlight`], launches nothing itself: starts the pacing thread
+    /// if none runs and the load is not idle, and reports the error it stopped on.
     ///
     /// # Errors
-    /// The failed driver call: transient ones (a resource shortage) are retried at the
-    /// next period; any other leaves the context unusable, and every later call
+    /// The failed driver call (from this thread or the pacing thread): transient ones
+    /// (a resource shortage) are retried at the next period (the next call, for the
+    /// pacing thread); any other leaves the context unusable, and every later call
     /// returns it (the caller opens a new context).
     fn launch_due(&mut self, _now: Time) -> Result<(), CudaError> {
-        if let Some(broken) = &self.broken {
-            return Err(broken.clone());
-        }
+        self.healthy()?;
         if self.load.is_idle() {
             return Ok(());
+        }
+        if self.shape == LaunchShape::OneInFlight {
+            let started = self.start_pacing();
+            return self.check(started);
         }
         let done = match self.queued_done() {
             Ok(done) => done,
@@ -378,10 +500,45 @@ impl LoadSource for CudaLoad {
             }
         }
     }
+
+    /// Stops the pacing thread, if one runs (the loop releases only while idle, when
+    /// none does). The context is released by dropping this value.
+    ///
+    /// # Errors
+    /// The error that made the context unusable, or the one a pacing thread stopped on.
+    fn release(&mut self, _now: Time) -> Result<(), CudaError> {
+        self.stop_pacing();
+        self.healthy()
+    }
+
+    /// Switches the shape from the next launch on.
+    ///
+    /// - To [`LaunchShape::OneInFlight`]: no more bursts start; the next `launch_due`
+    ///   with a load starts the pacing thread, which waits for a burst still queued
+    ///   before its first kernel.
+    /// - To [`LaunchShape::Bursts`]: the pacing thread is stopped and joined; bursts
+    ///   resume at the next `launch_due` with a fresh period, the first queued behind
+    ///   the thread's last kernel if that is still running.
+    fn set_shape(&mut self, shape: LaunchShape) {
+        if shape == self.shape {
+            return;
+        }
+        tracing::debug!(gpu = self.ordinal, shape = shape.as_str(), "launch shape");
+        self.shape = shape;
+        match shape {
+            LaunchShape::OneInFlight => self.pacer.stop(),
+            LaunchShape::Bursts => {
+                self.stop_pacing();
+                let busy_until = self.clock.now() + self.settings.beside_kernel;
+                self.pacer.resume_after(busy_until);
+            }
+        }
+    }
 }
 
 impl Drop for CudaLoad {
     fn drop(&mut self) {
+        self.stop_pacing();
         if self.broken.is_none() && !self.quiesce(DRAIN_ON_DROP) {
             tracing::warn!(
                 gpu = self.ordinal,
@@ -392,6 +549,26 @@ impl Drop for CudaLoad {
         // primary context is released, and the driver frees its memory when no one
         // else in the process holds it.
     }
+}
+
+/// Launches one spin kernel of `ns` nanoseconds as `width` one-warp blocks on `stream`.
+pub(crate) fn launch_spin(
+    stream: &CudaStream,
+    func: &CudaFunction,
+    ns: u64,
+    width: u32,
+) -> Result<(), CudaError> {
+    let cfg = LaunchConfig {
+        grid_dim: (width, 1, 1),
+        block_dim: (BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked by the
+    // ptx tests) and `ns` is a u64 that lives until `launch` returns, which copies it.
+    // The kernel touches no memory, so no argument can be misused.
+    unsafe { stream.launch_builder(func).arg(&ns).launch(cfg) }
+        .map(|_| ())
+        .map_err(|e| CudaError::driver("cuLaunchKernel", e))
 }
 
 /// Sets the primary context's flags before it is retained: blocking sync, so a thread
@@ -478,6 +655,32 @@ mod tests {
     }
 
     #[test]
+    fn the_one_in_flight_kernel_defaults_to_500_us_and_must_fit_the_period() {
+        let s = LauncherSettings::default();
+        assert_eq!(s.beside_kernel, Duration::from_micros(500));
+        for bad in [Duration::from_micros(9), Duration::from_millis(51)] {
+            let s = LauncherSettings {
+                beside_kernel: bad,
+                ..LauncherSettings::default()
+            };
+            let err = s.validate().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Unsupported);
+            assert!(
+                err.to_string().contains(
+                    "beside kernel (one-in-flight kernel length) must be between 10 us and the \
+                     period (50ms), got"
+                ),
+                "{err}"
+            );
+        }
+        let s = LauncherSettings {
+            beside_kernel: Duration::from_micros(10),
+            ..LauncherSettings::default()
+        };
+        assert_eq!(s.validate(), Ok(()));
+    }
+
+    #[test]
     fn primary_context_gets_blocking_sync_and_never_lmem_resize_to_max() {
         use sys::CUctx_flags_enum::*;
         let blocking = CU_CTX_SCHED_BLOCKING_SYNC as u32;
@@ -489,6 +692,13 @@ mod tests {
         );
         let map_host = CU_CTX_MAP_HOST as u32;
         assert_eq!(primary_flags(map_host), map_host | blocking);
+    }
+
+    #[test]
+    fn a_cuda_load_and_its_pacing_thread_can_move_to_the_loops_thread() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<CudaLoad>();
+        send_and_sync::<Launcher>();
     }
 
     #[test]

@@ -33,7 +33,8 @@
 //!
 //! # The launcher: bursts of short kernels, launched from the loop's thread
 //!
-//! [`CudaLoad`] has no thread of its own. [`set_load`](gpufill_core::LoadSource::set_load)
+//! In the default shape, [`LaunchShape::Bursts`](gpufill_core::LaunchShape), [`CudaLoad`]
+//! runs no thread of its own. [`set_load`](gpufill_core::LoadSource::set_load)
 //! records the load; [`launch_due`](gpufill_core::LoadSource::launch_due), which the fill
 //! loop calls at every tick right after it read the process list, launches the burst of a
 //! period that has begun ([`plan::Pacer`]):
@@ -69,13 +70,40 @@
 //!   window, and the phase drifts (same section). Periods that divide 100 ms are safe
 //!   there.
 //!
+//! # Beside a quiet process: one kernel in flight, from a thread of ours
+//!
+//! While the loop fills beside another process that holds a context but is quiet (an
+//! inference service between requests, an idle notebook) it asks for
+//! [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape). Without MPS the GPU
+//! time-slices between contexts: our *queued* work makes a newly arriving foreign kernel
+//! wait up to a time slice (about 2 ms on an H100), one short kernel of ours in flight
+//! only what is left of it (docs/gpu-facts.md, "Launch shape and a mostly-idle
+//! neighbour"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
+//! `launch_due` with a non-idle load, launches one kernel of
+//! [`LauncherSettings::beside_kernel`] (500 us) at a time, sleeps its length and the
+//! gap `kernel x (1 - duty) / duty` ([`plan::one_in_flight_gap`]), checks the event
+//! (polling on, then resting the gap, if another context slowed the kernel), and
+//! launches the next. Two of our kernels are never queued at once; the thread's first
+//! kernel waits for a burst still queued.
+//!
+//! The thread exists only in that shape with a non-idle load: because the gaps (500 us
+//! at half duty) are far shorter than a tick and the next kernel must follow the last
+//! one's end, which only a thread that waits for it can see in time. The decision to
+//! yield stays at the tick: the loop still reads the process list at every tick, and
+//! the idle load (or a switch back to bursts, [`CudaLoad::quiesce`], release, drop) stops
+//! the thread at once, waking it from any wait, within the tick; what is left of ours
+//! on the GPU is the one kernel in flight, at most `beside_kernel`. A launch error in
+//! the thread stops it and is returned, classified as any other, by the next
+//! `set_load` or `launch_due`. The cost is CPU: a wake-up per kernel, `duty /
+//! beside_kernel` kernels a second.
+//!
 //! # Stopping and dropping
 //!
-//! [`CudaLoad::quiesce`] waits (polling the event) until none of our kernels is queued or
-//! running (the CLI's "stopped with the GPU idle"). Dropping a [`CudaLoad`] does the same,
-//! then destroys its event, module and stream and releases the primary context; the driver
-//! frees its memory once no one else in the process holds it. Nothing of ours runs after
-//! drop.
+//! [`CudaLoad::quiesce`] stops the pacing thread if one runs, then waits (polling the
+//! event) until none of our kernels is queued or running (the CLI's "stopped with the GPU
+//! idle"). Dropping a [`CudaLoad`] does the same, then destroys its event, module and
+//! stream and releases the primary context; the driver frees its memory once no one else
+//! in the process holds it. Nothing of ours runs after drop.
 //!
 //! # Errors, and machines without a driver
 //!
@@ -94,6 +122,7 @@
 mod device;
 mod error;
 mod launcher;
+mod pacing;
 pub mod plan;
 pub mod ptx;
 

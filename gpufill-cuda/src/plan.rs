@@ -1,5 +1,6 @@
 //! The launcher's arithmetic, kept pure so CI tests it without a GPU: how a duty turns
-//! into a burst of kernels, and when a burst is due ([`Pacer`]).
+//! into a burst of kernels, when a burst is due ([`Pacer`]), and how long the idle gap
+//! after each kernel is when one kernel is in flight at a time ([`one_in_flight_gap`]).
 
 use std::time::Duration;
 
@@ -115,6 +116,15 @@ impl Pacer {
         self.started = None;
     }
 
+    /// Stops, as [`Pacer::stop`], with work launched elsewhere (the one-in-flight
+    /// thread's last kernel) planned to end at `busy_until`: the next call starts a
+    /// period at once and queues its burst behind that kernel rather than skipping the
+    /// period because of it (a kernel ending within a tenth of a period of the call).
+    pub fn resume_after(&mut self, busy_until: Time) {
+        self.started = None;
+        self.busy_until = busy_until;
+    }
+
     /// Whole periods that passed without a call (each one a period with no burst).
     pub fn missed(&self) -> u64 {
         self.missed
@@ -159,6 +169,28 @@ impl Pacer {
 /// is slowed by another process costs a few wake-ups, not hundreds.
 pub fn backoff(first: Duration, cap: Duration, attempt: u32) -> Duration {
     first.saturating_mul(1u32 << attempt.min(16)).min(cap)
+}
+
+/// The idle gap after each kernel of length `kernel` when one kernel is in flight at a
+/// time, so that a kernel and its gap hold `duty`: `kernel x (1 - duty) / duty`.
+///
+/// `None` when the duty asks for nothing (0, negative or NaN): launch nothing. A duty
+/// of 1 or more is no gap at all (the next kernel follows as soon as the last one is
+/// seen to finish: still one in flight). A duty so small that the gap does not fit a
+/// [`Duration`] is [`Duration::MAX`]: in effect, nothing until the duty changes.
+///
+/// The gap is counted from when the kernel is seen to finish, so the poll's lateness
+/// and the launch overhead lower the duty a little (a few percent with 500 us
+/// kernels); the controller makes up for it, as it does for bursts.
+pub fn one_in_flight_gap(duty: f64, kernel: Duration) -> Option<Duration> {
+    if duty.is_nan() || duty <= 0.0 {
+        return None;
+    }
+    if duty >= 1.0 {
+        return Some(Duration::ZERO);
+    }
+    let gap = kernel.as_secs_f64() * ((1.0 - duty) / duty);
+    Some(Duration::try_from_secs_f64(gap).unwrap_or(Duration::MAX))
 }
 
 #[cfg(test)]
@@ -357,6 +389,58 @@ mod tests {
         let mut p = Pacer::new(20 * MS);
         assert_eq!(p.pace(ms(0), 0.0, 2 * MS, true), Pace::Wait);
         assert_eq!(p.pace(ms(20), 0.0001, 2 * MS, true), Pace::Wait);
+    }
+
+    #[test]
+    fn after_one_in_flight_the_first_burst_queues_behind_the_last_kernel_instead_of_skipping() {
+        let mut p = Pacer::new(20 * MS);
+        p.pace(ms(0), 0.5, 2 * MS, true);
+        // The thread's last kernel ends 0.4 ms from now, and it is still running.
+        p.resume_after(Time::from_duration(Duration::from_micros(5_400)));
+        let b = launched(p.pace(ms(5), 0.5, 2 * MS, false));
+        assert_eq!(b.on_time(), 10 * MS, "a whole period's burst at once");
+        // Then the usual spacing: the next period one period later.
+        assert_eq!(p.pace(ms(15), 0.5, 2 * MS, true), Pace::Wait);
+        assert!(matches!(p.pace(ms(25), 0.5, 2 * MS, true), Pace::Launch(_)));
+    }
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn half_duty_one_in_flight_rests_as_long_as_the_kernel() {
+        assert_eq!(one_in_flight_gap(0.5, 500 * US), Some(500 * US));
+        assert_eq!(one_in_flight_gap(0.25, 500 * US), Some(1500 * US));
+        assert_eq!(one_in_flight_gap(0.8, 500 * US), Some(125 * US));
+        // A kernel and its gap hold the duty.
+        for duty in [0.01, 0.1, 0.33, 0.5, 0.9, 0.99] {
+            let kernel = 500 * US;
+            let gap = one_in_flight_gap(duty, kernel).unwrap();
+            let held = kernel.as_secs_f64() / (kernel + gap).as_secs_f64();
+            assert!((held - duty).abs() < 1e-6, "{duty}: {held}");
+        }
+    }
+
+    #[test]
+    fn full_duty_one_in_flight_has_no_gap_and_beyond_is_clamped() {
+        assert_eq!(one_in_flight_gap(1.0, 500 * US), Some(Duration::ZERO));
+        assert_eq!(one_in_flight_gap(3.0, 500 * US), Some(Duration::ZERO));
+        assert_eq!(
+            one_in_flight_gap(f64::INFINITY, 500 * US),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn no_duty_one_in_flight_launches_nothing_and_a_tiny_one_waits_without_overflow() {
+        assert_eq!(one_in_flight_gap(0.0, 500 * US), None);
+        assert_eq!(one_in_flight_gap(-0.5, 500 * US), None);
+        assert_eq!(one_in_flight_gap(f64::NAN, 500 * US), None);
+        assert_eq!(one_in_flight_gap(1e-300, 500 * US), Some(Duration::MAX));
+        let gap = one_in_flight_gap(1e-4, 500 * US).unwrap();
+        assert!(
+            gap.abs_diff(Duration::from_micros(4_999_500)) < US,
+            "{gap:?}"
+        );
     }
 
     #[test]

@@ -5,14 +5,18 @@
 //! ```
 //!
 //! Every measured number is printed on a line starting with `hw:`. The tests hold a
-//! lock so they never share the GPU with each other; together they take under 15 s.
+//! lock so they never share the GPU with each other; together they take under 30 s.
 //! They drive the launcher as the fill loop does: `launch_due` at every tick.
+//!
+//! They also run on the stand-in libcuda of `tests/fake-libcuda/` (its header says how);
+//! there, a few more assertions use what only it can tell (how many of our kernels were
+//! ever queued at once) and what only it can do (fail a launch on purpose).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use gpufill_core::{Duty, Load, LoadSource, Time, Width};
+use gpufill_core::{DeviceError, Duty, ErrorKind, LaunchShape, Load, LoadSource, Time, Width};
 use gpufill_cuda::{CudaError, CudaLoad, LaunchStats, LauncherSettings, MemoryInfo};
 
 static GPU: Mutex<()> = Mutex::new(());
@@ -97,8 +101,46 @@ fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
     LaunchStats {
         kernels_launched: b.kernels_launched - a.kernels_launched,
         bursts: b.bursts - a.bursts,
+        one_in_flight: b.one_in_flight - a.one_in_flight,
         skipped_periods: b.skipped_periods - a.skipped_periods,
     }
+}
+
+/// With the stand-in libcuda (`tests/fake-libcuda/fake.c`), the most of our kernels
+/// ever queued at once since the last open, as `(by the opening thread, by any other
+/// thread)`, which it reports in the device name; `None` on a real GPU.
+fn fake_queue_depths() -> Option<(u32, u32)> {
+    let name = gpufill_cuda::devices().ok()?.first()?.name.clone();
+    let rest = name.strip_prefix("Fake GPU (queued: ")?;
+    let mut numbers = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().ok());
+    Some((numbers.next()??, numbers.next()??))
+}
+
+fn on_the_fake() -> bool {
+    gpufill_cuda::devices().is_ok_and(|d| d.first().is_some_and(|d| d.name.starts_with("Fake GPU")))
+}
+
+/// CPU time of this process's thread named `name`, in ns (Linux `schedstat`).
+fn thread_cpu_ns(name: &str) -> Option<u64> {
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = task.ok()?.path();
+        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() == name {
+            let schedstat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+            return schedstat.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
+/// Sets the idle load and times how long until none of our kernels runs.
+fn stop_and_time(gpu: &mut CudaLoad) -> Duration {
+    let t = Instant::now();
+    gpu.set_load(Time::ZERO, Load::IDLE).unwrap();
+    assert!(gpu.quiesce(Duration::from_secs(1)));
+    t.elapsed()
 }
 
 #[test]
@@ -323,4 +365,186 @@ fn cpu_per_tick_alone_and_per_kernel_launched() {
         "hw: cost: {slope:.1} us of CPU per kernel launched, {:.1} us per burst besides",
         my - slope * mx - idle * 200.0
     );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn one_in_flight_holds_the_duty_follows_changes_and_idle_stops_within_a_kernel() {
+    let _gpu = exclusive();
+    let (mut gpu, _) = open(twenty_ms());
+    let kernel = gpu.settings().beside_kernel;
+    gpu.set_shape(LaunchShape::OneInFlight);
+    let mut worst_stop = Duration::ZERO;
+    for (duty, length) in [(0.5, 2000 * MS), (0.25, 1000 * MS), (0.9, 1000 * MS)] {
+        let before = gpu.stats();
+        let cpu0 = thread_cpu_ns("gpufill-cuda0");
+        let (wall, caller_cpu) = drive(&mut gpu, load(duty), 20 * MS, length);
+        let pacing_cpu = match (cpu0, thread_cpu_ns("gpufill-cuda0")) {
+            (Some(a), Some(b)) => (b - a) as f64 / wall.as_nanos() as f64 * 100.0,
+            // The first round starts the thread inside `drive`.
+            (None, Some(b)) => b as f64 / wall.as_nanos() as f64 * 100.0,
+            _ => f64::NAN,
+        };
+        let s = delta(before, gpu.stats());
+        let held = s.one_in_flight as f64 * kernel.as_secs_f64() / wall.as_secs_f64();
+        let stop = stop_and_time(&mut gpu);
+        worst_stop = worst_stop.max(stop);
+        println!(
+            "hw: one in flight, duty {duty}, {kernel:?} kernels, for {wall:.2?}: {} kernels, \
+             on-time {:.1} %; pacing thread {pacing_cpu:.2} % of a core, calling thread \
+             {caller_cpu:.2} %; idle to quiet in {stop:.2?}",
+            s.one_in_flight,
+            held * 100.0,
+        );
+        assert_eq!(s.bursts, 0, "no bursts in one-in-flight: {s:?}");
+        assert_eq!(s.kernels_launched, s.one_in_flight, "{s:?}");
+        // The gap starts when the kernel is seen to finish: polling and launching cost
+        // a little of the duty, never more than the duty asked.
+        assert!(
+            held > duty * 0.8 && held < duty * 1.02,
+            "duty {duty}: on-time {held:.3}"
+        );
+        let after = gpu.stats();
+        sleep(30 * MS);
+        assert_eq!(gpu.stats(), after, "launched after the idle load");
+    }
+    // Stopping waits for at most the kernel in flight, plus a poll.
+    assert!(worst_stop < kernel + 2 * MS, "stop took {worst_stop:?}");
+    if let Some((_, by_thread)) = fake_queue_depths() {
+        println!("hw: fake: at most {by_thread} kernel(s) queued by the pacing thread");
+        assert_eq!(by_thread, 1, "two kernels queued at once in one-in-flight");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn shape_switches_both_ways_never_queue_two_kernels_beside() {
+    let _gpu = exclusive();
+    let (mut gpu, _) = open(twenty_ms());
+    // A burst of five 2 ms kernels is queued, then the shape switches under it.
+    gpu.set_load(Time::ZERO, load(0.5)).unwrap();
+    gpu.launch_due(Time::ZERO).unwrap();
+    assert_eq!(gpu.stats().bursts, 1);
+    let switched = Instant::now();
+    gpu.set_shape(LaunchShape::OneInFlight);
+    gpu.launch_due(Time::ZERO).unwrap();
+    sleep(4 * MS);
+    assert_eq!(
+        gpu.stats().one_in_flight,
+        0,
+        "the thread launched beside a queued burst"
+    );
+    let (_, _) = drive(&mut gpu, load(0.5), 20 * MS, 500 * MS);
+    let beside = gpu.stats();
+    println!(
+        "hw: switch to one in flight {:.2?} after a burst: {beside:?}",
+        switched.elapsed()
+    );
+    assert_eq!(beside.bursts, 1, "a burst in one-in-flight: {beside:?}");
+    assert!(beside.one_in_flight > 200, "{beside:?}");
+
+    // Back to bursts: the thread stops, bursts resume at the next tick, the first
+    // queued behind the thread's last kernel rather than skipped.
+    gpu.set_shape(LaunchShape::Bursts);
+    let (wall, _) = drive(&mut gpu, load(0.5), 20 * MS, 500 * MS);
+    let s = delta(beside, gpu.stats());
+    println!("hw: back to bursts for {wall:.2?}: {s:?}");
+    assert_eq!(
+        s.one_in_flight, 0,
+        "the thread launched after the switch: {s:?}"
+    );
+    assert!((24..=27).contains(&s.bursts), "{s:?}");
+    assert_eq!(s.skipped_periods, 0, "{s:?}");
+
+    // And once more beside, from a full-duty burst, then quiesce while the thread runs.
+    drive(&mut gpu, load(1.0), 20 * MS, 100 * MS);
+    gpu.set_shape(LaunchShape::OneInFlight);
+    drive(&mut gpu, load(1.0), 20 * MS, 200 * MS);
+    let t = Instant::now();
+    assert!(gpu.quiesce(Duration::from_secs(1)));
+    let quiet = t.elapsed();
+    let after = gpu.stats();
+    sleep(20 * MS);
+    assert_eq!(gpu.stats(), after, "launched after quiesce");
+    println!("hw: quiesce with the thread at full duty: {quiet:.2?}; {after:?}");
+    assert!(quiet < gpu.settings().beside_kernel + 2 * MS, "{quiet:?}");
+    // The next tick with a load starts a thread again.
+    gpu.launch_due(Time::ZERO).unwrap();
+    sleep(10 * MS);
+    assert!(gpu.stats().one_in_flight > after.one_in_flight);
+    if let Some((by_caller, by_thread)) = fake_queue_depths() {
+        println!("hw: fake: most queued at once: {by_caller} by bursts, {by_thread} by the thread");
+        assert!(by_caller >= 5, "bursts queue several kernels");
+        assert_eq!(by_thread, 1, "two kernels queued at once in one-in-flight");
+    }
+    let t = Instant::now();
+    drop(gpu);
+    println!("hw: dropped with the thread running in {:.2?}", t.elapsed());
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_failed_launch_in_the_pacing_thread_is_returned_by_the_next_call() {
+    let _gpu = exclusive();
+    if !on_the_fake() {
+        println!("hw: skipped: needs the stand-in libcuda, whose 777777 ns kernel fails");
+        return;
+    }
+    let settings = LauncherSettings {
+        beside_kernel: Duration::from_nanos(777_777),
+        ..twenty_ms()
+    };
+    let (mut gpu, _) = open(settings);
+    gpu.set_shape(LaunchShape::OneInFlight);
+    gpu.set_load(Time::ZERO, load(0.5)).unwrap();
+    gpu.launch_due(Time::ZERO).unwrap();
+    sleep(10 * MS);
+    let err = gpu.launch_due(Time::ZERO).unwrap_err();
+    println!("hw: the thread's failed launch, from launch_due: {err}");
+    assert!(
+        matches!(
+            err,
+            CudaError::Driver {
+                call: "cuLaunchKernel",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.kind(), ErrorKind::Lost);
+    // Sticky, as a failed burst: every later call returns it.
+    assert_eq!(gpu.set_load(Time::ZERO, Load::IDLE), Err(err.clone()));
+    assert_eq!(gpu.launch_due(Time::ZERO), Err(err));
+    assert_eq!(gpu.stats().one_in_flight, 0);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_kernel_slowed_by_another_context_is_polled_until_it_ends_then_rested_after() {
+    let _gpu = exclusive();
+    if !on_the_fake() {
+        println!("hw: skipped: needs the stand-in libcuda, whose 666666 ns kernel runs 2 ms late");
+        return;
+    }
+    let kernel = Duration::from_nanos(666_666);
+    let settings = LauncherSettings {
+        beside_kernel: kernel,
+        ..twenty_ms()
+    };
+    let (mut gpu, _) = open(settings);
+    gpu.set_shape(LaunchShape::OneInFlight);
+    let (wall, _) = drive(&mut gpu, load(0.5), 20 * MS, 500 * MS);
+    let s = gpu.stats();
+    let stop = stop_and_time(&mut gpu);
+    // Each kernel takes 2.67 ms: seen done by the backoff's polls at most 1 ms late,
+    // then at least the gap (0.67 ms) before the next.
+    let per_kernel = wall / u32::try_from(s.one_in_flight).unwrap().max(1);
+    println!(
+        "hw: kernels 2 ms late: {} in {wall:.2?}, one each {per_kernel:.2?}; stopped in {stop:.2?}",
+        s.one_in_flight
+    );
+    assert!(per_kernel > 2 * MS + 2 * kernel, "{per_kernel:?}");
+    assert!(per_kernel < 3 * MS + 2 * kernel + MS / 5, "{per_kernel:?}");
+    let (_, by_thread) = fake_queue_depths().unwrap();
+    assert_eq!(by_thread, 1, "two kernels queued at once in one-in-flight");
 }

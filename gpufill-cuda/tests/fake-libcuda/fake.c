@@ -3,16 +3,27 @@
 // It implements the driver calls gpufill-cuda makes. One stream is modelled as a time
 // at which the GPU becomes free: cuLaunchKernel reads the spin kernel's u64 argument and
 // queues that many nanoseconds (+3 us of launch overhead), events complete when the
-// work queued before them would have. Not a test of CUDA, a test of our thread: timing,
-// skipping, quiesce, drop, error paths. Not built by cargo.
+// work queued before them would have. Not a test of CUDA, a test of our threads: timing,
+// skipping, quiesce, drop, error paths, queue depth. Not built by cargo.
 //
 //   cc -shared -fPIC -O2 -o /tmp/fake/libcuda.so fake.c -lpthread
-//   FAKE_REPORT=1 LD_LIBRARY_PATH=/tmp/fake \
-//     cargo test -p gpufill-cuda --test hardware -- --ignored --nocapture --test-threads=1
+//   FAKE_REPORT=1 LD_LIBRARY_PATH=/tmp/fake cargo test -p gpufill-cuda --test hardware -- --ignored --nocapture --test-threads=1
 //
 // FAKE_REPORT=1 prints, at exit, kernels, busy time, span and the longest queue seen.
+//
+// Queue depth: at each launch the fake counts our kernels not yet finished, the new one
+// included, and keeps the largest count seen per stream (reset when a stream is created,
+// i.e. at each open), split by who launched: the thread that created the stream (the
+// caller's, for bursts) or any other thread (the one-in-flight pacing thread). The
+// device name reports them, so a test can read them through devices() without a hook:
+//   "Fake GPU (queued: 5 by the opening thread, 1 by other threads)"
+// The current context is per thread, as in the real driver: a launch or event record
+// on a thread that never bound the context fails with CUDA_ERROR_INVALID_CONTEXT (201).
 // FAKE_FAIL_AFTER=n makes every launch after n kernels fail with FAKE_FAIL_CODE
-// (default 719, CUDA_ERROR_LAUNCH_FAILED; 2 is CUDA_ERROR_OUT_OF_MEMORY).
+// (default 719, CUDA_ERROR_LAUNCH_FAILED; 2 is CUDA_ERROR_OUT_OF_MEMORY). A kernel of
+// exactly 777777 ns always fails with 719: a test breaks the context on purpose with it.
+// A kernel of exactly 666666 ns runs 2 ms longer, as if another context's time slice
+// had held the GPU meanwhile.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +37,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t now_ns(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return (uint64_t)t.tv_sec*1000000000ull+t.tv_nsec;}
 static uint64_t busy_until, busy_total, kernels, max_queue_ns, first_launch, last_end;
 static unsigned ctx_flags; static int retained; static size_t stack=1024;
-static CUcontext current; static int ctx_obj;
+static __thread CUcontext current; static int ctx_obj;
+#define RING 1024
+static uint64_t ends[RING]; static unsigned ring_next;
+static pthread_t opener; static unsigned max_by_opener, max_by_others;
 typedef struct { uint64_t done_at; } ev_t;
 static void report(void){ if(getenv("FAKE_REPORT")) fprintf(stderr,"fake: kernels=%llu busy=%.1fms span=%.1fms max_queue=%.2fms retained=%d stack=%zu flags=%u\n",(unsigned long long)kernels,busy_total/1e6,(last_end-first_launch)/1e6,max_queue_ns/1e6,retained,stack,ctx_flags);}
 __attribute__((constructor)) static void init_(void){ atexit(report); }
@@ -34,7 +48,7 @@ CUresult cuInit(unsigned f){return 0;}
 CUresult cuDriverGetVersion(int*v){*v=13000;return 0;}
 CUresult cuDeviceGetCount(int*c){*c=1;return 0;}
 CUresult cuDeviceGet(CUdevice*d,int o){if(o!=0)return 101;*d=0;return 0;}
-CUresult cuDeviceGetName(char*n,int len,CUdevice d){strncpy(n,"Fake GPU",len);return 0;}
+CUresult cuDeviceGetName(char*n,int len,CUdevice d){pthread_mutex_lock(&mu);snprintf(n,len,"Fake GPU (queued: %u by the opening thread, %u by other threads)",max_by_opener,max_by_others);pthread_mutex_unlock(&mu);return 0;}
 CUresult cuDeviceGetUuid(unsigned char*u,CUdevice d){for(int i=0;i<16;i++)u[i]=0xa0+i;return 0;}
 CUresult cuDeviceGetUuid_v2(unsigned char*u,CUdevice d){return cuDeviceGetUuid(u,d);}
 CUresult cuDeviceTotalMem_v2(size_t*b,CUdevice d){*b=(size_t)141<<30;return 0;}
@@ -52,20 +66,27 @@ CUresult cuCtxGetStreamPriorityRange(int*l,int*g){*l=0;*g=-5;return 0;}
 CUresult cuMemGetInfo_v2(size_t*f,size_t*t){*t=(size_t)141<<30;*f=*t-(254u<<20);return 0;}
 CUresult cuModuleLoadData(CUmodule*m,const void*img){*m=malloc(1);return strstr(img,".entry spin(")?0:218;}
 CUresult cuModuleUnload(CUmodule m){free(m);return 0;}
-CUresult cuModuleGetFunction(CUfunction*f,CUmodule m,const char*n){*f=(void*)1;return strcmp(n,"spin")?500:0;}
+CUresult cuModuleGetFunction(CUfunction*f,CUmodule m,const char*n){*f=(void*)1;return strcmp(n,"spin")&&strcmp(n,"spin_sleep")?500:0;}
 CUresult cuFuncGetAttribute(int*v,int a,CUfunction f){*v=0;return 0;}
-CUresult cuStreamCreateWithPriority(CUstream*s,unsigned f,int p){*s=malloc(1);return 0;}
+CUresult cuStreamCreateWithPriority(CUstream*s,unsigned f,int p){*s=malloc(1);pthread_mutex_lock(&mu);opener=pthread_self();max_by_opener=max_by_others=0;pthread_mutex_unlock(&mu);return 0;}
 CUresult cuStreamDestroy_v2(CUstream s){free(s);return 0;}
-CUresult cuEventCreate(CUevent*e,unsigned f){if(f!=3)return 1;*e=calloc(1,sizeof(ev_t));return 0;}
+CUresult cuEventCreate(CUevent*e,unsigned f){if(!(f&2))return 1; /* timing off, as gpufill asks */*e=calloc(1,sizeof(ev_t));return 0;}
 CUresult cuEventDestroy_v2(CUevent e){free(e);return 0;}
 CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
   static long fail_after=-2; if(fail_after==-2){const char*e=getenv("FAKE_FAIL_AFTER");fail_after=e?atol(e):-1;}
   if(fail_after>=0 && (long)kernels>=fail_after) return getenv("FAKE_FAIL_CODE")?atoi(getenv("FAKE_FAIL_CODE")):719;
+  if(!current) return 201;
+  if(*(uint64_t*)params[0]==777777) return 719;
   uint64_t ns=*(uint64_t*)params[0]; pthread_mutex_lock(&mu); uint64_t n=now_ns();
   if(!first_launch) first_launch=n;
   uint64_t start= busy_until>n?busy_until:n; if(busy_until>n && busy_until-n>max_queue_ns) max_queue_ns=busy_until-n;
-  busy_until=start+ns+3000; busy_total+=ns; kernels++; last_end=busy_until; pthread_mutex_unlock(&mu); return 0;}
-CUresult cuEventRecord(CUevent e,CUstream s){pthread_mutex_lock(&mu);((ev_t*)e)->done_at=busy_until;pthread_mutex_unlock(&mu);return 0;}
+  busy_until=start+ns+3000+(ns==666666?2000000:0); busy_total+=ns; kernels++; last_end=busy_until;
+  unsigned queued=1; for(int i=0;i<RING;i++) if(ends[i]>n) queued++;
+  ends[ring_next++%RING]=busy_until;
+  if(pthread_equal(pthread_self(),opener)){ if(queued>max_by_opener) max_by_opener=queued; }
+  else if(queued>max_by_others) max_by_others=queued;
+  pthread_mutex_unlock(&mu); return 0;}
+CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);((ev_t*)e)->done_at=busy_until;pthread_mutex_unlock(&mu);return 0;}
 CUresult cuEventQuery(CUevent e){return now_ns()>=((ev_t*)e)->done_at?0:600;}
 CUresult cuEventSynchronize(CUevent e){uint64_t d=((ev_t*)e)->done_at,n=now_ns(); if(d>n){struct timespec t={ (d-n)/1000000000ull,(d-n)%1000000000ull}; nanosleep(&t,0);} return 0;}
 CUresult cuGetErrorName(CUresult r,const char**s){*s="CUDA_ERROR_FAKE";return 0;}

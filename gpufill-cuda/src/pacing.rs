@@ -1,0 +1,336 @@
+//! The pacing thread of [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape): one
+//! kernel of ours at a time, then an idle gap, launched from a thread that
+//! [`CudaLoad`](crate::CudaLoad) owns.
+//!
+//! Why a thread: the gaps are a fraction of a millisecond (a 500 us kernel at half duty
+//! rests 500 us), far shorter than a loop tick, and the next kernel may start only once
+//! the last one has finished, which a tick cannot see in time. Why one kernel at a time:
+//! without MPS the GPU time-slices between contexts, and a foreign kernel that arrives
+//! while work of ours is *queued* can wait a whole time slice (about 2 ms on an H100),
+//! while one that arrives beside a *single* kernel of ours waits at most what is left of
+//! it (docs/gpu-facts.md, "Launch shape and a mostly-idle neighbour").
+//!
+//! The cycle: launch one kernel of `beside_kernel` at the load's width, record the event
+//! after it, sleep the kernel's length and the gap ([`one_in_flight_gap`]) in one go,
+//! check the event: finished, launch the next. One wake-up a kernel instead of two (the
+//! thread's CPU is its wake-ups), and the sleep's lateness does not add to the gap; the
+//! GPU rests the gap less the few microseconds a kernel takes past its length. Still
+//! running (another context's time slice delayed it): poll the event with a backoff
+//! (20 us doubling to 1 ms; never spinning) until it has finished, then rest the whole
+//! gap from then, since someone else is using the GPU. The next launch happens only
+//! after the previous kernel was seen to finish, so two of our kernels are never queued
+//! at once; before its first launch the thread waits the same way for whatever was
+//! queued before it started (a burst), so the promise holds from the first launch on.
+//!
+//! Timing: the thread keeps Linux's default timer slack of 50 us (lowering it takes
+//! `prctl`, and this crate does not depend on libc), so a sleep ends up to about that
+//! late, plus the launch and the wake-up. On an H100 (hardware tests, three runs) a duty
+//! of 0.5 held 44-45 % on-time at 3.7-4.5 % of a core for the thread, 0.25 held 23-24 %
+//! at 2.3-3.0 %, and 0.9 held 77-78 % at 4.4-5.4 %; the controller makes up the
+//! shortfall, as it does for bursts.
+//!
+//! Every wait is on a condvar with a timeout, so a stop wakes the thread at once; it then
+//! exits without waiting for its kernel in flight (at most `beside_kernel`), which the
+//! shared event still covers: [`CudaLoad::quiesce`](crate::CudaLoad::quiesce) polls it.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
+use gpufill_core::Load;
+
+use crate::error::CudaError;
+use crate::launcher::launch_spin;
+use crate::plan::{backoff, one_in_flight_gap};
+
+/// First wait before polling the event again once the kernel's length has passed.
+const FIRST_POLL: Duration = Duration::from_micros(20);
+/// Longest wait between polls (a kernel slowed by another context's time slice).
+const MAX_POLL: Duration = Duration::from_millis(1);
+
+/// What the launcher needs to launch: handed to the thread, which binds the context.
+pub(crate) struct Launcher {
+    /// Our context, made current on the thread before anything else.
+    pub ctx: Arc<CudaContext>,
+    /// The stream the bursts use too, so one event covers both.
+    pub stream: Arc<CudaStream>,
+    /// The spin kernel.
+    pub func: CudaFunction,
+    /// The launcher's one event, recorded after each kernel.
+    pub event: Arc<CudaEvent>,
+    /// The length of each kernel.
+    pub kernel: Duration,
+}
+
+/// The state the caller's thread and the pacing thread share.
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+struct State {
+    /// The load in force: its duty sets the gap, its width the next kernel's.
+    load: Load,
+    /// Asked to stop: no more launches; the thread exits at its next wait.
+    stop: bool,
+    /// The thread has exited (it sets this last).
+    exited: bool,
+    /// The error the thread stopped on.
+    error: Option<CudaError>,
+    /// Kernels launched.
+    kernels: u64,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a stopped pacing thread leaves behind.
+pub(crate) struct Stopped {
+    /// Kernels it launched.
+    pub kernels: u64,
+    /// The error it stopped on, if it did.
+    pub error: Option<CudaError>,
+}
+
+/// A running (or exited, not yet joined) pacing thread.
+pub(crate) struct Pacing {
+    shared: Arc<Shared>,
+    handle: JoinHandle<()>,
+}
+
+impl Pacing {
+    /// Starts the thread for GPU `ordinal` with `load`.
+    ///
+    /// # Errors
+    /// [`CudaError::Thread`] if the OS refuses a thread.
+    pub(crate) fn spawn(
+        ordinal: usize,
+        launcher: Launcher,
+        load: Load,
+    ) -> Result<Pacing, CudaError> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                load,
+                stop: false,
+                exited: false,
+                error: None,
+                kernels: 0,
+            }),
+            wake: Condvar::new(),
+        });
+        let worker = Worker {
+            shared: Arc::clone(&shared),
+            launcher,
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("gpufill-cuda{ordinal}"))
+            .spawn(move || worker.run())
+            .map_err(|e| CudaError::Thread(format!("cannot start the launcher thread: {e}")))?;
+        Ok(Pacing { shared, handle })
+    }
+
+    /// Hands the thread a new load: the next gap and kernel follow it. A gap under way
+    /// is re-timed from the end of the last kernel.
+    pub(crate) fn set_load(&self, load: Load) {
+        self.shared.lock().load = load;
+        self.shared.wake.notify_all();
+    }
+
+    /// Kernels launched so far.
+    pub(crate) fn kernels(&self) -> u64 {
+        self.shared.lock().kernels
+    }
+
+    /// Whether the thread has exited (stopped, or on an error), so joining is instant.
+    pub(crate) fn exited(&self) -> bool {
+        self.shared.lock().exited
+    }
+
+    /// Asks the thread to stop and waits, until `deadline` at most, for it to exit;
+    /// true when it has. It launches nothing after this returns true.
+    pub(crate) fn stop_by(&self, deadline: Instant) -> bool {
+        let mut state = self.shared.lock();
+        state.stop = true;
+        self.shared.wake.notify_all();
+        while !state.exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .shared
+                .wake
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    /// Stops the thread and joins it. Prompt: the thread only ever waits on the condvar
+    /// or in a launch call.
+    pub(crate) fn stop(self) -> Stopped {
+        {
+            self.shared.lock().stop = true;
+            self.shared.wake.notify_all();
+        }
+        let panicked = self.handle.join().is_err();
+        let mut state = self.shared.lock();
+        let error = state
+            .error
+            .take()
+            .or_else(|| panicked.then(|| CudaError::Thread("the launcher thread panicked".into())));
+        Stopped {
+            kernels: state.kernels,
+            error,
+        }
+    }
+}
+
+/// The thread's side.
+struct Worker {
+    shared: Arc<Shared>,
+    launcher: Launcher,
+}
+
+impl Worker {
+    fn run(self) {
+        let outcome = self.pace();
+        if let Err(e) = &outcome {
+            tracing::debug!(error = %e, "one-in-flight launcher stopped on an error");
+        }
+        let mut state = self.shared.lock();
+        state.error = outcome.err();
+        state.exited = true;
+        drop(state);
+        self.shared.wake.notify_all();
+    }
+
+    /// The cycle, until asked to stop (`Ok`) or a driver call fails.
+    fn pace(&self) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        l.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
+        let ns = u64::try_from(l.kernel.as_nanos()).unwrap_or(u64::MAX);
+        // Whatever was queued before we started (a burst) must finish first.
+        if !self.wait_done(Duration::ZERO)? {
+            return Ok(());
+        }
+        loop {
+            let Some(width) = self.next_width() else {
+                return Ok(());
+            };
+            launch_spin(&l.stream, &l.func, ns, width)?;
+            // The kernel cannot end before this plus its length.
+            let launched = Instant::now();
+            self.shared.lock().kernels += 1;
+            l.event
+                .record(&l.stream)
+                .map_err(|e| CudaError::driver("cuEventRecord", e))?;
+            // One wake-up a kernel: sleep its length and the gap at once, then check
+            // that it has finished before the next launch.
+            if !self.rest(launched + l.kernel) {
+                return Ok(());
+            }
+            // Slowed by another context's time slice: poll until it ends, then rest
+            // the whole gap from then, since someone else is using the GPU.
+            if !self.is_done()? && (!self.wait_done(FIRST_POLL)? || !self.rest(Instant::now())) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The width of the next kernel; `None` once asked to stop.
+    fn next_width(&self) -> Option<u32> {
+        let state = self.shared.lock();
+        (!state.stop).then(|| state.load.width.get())
+    }
+
+    /// Sleeps `first`, then polls the event with a backoff until the work recorded in
+    /// it has finished (`true`), or a stop is asked (`false`).
+    fn wait_done(&self, first: Duration) -> Result<bool, CudaError> {
+        let mut wait = first;
+        let mut attempt = 0;
+        loop {
+            if !self.pause(wait) {
+                return Ok(false);
+            }
+            if self.is_done()? {
+                return Ok(true);
+            }
+            wait = backoff(FIRST_POLL, MAX_POLL, attempt);
+            attempt = attempt.saturating_add(1);
+        }
+    }
+
+    /// Whether the work recorded in the event has finished.
+    fn is_done(&self) -> Result<bool, CudaError> {
+        self.launcher
+            .event
+            .try_is_complete()
+            .map_err(|e| CudaError::driver("cuEventQuery", e))
+    }
+
+    /// Waits `length` on the condvar; `false` as soon as a stop is asked.
+    fn pause(&self, length: Duration) -> bool {
+        let deadline = Instant::now().checked_add(length);
+        let mut state = self.shared.lock();
+        loop {
+            if state.stop {
+                return false;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                return true;
+            }
+            state = self.wait(state, left);
+        }
+    }
+
+    /// Rests the gap after a kernel, counted from `ended` and re-timed whenever the
+    /// duty changes; `false` as soon as a stop is asked.
+    fn rest(&self, ended: Instant) -> bool {
+        let mut state = self.shared.lock();
+        loop {
+            if state.stop {
+                return false;
+            }
+            // No duty (not expected: an idle load stops the thread) or a gap beyond
+            // any clock: wait for a change.
+            let until = one_in_flight_gap(state.load.duty.fraction(), self.launcher.kernel)
+                .and_then(|gap| ended.checked_add(gap));
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                return true;
+            }
+            state = self.wait(state, left);
+        }
+    }
+
+    /// Waits on the condvar for `left`, or until woken when `None`.
+    fn wait<'a>(
+        &self,
+        state: MutexGuard<'a, State>,
+        left: Option<Duration>,
+    ) -> MutexGuard<'a, State> {
+        match left {
+            Some(left) => {
+                self.shared
+                    .wake
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            }
+            None => self
+                .shared
+                .wake
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner),
+        }
+    }
+}
