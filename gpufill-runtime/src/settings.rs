@@ -626,6 +626,7 @@ impl Settings {
         LauncherSettings {
             period: Duration::from_millis(self.load.period_ms),
             max_kernel: Duration::from_micros(self.load.max_kernel_us),
+            beside_kernel: Duration::from_micros(self.load.beside_kernel_us),
             kernel: self.load.kernel,
             ..LauncherSettings::default()
         }

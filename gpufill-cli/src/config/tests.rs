@@ -263,9 +263,9 @@ fn a_beside_kernel_longer_than_the_period_or_out_of_range_is_refused() {
         parse("[load]\nbeside_kernel_us = 250\n")
             .unwrap()
             .to_settings()
-            .load
-            .beside_kernel_us,
-        250
+            .launcher_settings()
+            .beside_kernel,
+        Duration::from_micros(250)
     );
 }
 
