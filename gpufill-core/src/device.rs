@@ -174,6 +174,15 @@ pub trait LoadSource {
     fn set_shape(&mut self, shape: LaunchShape) {
         let _ = shape;
     }
+
+    /// Whether, since the last call, the source saw another process work on the GPU: in
+    /// [`LaunchShape::OneInFlight`] a kernel of ours held back well past its length by
+    /// another context's time slice (the CUDA launcher then launches nothing more until
+    /// the next `set_load`). The loop asks at every step and treats it as a burst of a
+    /// quiet holder. The default sees nothing.
+    fn others_seen(&mut self) -> bool {
+        false
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -208,5 +217,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn set_shape(&mut self, shape: LaunchShape) {
         (**self).set_shape(shape)
+    }
+    fn others_seen(&mut self) -> bool {
+        (**self).others_seen()
     }
 }

@@ -219,6 +219,8 @@ struct Measured {
     sample: Option<Utilization>,
     /// The sample exceeds what our load explains.
     beyond_own: bool,
+    /// The sample is new, its window held none of our load, and it shows nothing.
+    quiet_sample: bool,
     active: Vec<u32>,
 }
 
@@ -452,7 +454,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         self.unlisted = unlisted;
         let sample = self.probe.utilization(now).map_err(classify)?;
         // Every sample moves the own-share window on, whatever the list.
+        let window_idle = self.own_share.window_idle();
         let beyond_own = sample.is_some_and(|s| self.own_share.beyond(s));
+        // A new sample whose window held none of our load and shows nothing beyond it:
+        // nobody worked (ends a pause for a burst).
+        let quiet_sample = sample.is_some() && window_idle && !beyond_own;
         // Per-process activity is costly to read: only when the policy uses it.
         let active = if self.policy.wants_activity(&foreign, unlisted) {
             self.probe
@@ -467,6 +473,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             unlisted,
             sample,
             beyond_own,
+            quiet_sample,
             active,
         })
     }
@@ -506,6 +513,8 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             active: &measured.active,
             unlisted: measured.unlisted,
             beyond_own: measured.beyond_own,
+            quiet_sample: measured.quiet_sample,
+            held_back: self.load.others_seen(),
         };
         if self.policy.sees_anyone(&seen) {
             self.quiet_since = None;

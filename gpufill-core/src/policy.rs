@@ -39,9 +39,9 @@ use crate::device::ProcessInfo;
 use crate::time::Time;
 use crate::unlisted::{UNLISTED_MARGIN, Unlisted};
 
-/// How long a burst seen in the utilization keeps gpufill idle beside a quiet holder,
-/// after the last sample that showed it. It bridges the gap between two of NVML's
-/// utilization samples (200 ms on the H100 and H200; up to 1 s on other products would
+/// The longest a burst seen in the utilization keeps gpufill idle beside a quiet holder,
+/// after the last sample that showed it, when no quiet sample (one whose window held
+/// none of our load and shows nobody: [`Seen::quiet_sample`]) ends the pause sooner. It bridges the gap between two of NVML's utilization samples (200 ms on the H100 and H200; up to 1 s on other products would
 /// need more, so a product with slower samples re-pauses at each one that still shows
 /// work): while the holder keeps working every sample shows it and the pause goes on;
 /// once a sample shows the GPU quiet, gpufill fills again within this time.
@@ -108,6 +108,13 @@ pub struct Seen<'a> {
     /// ([`crate::unlisted::OwnShare`]): work of an unlisted process where the list is
     /// partial (presence mode), and in activity mode a burst of whoever is present.
     pub beyond_own: bool,
+    /// A new utilization sample arrived in this tick whose window held none of our load
+    /// ([`crate::unlisted::OwnShare::window_idle`]) and that shows nothing beyond the
+    /// margin: nobody worked over its window.
+    pub quiet_sample: bool,
+    /// A kernel of ours was held back by another context since the last tick
+    /// ([`crate::LoadSource::others_seen`]): someone is working right now.
+    pub held_back: bool,
 }
 
 impl<'a> Seen<'a> {
@@ -118,6 +125,8 @@ impl<'a> Seen<'a> {
             active,
             unlisted: Unlisted::ListComplete,
             beyond_own: false,
+            quiet_sample: false,
+            held_back: false,
         }
     }
 }
@@ -308,7 +317,7 @@ impl YieldPolicy {
         let hidden = self.hidden(seen);
         // Activity mode: work of a process already past its idle grace (a quiet holder
         // we fill beside) is a burst, not a reason to yield for the idle grace again.
-        let mut burst = seen.beyond_own;
+        let mut burst = seen.beyond_own || seen.held_back;
         let (unlisted_there, unlisted) = match idle_grace {
             None => {
                 let there = hidden.is_some_and(Hidden::there);
@@ -351,10 +360,13 @@ impl YieldPolicy {
             if burst {
                 self.last_burst = Some(now);
             }
-            if self
-                .last_burst
-                .is_some_and(|at| now.saturating_since(at) < BURST_HOLD)
-            {
+            if let Some(at) = self.last_burst {
+                let since = now.saturating_since(at);
+                if since >= BURST_HOLD || (seen.quiet_sample && !burst) {
+                    self.last_burst = None;
+                }
+            }
+            if self.last_burst.is_some() {
                 return Decision::Pause {
                     pids: seen
                         .listed
@@ -671,6 +683,52 @@ mod tests {
     }
 
     #[test]
+    fn a_pause_ends_at_the_first_quiet_sample_or_at_burst_hold() {
+        let mut p = activity(1000);
+        let nb = procs(&[5]);
+        let quiet = Seen::complete(&nb, &[]);
+        let sample = |beyond_own: bool| Seen {
+            quiet_sample: !beyond_own,
+            beyond_own,
+            ..quiet
+        };
+        let held_back = Seen {
+            held_back: true,
+            ..quiet
+        };
+        p.decide_seen(ms(0), &quiet);
+        assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::FillBeside);
+        // A kernel of ours held back: pause at once, before any sample.
+        assert!(matches!(
+            p.decide_seen(ms(2010), &held_back),
+            Decision::Pause { .. }
+        ));
+        // A sample still showing work renews it; a quiet one (its window free of our
+        // load) ends it.
+        assert!(!p.decide_seen(ms(2300), &sample(true)).is_fill());
+        assert!(!p.decide_seen(ms(2400), &quiet).is_fill());
+        assert_eq!(
+            p.decide_seen(ms(2500), &sample(false)),
+            Decision::FillBeside
+        );
+        // Without samples, BURST_HOLD ends it.
+        p.decide_seen(ms(3000), &held_back);
+        assert!(!p.decide_seen(ms(3499), &quiet).is_fill());
+        assert_eq!(p.decide_seen(ms(3500), &quiet), Decision::FillBeside);
+        // Nobody else there: a held-back kernel is nobody's burst.
+        assert_eq!(
+            p.decide_seen(
+                ms(4000),
+                &Seen {
+                    held_back: true,
+                    ..Seen::complete(&[], &[])
+                }
+            ),
+            Decision::Fill
+        );
+    }
+
+    #[test]
     fn activity_mode_yields_to_a_newcomer_beside_a_quiet_holder_for_the_idle_grace() {
         let mut p = activity(1000);
         p.decide(ms(0), &procs(&[5]), &[]);
@@ -731,6 +789,8 @@ mod tests {
                 Unlisted::Memory(memory_mib * MIB)
             },
             beyond_own: false,
+            quiet_sample: false,
+            held_back: false,
         }
     }
 
@@ -890,6 +950,8 @@ mod tests {
             active: &active,
             unlisted: Unlisted::Unknown,
             beyond_own: false,
+            quiet_sample: false,
+            held_back: false,
         };
         let quiet = Seen {
             active: &[],

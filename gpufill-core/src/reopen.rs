@@ -235,4 +235,8 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
             source.set_shape(shape);
         }
     }
+
+    fn others_seen(&mut self) -> bool {
+        self.current.as_mut().is_some_and(LoadSource::others_seen)
+    }
 }

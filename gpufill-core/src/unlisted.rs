@@ -320,6 +320,13 @@ impl OwnShare {
         self.current = self.current.max(expected);
     }
 
+    /// Whether the window of the next sample holds none of our load (nothing noted over
+    /// the interval since the previous sample and the one before): such a sample shows
+    /// only others' work. Ask before [`OwnShare::beyond`], which starts the next interval.
+    pub fn window_idle(&self) -> bool {
+        self.current == 0.0 && self.previous == 0.0
+    }
+
     /// Whether the new `sample` exceeds what our load explains by more than
     /// [`BEYOND_OWN_MARGIN`]; starts the next interval.
     pub fn beyond(&mut self, sample: Utilization) -> bool {

@@ -261,11 +261,15 @@ fn beside_a_notebook_it_fills_between_cells_and_stands_aside_during_a_long_cell(
             assert!(t.duty.is_zero(), "{t:?}");
             assert!(!yielded(t), "{t:?}");
         }
-        // Quiet again: filling beside it BURST_HOLD after the last sample that showed
-        // it (which closed after the cell ended), not after the idle grace.
+        // Quiet again: filling beside it at the first sample that shows nobody over a
+        // window free of our load, or BURST_HOLD after the last sample that showed it,
+        // not after the idle grace.
         let resumed = first_from(&ticks, to, |t| t.state == State::Filling);
         let after = resumed.at - to;
-        assert!(after >= BURST_HOLD, "{resumed:?}");
+        assert!(
+            resumed.sample.is_some_and(|u| u.percent() < 10.0) || after >= BURST_HOLD,
+            "{resumed:?}"
+        );
         assert!(after <= BURST_HOLD + 2 * SAMPLE + TICK, "{resumed:?}");
         assert_eq!(resumed.shape, LaunchShape::OneInFlight);
     }

@@ -111,6 +111,9 @@ pub struct LaunchStats {
     pub kernels_launched: u64,
     /// Periods in which kernels were submitted ([`LaunchShape::Bursts`]).
     pub bursts: u64,
+    /// Kernels of the pacing thread seen held back by another context (reported
+    /// through `others_seen`).
+    pub late_kernels: u64,
     /// Kernels submitted one at a time by the pacing thread
     /// ([`LaunchShape::OneInFlight`]); also counted in `kernels_launched`.
     pub one_in_flight: u64,
@@ -165,6 +168,8 @@ pub struct CudaLoad {
     shape: LaunchShape,
     /// The one-in-flight thread, while one runs (or has exited and is not yet joined).
     pacing: Option<Pacing>,
+    /// Late kernels of a stopped pacing thread not yet reported by `others_seen`.
+    late_unreported: u64,
     /// The error a pacing thread stopped on, returned (and checked) at the next call.
     fault: Option<CudaError>,
     // Dropped in this order, after the thread is joined and the drain in `Drop::drop`:
@@ -239,6 +244,7 @@ impl CudaLoad {
             broken: None,
             shape: LaunchShape::default(),
             pacing: None,
+            late_unreported: 0,
             fault: None,
             event,
             func,
@@ -396,6 +402,7 @@ impl CudaLoad {
         let stopped = pacing.stop();
         self.stats.kernels_launched += stopped.kernels;
         self.stats.one_in_flight += stopped.kernels;
+        self.late_unreported += stopped.late;
         self.pending = true;
         if let Some(e) = stopped.error {
             self.fault = Some(e);
@@ -439,6 +446,15 @@ impl CudaLoad {
 
 impl LoadSource for CudaLoad {
     type Error = CudaError;
+
+    /// Whether the pacing thread saw a kernel of ours held back by another context
+    /// since the last call ([`crate::pacing`]'s `LATE`, 300 us past its length).
+    fn others_seen(&mut self) -> bool {
+        let running = self.pacing.as_ref().map_or(0, Pacing::take_late);
+        let late = running + std::mem::take(&mut self.late_unreported);
+        self.stats.late_kernels += late;
+        late > 0
+    }
 
     /// Records `load`; kernels start at the next [`LoadSource::launch_due`]. A duty
     /// from idle starts a period at once there; a change while active applies from the

@@ -48,6 +48,20 @@ use crate::plan::{backoff, one_in_flight_gap};
 const FIRST_POLL: Duration = Duration::from_micros(20);
 /// Longest wait between polls (a kernel slowed by another context's time slice).
 const MAX_POLL: Duration = Duration::from_millis(1);
+/// A kernel of ours seen still running this long past its length was held back by
+/// another context: someone else is working on the GPU. The thread then launches
+/// nothing more until the loop hands it a new load (or [`LATE_PAUSE`] has passed), and
+/// the loop pauses at its next tick ([`CudaLoad::others_seen`](crate::CudaLoad)).
+///
+/// Judged only from a check that found the kernel unfinished (which proves it ended
+/// later than that check), never from when our own thread happened to wake, so a late
+/// wake-up cannot fake it. 300 us: above the 130-230 us that kernels of ours started late
+/// beside ResNet-50 requests on an H100 (a CPU-bound service whose requests lost nothing
+/// measurable), below the time slice (about 2 ms) a busy GPU-bound job holds the GPU for
+/// (docs/benchmarks.md, "Beside a mostly-idle service").
+pub(crate) const LATE: Duration = Duration::from_micros(300);
+/// How long the thread stays idle after a late kernel if the loop says nothing.
+const LATE_PAUSE: Duration = Duration::from_millis(500);
 
 /// What the launcher needs to launch: handed to the thread, which binds the context.
 pub(crate) struct Launcher {
@@ -80,6 +94,10 @@ struct State {
     error: Option<CudaError>,
     /// Kernels launched.
     kernels: u64,
+    /// Kernels seen held back by another context ([`LATE`]) and not yet reported.
+    late: u64,
+    /// A new load was handed over since the last late kernel (ends the thread's pause).
+    load_changed: bool,
 }
 
 impl Shared {
@@ -92,6 +110,8 @@ impl Shared {
 pub(crate) struct Stopped {
     /// Kernels it launched.
     pub kernels: u64,
+    /// Late kernels not yet reported.
+    pub late: u64,
     /// The error it stopped on, if it did.
     pub error: Option<CudaError>,
 }
@@ -119,6 +139,8 @@ impl Pacing {
                 exited: false,
                 error: None,
                 kernels: 0,
+                late: 0,
+                load_changed: false,
             }),
             wake: Condvar::new(),
         });
@@ -136,8 +158,16 @@ impl Pacing {
     /// Hands the thread a new load: the next gap and kernel follow it. A gap under way
     /// is re-timed from the end of the last kernel.
     pub(crate) fn set_load(&self, load: Load) {
-        self.shared.lock().load = load;
+        let mut state = self.shared.lock();
+        state.load = load;
+        state.load_changed = true;
+        drop(state);
         self.shared.wake.notify_all();
+    }
+
+    /// Late kernels ([`LATE`]) seen since the last call.
+    pub(crate) fn take_late(&self) -> u64 {
+        std::mem::take(&mut self.shared.lock().late)
     }
 
     /// Kernels launched so far.
@@ -186,6 +216,7 @@ impl Pacing {
             .or_else(|| panicked.then(|| CudaError::Thread("the launcher thread panicked".into())));
         Stopped {
             kernels: state.kernels,
+            late: std::mem::take(&mut state.late),
             error,
         }
     }
@@ -238,10 +269,40 @@ impl Worker {
                 return Ok(());
             }
             // Slowed by another context's time slice: poll until it ends, then rest
-            // the whole gap from then, since someone else is using the GPU.
-            if !self.is_done()? && (!self.wait_done(FIRST_POLL)? || !self.rest(Instant::now())) {
-                return Ok(());
+            // the whole gap from then, since someone else is using the GPU; held back
+            // past LATE, say so and launch nothing until the loop answers.
+            if !self.is_done()? {
+                let unfinished_at = Instant::now();
+                if !self.wait_done(FIRST_POLL)? {
+                    return Ok(());
+                }
+                let late = unfinished_at.saturating_duration_since(launched + l.kernel) >= LATE;
+                if late && !self.hold_after_late() {
+                    return Ok(());
+                }
+                if !late && !self.rest(Instant::now()) {
+                    return Ok(());
+                }
             }
+        }
+    }
+
+    /// Records a late kernel and waits until the loop hands over a new load, or
+    /// [`LATE_PAUSE`] has passed; `false` as soon as a stop is asked.
+    fn hold_after_late(&self) -> bool {
+        let deadline = Instant::now() + LATE_PAUSE;
+        let mut state = self.shared.lock();
+        state.late += 1;
+        state.load_changed = false;
+        loop {
+            if state.stop {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if state.load_changed || left.is_zero() {
+                return true;
+            }
+            state = self.wait(state, Some(left));
         }
     }
 
