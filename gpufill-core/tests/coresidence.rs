@@ -254,9 +254,11 @@ fn beside_a_notebook_it_fills_between_cells_and_stands_aside_during_a_long_cell(
         // Paused by the utilization at the first sample of the cell; its per-process
         // samples then renew the pause (a holder past its idle grace that works is a
         // burst, not a newcomer): never a yield.
+        // A GPU-bound cell holds our kernel in flight back by a time slice: the
+        // launcher reports it and the loop pauses at the next tick, before any sample.
         let pause = first_from(&ticks, from, |t| t.state == State::Yielding);
         assert!(paused(pause), "{pause:?}");
-        assert!(pause.at - from <= SAMPLE + TICK, "{pause:?}");
+        assert!(pause.at - from <= TICK, "{pause:?}");
         for t in during(&ticks, pause.at, to) {
             assert!(t.duty.is_zero(), "{t:?}");
             assert!(!yielded(t), "{t:?}");
