@@ -178,7 +178,9 @@ def w_service(argv):
     p.add_argument("--gap", type=float)
     p.add_argument("--quiet", type=float)
     a = p.parse_args(argv)
-    torch.backends.cudnn.benchmark = True
+    # Autotuning picks algorithms by timing, differently in each process (the p50 of
+    # runs alone then varied by 30 %): off.
+    torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda")
     model = torchvision.models.resnet50(weights=None).to(dev).eval()
     x = torch.randn(1, 3, 224, 224).pin_memory()
@@ -214,12 +216,19 @@ def w_service(argv):
              if s.timeStamp / 1e6 > bursts[0][0] and not any(
                  b0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < b1 + 0.05
                  for b0, b1, _ in bursts)]
+    # Steady: samples from 1 s after a burst ended to the next burst (the pause that
+    # follows a burst excluded).
+    steady = [s.sampleValue.uiVal for s in samples
+              if s.timeStamp / 1e6 > bursts[0][0] and not any(
+                  b0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < b1 + 1.0
+                  for b0, b1, _ in bursts)]
     lat = [v for _, _, l in bursts for v in l]
     first = [l[0] for _, _, l in bursts]
     print(json.dumps({"t0": t0, "t1": time.monotonic(),
                       "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat),
                       "first_p50": pct(first, 50), "first_max": max(first),
                       "util_between": sum(quiet) / len(quiet) if quiet else float("nan"),
+                      "util_steady": sum(steady) / len(steady) if steady else float("nan"),
                       "util_n": len(quiet), "lat": lat}))
 
 
@@ -329,7 +338,8 @@ def part_service(a, extra, out):
           f"[{min(r99):+.3f}..{max(r99):+.3f}]; first request p50 ratio "
           f"{statistics.median(rf):.4f} [{min(rf):.4f}-{max(rf):.4f}]")
     print(f"service util between bursts with gpufill: "
-          f"{[round(r['util_between'], 1) for r in withs]}, alone: "
+          f"{[round(r['util_between'], 1) for r in withs]}, from 1 s after each burst: "
+          f"{[round(r['util_steady'], 1) for r in withs]}, alone: "
           f"{[round(r['util_between'], 1) for r in runs if not r['with']]}; "
           f"gpufill CPU {[round(100 * r['cpu'], 2) for r in withs]} %")
     res["service"] = {"runs": runs, "p50_ratios": r50, "p99_diff_ms": r99, "first_ratios": rf}
