@@ -6,9 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg, result, sys,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, result, sys};
 use cudarc::nvrtc::Ptx;
 use gpufill_core::{
     Clock, DeviceError, ErrorKind, LaunchShape, Load, LoadSource, SystemClock, Time,
@@ -19,9 +17,8 @@ use crate::error::CudaError;
 use crate::pacing::{Launcher, Pacing};
 use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
+use crate::spin::launch_spin;
 
-/// Threads per block: one warp, the least a kernel can occupy.
-const BLOCK_THREADS: u32 = 32;
 /// First wait before polling queued work again while draining (see [`backoff`]).
 const FIRST_POLL: Duration = Duration::from_micros(50);
 /// Longest wait between polls while draining.
@@ -565,26 +562,6 @@ impl Drop for CudaLoad {
         // primary context is released, and the driver frees its memory when no one
         // else in the process holds it.
     }
-}
-
-/// Launches one spin kernel of `ns` nanoseconds as `width` one-warp blocks on `stream`.
-pub(crate) fn launch_spin(
-    stream: &CudaStream,
-    func: &CudaFunction,
-    ns: u64,
-    width: u32,
-) -> Result<(), CudaError> {
-    let cfg = LaunchConfig {
-        grid_dim: (width, 1, 1),
-        block_dim: (BLOCK_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: `spin` and `spin_sleep` take exactly one `.u64` parameter (checked by the
-    // ptx tests) and `ns` is a u64 that lives until `launch` returns, which copies it.
-    // The kernel touches no memory, so no argument can be misused.
-    unsafe { stream.launch_builder(func).arg(&ns).launch(cfg) }
-        .map(|_| ())
-        .map_err(|e| CudaError::driver("cuLaunchKernel", e))
 }
 
 /// Sets the primary context's flags before it is retained: blocking sync, so a thread

@@ -125,6 +125,7 @@ mod launcher;
 mod pacing;
 pub mod plan;
 pub mod ptx;
+mod spin;
 
 pub use device::{CudaDevice, devices, driver_present, driver_version, format_uuid};
 pub use error::{CudaError, classify};

@@ -41,8 +41,8 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
 use gpufill_core::Load;
 
 use crate::error::CudaError;
-use crate::launcher::launch_spin;
 use crate::plan::{backoff, one_in_flight_gap};
+use crate::spin::launch_spin;
 
 /// First wait before polling the event again once the kernel's length has passed.
 const FIRST_POLL: Duration = Duration::from_micros(20);
