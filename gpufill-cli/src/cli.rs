@@ -166,6 +166,11 @@ pub struct SimulateArgs {
     /// e.g. 5-12:30. Repeatable.
     #[arg(long, value_name = "START-END:LOAD", value_parser = parse_foreign)]
     pub foreign: Vec<ForeignSpec>,
+    /// A mostly-idle service, START-END:EVERY:BURST (seconds): it holds its context from
+    /// START to END and works in a burst of BURST seconds every EVERY seconds (busy 40 %
+    /// of a burst, like ResNet-50 requests at batch 1), e.g. 2-60:6:0.17. Repeatable.
+    #[arg(long, value_name = "START-END:EVERY:BURST", value_parser = parse_service)]
+    pub service: Vec<ServiceSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -294,9 +299,79 @@ fn parse_gpu(s: &str) -> Result<GpuId, String> {
     }
 }
 
+/// One `--service START-END:EVERY:BURST`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServiceSpec {
+    /// When it appears, in seconds.
+    pub start_s: f64,
+    /// When it leaves, in seconds.
+    pub end_s: f64,
+    /// Seconds from one burst to the next.
+    pub every_s: f64,
+    /// Seconds each burst lasts.
+    pub burst_s: f64,
+}
+
+/// Parses `START-END:EVERY:BURST`, e.g. `2-60:6:0.17`.
+///
+/// # Errors
+/// A message saying what is wrong, for clap to print.
+pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
+    let bad = || format!("expected START-END:EVERY:BURST in seconds, e.g. 2-60:6:0.17, got {s:?}");
+    let (span, rest) = s.split_once(':').ok_or_else(bad)?;
+    let (every, burst) = rest.split_once(':').ok_or_else(bad)?;
+    let load = format!("{span}:0");
+    let window = parse_foreign(&load).map_err(|e| e.replace(&load, s))?;
+    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
+    let (Some(every_s), Some(burst_s)) = (num(every), num(burst)) else {
+        return Err(bad());
+    };
+    if !(burst_s > 0.0 && burst_s <= every_s && every_s <= 86400.0) {
+        return Err(format!(
+            "service {s:?}: BURST must be more than 0 and at most EVERY, EVERY at most 86400"
+        ));
+    }
+    Ok(ServiceSpec {
+        start_s: window.start_s,
+        end_s: window.end_s,
+        every_s,
+        burst_s,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_a_service_spec_and_rejects_bad_ones() {
+        assert_eq!(
+            parse_service("2-60:6:0.17").unwrap(),
+            ServiceSpec {
+                start_s: 2.0,
+                end_s: 60.0,
+                every_s: 6.0,
+                burst_s: 0.17
+            }
+        );
+        for bad in [
+            "",
+            "2-60:6",
+            "2-60",
+            "60-2:6:0.1",
+            "2-60:6:0",
+            "2-60:1:2",
+            "2-60:x:1",
+        ] {
+            assert!(parse_service(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_service("9-3:6:1")
+                .unwrap_err()
+                .contains("\"9-3:6:1\""),
+            "names the whole spec"
+        );
+    }
 
     #[test]
     fn parses_a_foreign_job_spec() {

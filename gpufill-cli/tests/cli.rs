@@ -278,3 +278,52 @@ fn a_random_hour_never_fills_beside_a_job(extra: &[&str]) {
         .stdout(contains("ticks filling while one was listed: 0;"))
         .stdout(contains("our kernels beside them: 0.0 ms"));
 }
+
+/// `simulate --service`: a mostly-idle service. With the default activity policy gpufill
+/// yields while the newcomer is within its idle grace (30 s), then fills beside it and
+/// pauses only around its bursts.
+#[test]
+fn simulate_fills_beside_a_mostly_idle_service_and_pauses_for_its_bursts() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    gpufill()
+        .args([
+            "simulate",
+            "--duration",
+            "80",
+            "--service",
+            "2-90:6:0.3",
+            "--every",
+            "10",
+            "--csv",
+        ])
+        .arg(&csv)
+        .assert()
+        .success()
+        .stdout(contains(
+            "service 2-90 s, a 0.3 s burst every 6 s: its work slowed by",
+        ));
+    let rows = read_csv(&csv);
+    for r in rows.iter().filter(|r| r.t >= 2.1 && r.t < 31.9) {
+        assert_eq!(r.state, "yielding", "within the idle grace, at {}", r.t);
+    }
+    let later: Vec<&Row> = rows.iter().filter(|r| r.t >= 33.0).collect();
+    let filling = later.iter().filter(|r| r.state == "filling").count();
+    let yielding = later.iter().filter(|r| r.state == "yielding").count();
+    assert!(
+        filling > 5 * yielding,
+        "{filling} filling, {yielding} yielding"
+    );
+    assert!(yielding > 0, "paused for the bursts");
+    // Bursts start at 2.085 s + 6 k s; some tick within each later burst's span (plus a
+    // sample) is paused.
+    for k in 6..13 {
+        let start = 2.085 + 6.0 * f64::from(k);
+        assert!(
+            later
+                .iter()
+                .any(|r| r.t >= start && r.t < start + 0.6 && r.state == "yielding"),
+            "no pause for the burst at {start}"
+        );
+    }
+}
