@@ -2,7 +2,8 @@
 """Issue 16's co-residence benchmark: real work beside gpufill, interleaved A/B.
 
 Parts (`--parts`, comma-separated):
-- `service`: ResNet-50 (torchvision, batch 1, fp32) answering bursts of `--burst` requests
+- `service`: ResNet-50 (torchvision, batch 1, fp32), or with `--service-model matmul`
+  GPU-bound requests of ten bf16 4096^2 matmuls, answering bursts of `--burst` requests
   every `--gap` s; p50/p99 of the requests and of each burst's first request, the NVML
   utilization held between bursts, gpufill's CPU.
 - `notebook`: a notebook-like session: a process holds a context and, every `--nb-gap` s,
@@ -177,19 +178,32 @@ def w_service(argv):
     p.add_argument("--burst", type=int)
     p.add_argument("--gap", type=float)
     p.add_argument("--quiet", type=float)
+    p.add_argument("--model", default="resnet50")
     a = p.parse_args(argv)
     # Autotuning picks algorithms by timing, differently in each process (the p50 of
     # runs alone then varied by 30 %): off.
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda")
-    model = torchvision.models.resnet50(weights=None).to(dev).eval()
-    x = torch.randn(1, 3, 224, 224).pin_memory()
+    if a.model == "resnet50":
+        model = torchvision.models.resnet50(weights=None).to(dev).eval()
+        x = torch.randn(1, 3, 224, 224).pin_memory()
 
-    def request():
-        t = time.perf_counter()
-        with torch.no_grad():
-            model(x.to(dev, non_blocking=True)).cpu()
-        return (time.perf_counter() - t) * 1e3
+        def request():
+            t = time.perf_counter()
+            with torch.no_grad():
+                model(x.to(dev, non_blocking=True)).cpu()
+            return (time.perf_counter() - t) * 1e3
+    else:
+        # GPU-bound requests: ten bf16 4096^2 matmuls (about 2 ms), as in gpu-facts'
+        # launch-shape probe; far less noisy than Python-bound ResNet-50 requests.
+        m = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+        def request():
+            t = time.perf_counter()
+            for _ in range(10):
+                m @ m
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t) * 1e3
 
     for _ in range(100):
         request()
@@ -326,7 +340,7 @@ def part_service(a, extra, out):
     res = {}
     runs, r50 = ab("service", lambda: worker("service", [
         "--bursts", str(a.bursts), "--burst", str(a.burst), "--gap", str(a.gap),
-        "--quiet", str(a.quiet)]),
+        "--quiet", str(a.quiet), "--model", a.service_model]),
         a.gpufill, a.pairs, extra, out, "p50")
     r99 = [runs[i]["p99"] - (runs[i - 1]["p99"] + runs[i + 1]["p99"]) / 2
            for i in range(1, 2 * a.pairs, 2)]
@@ -402,6 +416,9 @@ def main():
     p.add_argument("--quiet", type=float, default=5.0,
                    help="s a workload holds its context quietly before its bursts or cells: "
                         "longer than gpufill's idle grace (pass a config with idle_grace_s)")
+    p.add_argument("--service-model", default="resnet50", choices=["resnet50", "matmul"],
+                   help="the service's requests: ResNet-50 at batch 1 (CPU-bound), or ten "
+                        "bf16 4096^2 matmuls (GPU-bound)")
     p.add_argument("--cells", type=int, default=5)
     p.add_argument("--nb-gap", type=float, default=2.0)
     p.add_argument("--resnet-iters", type=int, default=200)
