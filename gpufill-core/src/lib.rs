@@ -18,7 +18,7 @@
 //! - [`unlisted`]: other GPU users that the process list misses inside a PID namespace
 //!   of our own ([`PidView`]), seen by device memory, per-process samples and
 //!   utilization beyond our own load;
-//! - `sim` (feature `sim`): a simulated GPU calibrated on H200 measurements, on which
+//! - `sim` (feature `sim`): a simulated GPU calibrated on H200 and H100 measurements, on which
 //!   every behaviour is tested in virtual time.
 //!
 //! Errors from devices are classified by [`DeviceError::kind`] (transient, unsupported,
