@@ -294,16 +294,7 @@ impl Worker {
         let mut state = self.shared.lock();
         state.late += 1;
         state.load_changed = false;
-        loop {
-            if state.stop {
-                return false;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if state.load_changed || left.is_zero() {
-                return true;
-            }
-            state = self.wait(state, Some(left));
-        }
+        self.wait_until(state, |_| Some(deadline), |s| s.load_changed)
     }
 
     /// The width of the next kernel; `None` once asked to stop.
@@ -340,32 +331,38 @@ impl Worker {
     /// Waits `length` on the condvar; `false` as soon as a stop is asked.
     fn pause(&self, length: Duration) -> bool {
         let deadline = Instant::now().checked_add(length);
-        let mut state = self.shared.lock();
-        loop {
-            if state.stop {
-                return false;
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return true;
-            }
-            state = self.wait(state, left);
-        }
+        self.wait_until(self.shared.lock(), |_| deadline, |_| false)
     }
 
     /// Rests the gap after a kernel, counted from `ended` and re-timed whenever the
     /// duty changes; `false` as soon as a stop is asked.
     fn rest(&self, ended: Instant) -> bool {
-        let mut state = self.shared.lock();
+        // No duty (not expected: an idle load stops the thread) or a gap beyond any
+        // clock: wait for a change.
+        let until = |s: &State| {
+            one_in_flight_gap(s.load.duty.fraction(), self.launcher.kernel)
+                .and_then(|gap| ended.checked_add(gap))
+        };
+        self.wait_until(self.shared.lock(), until, |_| false)
+    }
+
+    /// Waits on the condvar until the deadline `until` gives for the current state has
+    /// passed (none: until woken) or `done` holds (`true`); `false` as soon as a stop
+    /// is asked. Both are read again after every wake-up.
+    fn wait_until(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        until: impl Fn(&State) -> Option<Instant>,
+        done: impl Fn(&State) -> bool,
+    ) -> bool {
         loop {
             if state.stop {
                 return false;
             }
-            // No duty (not expected: an idle load stops the thread) or a gap beyond
-            // any clock: wait for a change.
-            let until = one_in_flight_gap(state.load.duty.fraction(), self.launcher.kernel)
-                .and_then(|gap| ended.checked_add(gap));
-            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            if done(&state) {
+                return true;
+            }
+            let left = until(&state).map(|u| u.saturating_duration_since(Instant::now()));
             if left.is_some_and(|left| left.is_zero()) {
                 return true;
             }
