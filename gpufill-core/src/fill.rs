@@ -108,9 +108,9 @@ pub enum Event {
         /// device memory, samples of an unknown PID or utilization beyond ours).
         unlisted: bool,
     },
-    /// Filling beside quiet holders, the utilization showed work beyond ours: idle
-    /// until it no longer does ([`crate::policy::BURST_HOLD`]). Filling resumes without
-    /// an [`Event::Filling`] (bursts come often; this is the one line per burst).
+    /// Filling beside quiet holders, one of them showed work ([`Decision::Pause`]):
+    /// idle until it no longer does. Filling resumes without an [`Event::Filling`]
+    /// (bursts come often; this is the one line per burst).
     Paused {
         /// The listed foreign PIDs present.
         pids: Vec<u32>,

@@ -39,12 +39,13 @@ use crate::device::ProcessInfo;
 use crate::time::Time;
 use crate::unlisted::{UNLISTED_MARGIN, Unlisted};
 
-/// The longest a burst seen in the utilization keeps gpufill idle beside a quiet holder,
-/// after the last sample that showed it, when no quiet sample (one whose window held
-/// none of our load and shows nobody: [`Seen::quiet_sample`]) ends the pause sooner. It bridges the gap between two of NVML's utilization samples (200 ms on the H100 and H200; up to 1 s on other products would
-/// need more, so a product with slower samples re-pauses at each one that still shows
-/// work): while the holder keeps working every sample shows it and the pause goes on;
-/// once a sample shows the GPU quiet, gpufill fills again within this time.
+/// The longest a burst of a quiet holder keeps gpufill idle after its last sign (a
+/// sample beyond our own load, its per-process samples, a kernel of ours held back),
+/// when no quiet sample (one whose window held none of our load and shows nobody:
+/// [`Seen::quiet_sample`]) ends the pause sooner. It bridges the gap between two of
+/// NVML's utilization samples (200 ms on the H100 and H200; a product with slower
+/// samples re-pauses at each one that still shows work): while the holder keeps working
+/// every sample shows it and the pause goes on.
 pub const BURST_HOLD: Duration = Duration::from_millis(500);
 
 /// What the policy decided for this tick.
@@ -56,10 +57,10 @@ pub enum Decision {
     /// beside them in [`crate::LaunchShape::OneInFlight`], so that their next kernel
     /// waits at most one short kernel of ours.
     FillBeside,
-    /// Others are quiet by their per-process samples, but the newest utilization sample
-    /// shows work beyond our own load (a burst of a quiet holder, seen a sample before
-    /// its own samples could show it, if ever): idle for [`BURST_HOLD`] after the last
-    /// such sample, then fill beside them again. No grace is owed afterwards.
+    /// A quiet holder (past its idle grace) is working: a sample beyond our own load,
+    /// its per-process samples or a kernel of ours held back show a burst. Idle until
+    /// a quiet sample, or [`BURST_HOLD`] after the last sign, then fill beside it
+    /// again. No grace is owed afterwards.
     Pause {
         /// PIDs of the listed foreign processes present (any of them may be the one).
         pids: Vec<u32>,
