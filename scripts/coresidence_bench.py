@@ -167,6 +167,16 @@ def ab(name, run_once, gpufill, pairs, extra, outdir, metric):
     return runs, ratios
 
 
+def outside(samples, spans, after):
+    """NVML utilization samples from the first span on whose 200 ms window meets no span
+    (from 10 ms before it starts to `after` s after it ends); spans are
+    (start, end, ...) in Unix seconds."""
+    return [s.sampleValue.uiVal for s in samples
+            if s.timeStamp / 1e6 > spans[0][0] and not any(
+                sp[0] - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < sp[1] + after
+                for sp in spans)]
+
+
 # ------------------------------------------------------------------------- workloads
 def w_service(argv):
     """ResNet-50 batch 1 in bursts; prints request latencies and NVML samples."""
@@ -226,16 +236,10 @@ def w_service(argv):
     _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
     # Utilization between bursts: samples whose window (200 ms) meets no burst, from the
     # first burst on (gpufill has had a gap to settle).
-    quiet = [s.sampleValue.uiVal for s in samples
-             if s.timeStamp / 1e6 > bursts[0][0] and not any(
-                 b0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < b1 + 0.05
-                 for b0, b1, _ in bursts)]
+    quiet = outside(samples, bursts, 0.05)
     # Steady: samples from 1 s after a burst ended to the next burst (the pause that
     # follows a burst excluded).
-    steady = [s.sampleValue.uiVal for s in samples
-              if s.timeStamp / 1e6 > bursts[0][0] and not any(
-                  b0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < b1 + 1.0
-                  for b0, b1, _ in bursts)]
+    steady = outside(samples, bursts, 1.0)
     lat = [v for _, _, l in bursts for v in l]
     first = [l[0] for _, _, l in bursts]
     print(json.dumps({"t0": t0, "t1": time.monotonic(),
@@ -272,10 +276,7 @@ def w_notebook(argv):
         cells.append((s, time.time(), (time.perf_counter() - t) * 1e3))
         time.sleep(a.gap)
     _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
-    quiet = [s.sampleValue.uiVal for s in samples
-             if s.timeStamp / 1e6 > cells[0][0] and not any(
-                 c0 - 0.01 < s.timeStamp / 1e6 and s.timeStamp / 1e6 - 0.22 < c1 + 0.05
-                 for c0, c1, _ in cells)]
+    quiet = outside(samples, cells, 0.05)
     ms = [c for _, _, c in cells]
     print(json.dumps({"t0": t0, "t1": time.monotonic(),
                       "cell_p50": pct(ms, 50), "cell_max": max(ms),

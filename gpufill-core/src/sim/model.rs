@@ -773,7 +773,7 @@ impl LoadSource for SimLoad {
         self.gpu.lock().set_shape(shape);
     }
 
-    /// Whether a job of load [`HELD_BACK_LOAD`] or more worked beside our one kernel in
+    /// Whether a job of load `HELD_BACK_LOAD` (0.8) or more worked beside our one kernel in
     /// flight since the last call (the model as of the probe's last reading).
     fn others_seen(&mut self) -> bool {
         std::mem::take(&mut self.gpu.lock().held_back)
