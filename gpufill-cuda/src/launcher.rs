@@ -44,10 +44,10 @@ pub struct LauncherSettings {
     pub max_kernel: Duration,
     /// The length of every kernel in [`LaunchShape::OneInFlight`] (filling beside a
     /// process that holds a context but is quiet): what the neighbour's next kernel can
-    /// wait behind us at most. 500 us, from a probe on an H100 beside a ResNet-50
-    /// service at 50 % duty: one-in-flight kernels of 250 and 500 us left its latency
-    /// within noise, 1000 us cost +20 % median, queued 2 ms bursts +9 % median and
-    /// +2 ms p99. Shorter is not free: the thread wakes once a kernel, `duty / kernel`
+    /// wait behind us at most. 500 us, from a probe of kernel lengths beside a ResNet-50
+    /// service (docs/benchmarks.md, "Beside a mostly-idle service, and under MPS"):
+    /// 250 and 500 us stayed within its noise, 1000 us did not. Shorter is not free:
+    /// the thread wakes once a kernel, `duty / kernel`
     /// launches a second (1000 at half duty with 500 us), so its CPU grows as the
     /// kernel shrinks.
     pub beside_kernel: Duration,

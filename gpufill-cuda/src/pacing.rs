@@ -24,10 +24,10 @@
 //!
 //! Timing: the thread keeps Linux's default timer slack of 50 us (lowering it takes
 //! `prctl`, and this crate does not depend on libc), so a sleep ends up to about that
-//! late, plus the launch and the wake-up. On an H100 (hardware tests, three runs) a duty
-//! of 0.5 held 44-45 % on-time at 3.7-4.5 % of a core for the thread, 0.25 held 23-24 %
-//! at 2.3-3.0 %, and 0.9 held 77-78 % at 4.4-5.4 %; the controller makes up the
-//! shortfall, as it does for bursts.
+//! late, plus the launch and the wake-up, so the on-time falls short of the duty and
+//! the controller makes up the shortfall, as it does for bursts. What that and the
+//! thread's CPU came to on an H100: docs/benchmarks.md, "Beside a mostly-idle
+//! service, and under MPS".
 //!
 //! Every wait is on a condvar with a timeout, so a stop wakes the thread at once; it then
 //! exits without waiting for its kernel in flight (at most `beside_kernel`), which the
