@@ -445,7 +445,8 @@ impl LoadSource for CudaLoad {
     type Error = CudaError;
 
     /// Whether the pacing thread saw a kernel of ours held back by another context
-    /// since the last call (a kernel still running 300 us past its length: the pacing thread's `LATE`).
+    /// since the last call (still running 300 us past its length: the pacing thread's
+    /// `LATE`).
     fn others_seen(&mut self) -> bool {
         let running = self.pacing.as_ref().map_or(0, Pacing::take_late);
         let late = running + std::mem::take(&mut self.late_unreported);
