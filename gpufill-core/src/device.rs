@@ -175,13 +175,30 @@ pub trait LoadSource {
         let _ = shape;
     }
 
-    /// Whether, since the last call, the source saw another process work on the GPU: in
-    /// [`LaunchShape::OneInFlight`] a kernel of ours held back well past its length by
-    /// another context's time slice (the CUDA launcher then launches nothing more until
-    /// the next `set_load`). The loop asks at every step and treats it as a burst of a
-    /// quiet holder. The default sees nothing.
+    /// Whether, since the last call, a kernel of ours showed that another context ran
+    /// on the GPU: without MPS the GPU time-slices between contexts, so our first kernel
+    /// after anyone else's work starts a context switch late (about 130 us on an H100),
+    /// one launched while their work runs starts later still, and one of ours that
+    /// their work preempts is cut short (the spin kernels end at a jump of the GPU
+    /// clock). The loop asks at every step: beside quiet holders it is their first sign
+    /// of life, on a GPU nobody lists a short pause. The default sees nothing.
     fn others_seen(&mut self) -> bool {
         false
+    }
+
+    /// Whether another context has run on the GPU since our previous kernel, however
+    /// long ago: `Some(true)` yes, `Some(false)` no, `None` when the source cannot tell.
+    /// The CUDA launcher runs two tiny kernels, the second as soon as the first has
+    /// finished, and compares their starts: the first starts a context switch late if
+    /// anyone ran since our last kernel. Asked before filling beside quiet holders
+    /// ([`crate::Decision::Probe`]); it costs a live neighbour at most one context
+    /// switch on its next kernel. The default cannot tell.
+    ///
+    /// # Errors
+    /// The launch or query that failed.
+    fn probe(&mut self, now: Time) -> Result<Option<bool>, Self::Error> {
+        let _ = now;
+        Ok(None)
     }
 }
 
@@ -220,5 +237,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn others_seen(&mut self) -> bool {
         (**self).others_seen()
+    }
+    fn probe(&mut self, now: Time) -> Result<Option<bool>, Self::Error> {
+        (**self).probe(now)
     }
 }

@@ -168,6 +168,10 @@ pub struct Tick {
     /// quiet processes in activity mode and under MPS); a presence the list does not
     /// show counts as one.
     pub foreign: usize,
+    /// Whether this step probed the GPU before filling beside quiet holders
+    /// ([`crate::LoadSource::probe`]), and if so whether the probe found that someone
+    /// had run since our previous kernel.
+    pub probed: Option<bool>,
     /// Changes in this step.
     pub events: Vec<Event>,
 }
@@ -199,6 +203,8 @@ pub struct FillLoop<P, L, C> {
     unlisted: Unlisted,
     /// Our own load's share of the samples (signal 3 of [`crate::unlisted`]).
     own_share: OwnShare,
+    /// The foreign PIDs listed at the last step (see [`FillLoop::newcomer_listed`]).
+    listed_at_step: Vec<u32>,
 }
 
 /// How often the process list is read while yielding to a process that is still
@@ -254,6 +260,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             yielding_list: None,
             unlisted: Unlisted::ListComplete,
             own_share: OwnShare::new(),
+            listed_at_step: Vec::new(),
         }
     }
 
@@ -320,6 +327,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             width: self.applied.width,
             shape: self.shape,
             foreign: 0,
+            probed: None,
             events: Vec::new(),
         };
         if self.state == Some(State::Stopped) {
@@ -526,13 +534,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             self.last_util = measured.sample;
             tick.util = measured.sample;
         }
-        let decision = self.policy.decide_seen(now, &seen);
+        let mut decision = self.policy.decide_seen(now, &seen);
+        // Reused, not rebuilt: a steady tick allocates nothing.
+        self.listed_at_step.clear();
+        self.listed_at_step
+            .extend(seen.listed.iter().map(|p| p.pid));
+        if decision == Decision::Probe {
+            decision = self.probe_gpu(now, tick);
+        }
         tick.foreign = decision.foreign_count();
         let shape = match decision {
             Decision::FillBeside => LaunchShape::OneInFlight,
             Decision::Fill => LaunchShape::Bursts,
             // Idle either way: the shape stays as it was.
-            Decision::Yield { .. } | Decision::Pause { .. } => self.shape,
+            Decision::Yield { .. } | Decision::Pause { .. } | Decision::Probe => self.shape,
         };
         match decision {
             Decision::Yield { pids, unlisted } => {
@@ -549,12 +564,50 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 }
                 (State::Yielding, Load::IDLE, shape)
             }
+            // Answered by `probe` above.
+            Decision::Probe => (State::Yielding, Load::IDLE, shape),
             Decision::Fill | Decision::FillBeside if self.settings.target == Utilization::ZERO => {
                 (State::Off, Load::IDLE, shape)
             }
             Decision::Fill | Decision::FillBeside => {
                 (State::Filling, self.fill(now, measured.sample), shape)
             }
+        }
+    }
+
+    /// Asks the load source whether anyone ran on the GPU since our previous kernel and
+    /// lets the policy decide on the answer. A failed probe counts as someone there (a
+    /// transient fault is reported; a broken context shows at the next launch).
+    fn probe_gpu(&mut self, now: Time, tick: &mut Tick) -> Decision {
+        let found = match self.load.probe(now) {
+            Ok(found) => found,
+            Err(e) => {
+                tick.events.push(Event::LoadFault {
+                    message: e.to_string(),
+                });
+                Some(true)
+            }
+        };
+        tick.probed = Some(found.unwrap_or(false));
+        self.policy.probed(now, found)
+    }
+
+    /// Between two steps, while kernels of ours may run: whether a foreign process that
+    /// counts has been listed since the last step. Reads only the process list (a few
+    /// microseconds), so a runner can call it every few milliseconds for a while when
+    /// something hints that a newcomer is starting ([`crate::Hint`]) and step at once
+    /// when it returns true. Not filling: false, without reading anything. A failed read
+    /// returns true, so the step that follows handles it.
+    pub fn newcomer_listed(&mut self, now: Time) -> bool {
+        if self.state != Some(State::Filling) {
+            return false;
+        }
+        match self.probe.foreign_processes(now) {
+            Ok(list) => list.iter().any(|p| {
+                !self.listed_at_step.contains(&p.pid)
+                    && self.policy.counts_any(std::slice::from_ref(p))
+            }),
+            Err(_) => true,
         }
     }
 

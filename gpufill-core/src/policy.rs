@@ -5,14 +5,24 @@
 //! docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)"). The only way to cost nothing is to be idle whenever anyone else is
 //! on the GPU. The loop asks the policy before the controller, and the policy wins.
 //!
-//! Two modes:
-//! - [`YieldMode::Presence`] (default): idle while any other compute process is listed,
-//!   even one that only holds a context, and for `grace` after the last one left.
-//! - [`YieldMode::Activity`]: for notebooks that hold a context for hours. A process
-//!   counts as working from the moment it is listed and whenever the device reports
-//!   kernels of it; once it has been quiet for `idle_grace` gpufill fills beside it, and
-//!   yields again at the first sample that shows it working (per-process samples come
-//!   every 200 ms on an H200, so its first kernels can meet ours).
+//! Three modes:
+//! - [`YieldMode::Presence`]: idle while any other compute process is listed, even one
+//!   that only holds a context, and for `grace` after the last one left.
+//! - [`YieldMode::Activity`] (the product's default): a process counts as working from
+//!   the moment it is listed and whenever the device shows work of it; once everyone
+//!   present has shown none for `idle_grace`, gpufill asks the load source for a
+//!   **probe** ([`Decision::Probe`], [`crate::LoadSource::probe`]): whether any other
+//!   context has run on the GPU since our previous kernel, however long ago (without MPS
+//!   our first kernel after someone else's work starts a context switch late). Only a
+//!   clean probe lets gpufill fill beside them ([`Decision::FillBeside`]): a holder is
+//!   *dormant*. At the first sign of life (a kernel of ours started late or was
+//!   preempted, a sample beyond our own load, its per-process samples) it pauses
+//!   ([`Decision::Pause`]) and **holds** for `idle_grace`, then probes again; a probe
+//!   that finds work again holds longer each time ([`live_hold`]: a service answering
+//!   even one request a second is live, and each probe costs its next request at most
+//!   one context switch). NVML cannot see such a service at all.
+//! - [`YieldMode::Mps`]: kernels of MPS clients run together with ours; only processes
+//!   outside the MPS server are yielded to, as in presence mode.
 //!
 //! # Processes the list does not show
 //! Inside a PID namespace of our own NVML lists only our namespace's processes
@@ -39,14 +49,25 @@ use crate::device::ProcessInfo;
 use crate::time::Time;
 use crate::unlisted::{UNLISTED_MARGIN, Unlisted};
 
-/// The longest a burst of a quiet holder keeps gpufill idle after its last sign (a
-/// sample beyond our own load, its per-process samples, a kernel of ours held back),
-/// when no quiet sample (one whose window held none of our load and shows nobody:
-/// [`Seen::quiet_sample`]) ends the pause sooner. It bridges the gap between two of
-/// NVML's utilization samples (200 ms on the H100 and H200; a product with slower
-/// samples re-pauses at each one that still shows work): while the holder keeps working
-/// every sample shows it and the pause goes on.
+/// How long gpufill stays idle after a kernel of ours showed that someone nobody lists
+/// ran on an otherwise empty GPU ([`Seen::held_back`] with nobody listed: a graphics
+/// client, a process in another container, a newcomer about to be listed), unless a
+/// quiet sample ([`Seen::quiet_sample`]) ends it sooner.
 pub const BURST_HOLD: Duration = Duration::from_millis(500);
+
+/// The longest [`live_hold`] grows to, in multiples of the idle grace.
+pub const LIVE_HOLD_MAX_FACTOR: u32 = 8;
+
+/// How long gpufill holds off a holder that showed life before probing it again: the
+/// idle grace after the first sign, and twice as long after each probe in a row that
+/// found it still working (`lates` probes), up to [`LIVE_HOLD_MAX_FACTOR`] idle graces.
+/// A live service is probed ever more rarely (each probe can cost its next request one
+/// context switch), a notebook that ran a cell is filled beside one idle grace after
+/// its cell ended.
+pub fn live_hold(idle_grace: Duration, lates: u32) -> Duration {
+    let factor = 1u32 << lates.saturating_sub(1).min(LIVE_HOLD_MAX_FACTOR.ilog2());
+    idle_grace.saturating_mul(factor)
+}
 
 /// What the policy decided for this tick.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,16 +78,22 @@ pub enum Decision {
     /// beside them in [`crate::LaunchShape::OneInFlight`], so that their next kernel
     /// waits at most one short kernel of ours.
     FillBeside,
-    /// A quiet holder (past its idle grace) is working: a sample beyond our own load,
-    /// its per-process samples or a kernel of ours held back show a burst. Idle until
-    /// a quiet sample, or [`BURST_HOLD`] after the last sign, then fill beside it
-    /// again. No grace is owed afterwards.
+    /// Activity mode: a holder past its idle grace showed life (a kernel of ours
+    /// started late or was preempted, a sample beyond our own load, its per-process
+    /// samples, a probe that found work), or a probe is not yet clean: idle for
+    /// [`live_hold`], then probe. Also a short idle ([`BURST_HOLD`]) on a GPU nobody
+    /// lists, when a kernel of ours showed someone there.
     Pause {
         /// PIDs of the listed foreign processes present (any of them may be the one).
         pids: Vec<u32>,
         /// A foreign process that the list does not show is present.
         unlisted: bool,
     },
+    /// Activity mode: everyone present has been quiet for the idle grace (or a hold
+    /// has ended): ask the load source whether anyone ran on the GPU since our
+    /// previous kernel ([`crate::LoadSource::probe`]) and hand the answer to
+    /// [`YieldPolicy::probed`], which decides.
+    Probe,
     /// Someone else is here (their PIDs, or one without a PID), or left less than the
     /// grace ago (no PIDs, `unlisted` false).
     Yield {
@@ -87,7 +114,7 @@ impl Decision {
     /// How many foreign processes cause the decision (one for an unlisted presence).
     pub fn foreign_count(&self) -> usize {
         match self {
-            Decision::Fill | Decision::FillBeside => 0,
+            Decision::Fill | Decision::FillBeside | Decision::Probe => 0,
             Decision::Yield { pids, unlisted } | Decision::Pause { pids, unlisted } => {
                 pids.len() + usize::from(*unlisted)
             }
@@ -113,8 +140,9 @@ pub struct Seen<'a> {
     /// ([`crate::unlisted::OwnShare::window_idle`]) and that shows nothing beyond the
     /// margin: nobody worked over its window.
     pub quiet_sample: bool,
-    /// A kernel of ours was held back by another context since the last tick
-    /// ([`crate::LoadSource::others_seen`]): someone is working right now.
+    /// A kernel of ours showed another context's work since the last tick
+    /// ([`crate::LoadSource::others_seen`]): it started a context switch late or was
+    /// preempted. Someone ran on the GPU, listed or not.
     pub held_back: bool,
 }
 
@@ -152,6 +180,20 @@ impl Hidden {
 struct UnlistedTrack {
     last_work: Time,
     level: Option<u64>,
+}
+
+/// Activity mode: what is known of the quiet holders gpufill may fill beside.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Beside {
+    /// Nothing yet: probe before filling beside them.
+    #[default]
+    Unknown,
+    /// A probe found nobody: filling beside them since `since`; `lates` carries the
+    /// count of late probes before it (reset once a fill lasts the idle grace).
+    Filling { since: Time, lates: u32 },
+    /// A holder showed life: idle until `until`, then probe; `lates` probes in a row
+    /// found it working.
+    Holding { until: Time, lates: u32 },
 }
 
 /// When a foreign process makes gpufill idle.
@@ -205,8 +247,12 @@ pub struct YieldPolicy {
     last_seen: Option<Time>,
     last_work: HashMap<u32, Time>,
     unlisted: Option<UnlistedTrack>,
-    /// Activity mode: the last sample that showed work beyond ours beside quiet holders.
+    /// A sign of someone unlisted on an otherwise empty GPU (see [`BURST_HOLD`]).
     last_burst: Option<Time>,
+    /// Activity mode: whether the quiet holders are dormant.
+    beside: Beside,
+    /// Activity mode: who was present when the last [`Decision::Probe`] was asked for.
+    probing: Option<(Vec<u32>, bool)>,
     /// Activity mode: the working PIDs of the last yield, to tell at the end of a yield
     /// whether they left (the grace applies) or went quiet (fill beside them at once).
     last_yield: Option<(Vec<u32>, bool)>,
@@ -221,6 +267,8 @@ impl YieldPolicy {
             last_work: HashMap::new(),
             unlisted: None,
             last_burst: None,
+            beside: Beside::Unknown,
+            probing: None,
             last_yield: None,
         }
     }
@@ -333,13 +381,14 @@ impl YieldPolicy {
         if !pids.is_empty() || unlisted {
             self.last_seen = Some(now);
             self.last_yield = Some((pids.clone(), unlisted));
+            // Someone new or working: whatever was known of the holders is stale.
+            self.beside = Beside::Unknown;
             return Decision::Yield { pids, unlisted };
         }
         if anyone_listed || unlisted_there {
-            // Activity mode, everyone quiet for the idle grace: fill beside them, and owe
-            // no grace when they leave; pause while the utilization shows a burst. A
-            // working process that left (rather than went quiet) is owed the grace, as
-            // when nobody stays.
+            // Activity mode, everyone quiet for the idle grace: fill beside them if they
+            // are dormant, and owe no grace when they leave. A working process that
+            // left (rather than went quiet) is owed the grace, as when nobody stays.
             if let Some((pids, was_unlisted)) = self.last_yield.take() {
                 let left = pids
                     .iter()
@@ -358,37 +407,111 @@ impl YieldPolicy {
                 }
                 self.last_seen = None;
             }
-            if burst {
-                self.last_burst = Some(now);
-            }
-            if let Some(at) = self.last_burst {
-                let since = now.saturating_since(at);
-                if since >= BURST_HOLD || (seen.quiet_sample && !burst) {
-                    self.last_burst = None;
-                }
-            }
-            if self.last_burst.is_some() {
-                return Decision::Pause {
-                    pids: seen
-                        .listed
-                        .iter()
-                        .filter(|p| self.counts(p))
-                        .map(|p| p.pid)
-                        .collect(),
-                    unlisted: unlisted_there,
-                };
-            }
-            return Decision::FillBeside;
+            let present: Vec<u32> = seen
+                .listed
+                .iter()
+                .filter(|p| self.counts(p))
+                .map(|p| p.pid)
+                .collect();
+            let idle_grace = idle_grace.unwrap_or(self.settings.grace);
+            return self.beside_holders(now, idle_grace, burst, (present, unlisted_there));
         }
-        self.last_burst = None;
+        self.beside = Beside::Unknown;
         self.last_yield = None;
         match self.last_seen {
             Some(seen) if now.saturating_since(seen) < self.settings.grace => Decision::Yield {
                 pids,
                 unlisted: false,
             },
-            _ => Decision::Fill,
+            _ => self.nobody_listed(now, seen),
         }
+    }
+
+    /// Nobody counts and no grace is owed: fill, unless a kernel of ours has just shown
+    /// someone the list does not (then idle for [`BURST_HOLD`], or until a quiet sample).
+    fn nobody_listed(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
+        if seen.held_back {
+            self.last_burst = Some(now);
+        } else if let Some(at) = self.last_burst
+            && (now.saturating_since(at) >= BURST_HOLD || seen.quiet_sample)
+        {
+            self.last_burst = None;
+        }
+        if self.last_burst.is_some() {
+            return Decision::Pause {
+                pids: Vec::new(),
+                unlisted: true,
+            };
+        }
+        Decision::Fill
+    }
+
+    /// Activity mode, everyone present quiet for the idle grace: fill beside them while
+    /// a probe has found them dormant, hold off for [`live_hold`] after any sign of life
+    /// (`evidence`), probe when a hold ends or nothing is known yet.
+    fn beside_holders(
+        &mut self,
+        now: Time,
+        idle_grace: Duration,
+        evidence: bool,
+        present: (Vec<u32>, bool),
+    ) -> Decision {
+        self.beside = match self.beside {
+            Beside::Filling { since, lates } if evidence => {
+                // Dormant for a whole idle grace: the backoff starts afresh.
+                let lates = if now.saturating_since(since) >= idle_grace {
+                    0
+                } else {
+                    lates
+                };
+                Beside::Holding {
+                    until: now + live_hold(idle_grace, lates),
+                    lates,
+                }
+            }
+            Beside::Holding { until, lates } if evidence => Beside::Holding {
+                until: until.max(now + live_hold(idle_grace, lates)),
+                lates,
+            },
+            other => other,
+        };
+        match self.beside {
+            Beside::Filling { .. } => Decision::FillBeside,
+            Beside::Holding { until, .. } if now < until => Decision::Pause {
+                pids: present.0,
+                unlisted: present.1,
+            },
+            Beside::Unknown | Beside::Holding { .. } => {
+                self.probing = Some(present);
+                Decision::Probe
+            }
+        }
+    }
+
+    /// The answer to a [`Decision::Probe`]: whether another context ran on the GPU since
+    /// our previous kernel (`None`: the load source cannot tell; NVML's word stands).
+    /// Nobody: fill beside them. Somebody: hold, longer after each such probe in a row
+    /// ([`live_hold`]).
+    pub fn probed(&mut self, now: Time, someone_ran: Option<bool>) -> Decision {
+        let idle_grace = match self.settings.mode {
+            YieldMode::Activity { idle_grace } => idle_grace,
+            _ => self.settings.grace,
+        };
+        let lates = match self.beside {
+            Beside::Holding { lates, .. } | Beside::Filling { lates, .. } => lates,
+            Beside::Unknown => 0,
+        };
+        let (pids, unlisted) = self.probing.take().unwrap_or_default();
+        if someone_ran == Some(true) {
+            let lates = lates.saturating_add(1);
+            self.beside = Beside::Holding {
+                until: now + live_hold(idle_grace, lates),
+                lates,
+            };
+            return Decision::Pause { pids, unlisted };
+        }
+        self.beside = Beside::Filling { since: now, lates };
+        Decision::FillBeside
     }
 
     /// MPS mode: only listed processes that are not MPS clients count, as in presence
@@ -608,142 +731,237 @@ mod tests {
         })
     }
 
-    #[test]
-    fn activity_mode_yields_to_a_newcomer_then_fills_beside_it_once_quiet() {
-        let mut p = activity(1000);
-        let nb = procs(&[5]);
-        assert!(!p.decide(Time::from_millis(0), &nb, &[]).is_fill());
-        assert!(!p.decide(Time::from_millis(999), &nb, &[]).is_fill());
-        assert!(p.decide(Time::from_millis(1000), &nb, &[]).is_fill());
+    /// The decision, with a probe (when asked for) answered: nobody ran.
+    fn answered(p: &mut YieldPolicy, now: Time, seen: &Seen<'_>) -> Decision {
+        match p.decide_seen(now, seen) {
+            Decision::Probe => p.probed(now, Some(false)),
+            d => d,
+        }
+    }
+
+    /// [`answered`] for a complete list.
+    fn listed(p: &mut YieldPolicy, now: Time, foreign: &[ProcessInfo], active: &[u32]) -> Decision {
+        answered(p, now, &Seen::complete(foreign, active))
+    }
+
+    fn pause(pids: &[u32]) -> Decision {
+        Decision::Pause {
+            pids: pids.to_vec(),
+            unlisted: false,
+        }
     }
 
     #[test]
-    fn activity_mode_pauses_the_moment_a_quiet_holder_works_and_fills_beside_it_after() {
-        let mut p = activity(1000);
-        let nb = procs(&[5]);
-        p.decide(Time::from_millis(0), &nb, &[]);
-        assert_eq!(
-            p.decide(Time::from_millis(5000), &nb, &[]),
-            Decision::FillBeside
-        );
-        // Its samples show work: a burst of a holder past its idle grace, so a pause
-        // for BURST_HOLD, not a yield for the idle grace.
-        assert_eq!(
-            p.decide(Time::from_millis(5010), &nb, &[5]),
-            Decision::Pause {
-                pids: vec![5],
-                unlisted: false
-            }
-        );
-        assert!(!p.decide(Time::from_millis(5500), &nb, &[]).is_fill());
-        assert_eq!(
-            p.decide(Time::from_millis(5510), &nb, &[]),
-            Decision::FillBeside
-        );
-        // Working on: every sample renews the pause.
-        assert!(!p.decide(Time::from_millis(6000), &nb, &[5]).is_fill());
-        assert!(!p.decide(Time::from_millis(6400), &nb, &[5]).is_fill());
-        assert!(p.decide(Time::from_millis(6900), &nb, &[]).is_fill());
-    }
-
-    #[test]
-    fn activity_mode_pauses_beside_a_quiet_holder_while_the_utilization_shows_more_than_ours() {
+    fn activity_mode_probes_before_filling_beside_a_quiet_holder() {
         let mut p = activity(1000);
         let nb = procs(&[5]);
         let quiet = Seen::complete(&nb, &[]);
-        let burst = Seen {
-            beyond_own: true,
-            ..quiet
-        };
+        assert!(matches!(
+            p.decide_seen(ms(0), &quiet),
+            Decision::Yield { .. }
+        ));
+        // Quiet for the idle grace: ask whether anyone ran since our last kernel.
+        assert_eq!(p.decide_seen(ms(1000), &quiet), Decision::Probe);
+        // Someone did (NVML saw nothing of it: a service of sub-millisecond requests):
+        // hold for the idle grace, then probe again.
+        assert_eq!(p.probed(ms(1000), Some(true)), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(1999), &quiet), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::Probe);
+        // Nobody did: it is dormant, fill beside it.
+        assert_eq!(p.probed(ms(2000), Some(false)), Decision::FillBeside);
+        assert_eq!(p.decide_seen(ms(2050), &quiet), Decision::FillBeside);
+        // A source that cannot tell leaves NVML's word standing.
+        let mut q = activity(1000);
+        q.decide_seen(ms(0), &quiet);
+        assert_eq!(q.decide_seen(ms(1000), &quiet), Decision::Probe);
+        assert_eq!(q.probed(ms(1000), None), Decision::FillBeside);
+    }
+
+    #[test]
+    fn a_live_holder_is_probed_ever_more_rarely_and_never_filled_beside() {
+        let mut p = activity(1000);
+        let nb = procs(&[5]);
+        let quiet = Seen::complete(&nb, &[]);
         p.decide_seen(ms(0), &quiet);
-        assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::FillBeside);
-        assert_eq!(
-            p.decide_seen(ms(2050), &burst),
-            Decision::Pause {
-                pids: vec![5],
-                unlisted: false
-            }
-        );
-        assert!(!p.decide_seen(ms(2250), &burst).is_fill(), "still working");
-        assert!(
-            !p.decide_seen(ms(2700), &quiet).is_fill(),
-            "within BURST_HOLD"
-        );
-        assert_eq!(p.decide_seen(ms(2750), &quiet), Decision::FillBeside);
-        // Nobody else there: utilization beyond ours is nobody's burst (no pause).
-        assert_eq!(
-            p.decide_seen(
-                ms(3000),
-                &Seen {
-                    beyond_own: true,
-                    ..Seen::complete(&[], &[])
+        let mut probes = Vec::new();
+        for t in (1000..120_000).step_by(10) {
+            match p.decide_seen(ms(t), &quiet) {
+                Decision::Probe => {
+                    probes.push(t);
+                    assert_eq!(p.probed(ms(t), Some(true)), pause(&[5]));
                 }
-            ),
-            Decision::Fill
+                d => assert_eq!(d, pause(&[5]), "at {t} ms"),
+            }
+        }
+        // After the idle grace, holds of 1, 2, 4, 8, then 8 idle graces.
+        assert_eq!(
+            &probes[..7],
+            &[1000, 2000, 4000, 8000, 16_000, 24_000, 32_000]
+        );
+        assert_eq!(
+            live_hold(Duration::from_secs(30), 1),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            live_hold(Duration::from_secs(30), 3),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            live_hold(Duration::from_secs(30), 9),
+            Duration::from_secs(240)
         );
     }
 
     #[test]
-    fn a_pause_ends_at_the_first_quiet_sample_or_at_burst_hold() {
+    fn the_first_sign_of_life_pauses_at_once_and_holds_for_the_idle_grace() {
+        for sign in ["samples", "utilization", "held back"] {
+            let mut p = activity(1000);
+            let nb = procs(&[5]);
+            let quiet = Seen::complete(&nb, &[]);
+            let active = [5];
+            let working = match sign {
+                "samples" => Seen::complete(&nb, &active),
+                "utilization" => Seen {
+                    beyond_own: true,
+                    ..quiet
+                },
+                _ => Seen {
+                    held_back: true,
+                    ..quiet
+                },
+            };
+            p.decide_seen(ms(0), &quiet);
+            assert_eq!(answered(&mut p, ms(1000), &quiet), Decision::FillBeside);
+            assert_eq!(p.decide_seen(ms(5000), &working), pause(&[5]), "{sign}");
+            // More work extends the hold; it ends with a probe.
+            assert_eq!(p.decide_seen(ms(5500), &working), pause(&[5]), "{sign}");
+            assert_eq!(p.decide_seen(ms(6499), &quiet), pause(&[5]), "{sign}");
+            assert_eq!(p.decide_seen(ms(6500), &quiet), Decision::Probe, "{sign}");
+            assert_eq!(p.probed(ms(6500), Some(false)), Decision::FillBeside);
+        }
+    }
+
+    #[test]
+    fn the_backoff_starts_afresh_once_a_holder_was_dormant_for_the_idle_grace() {
         let mut p = activity(1000);
         let nb = procs(&[5]);
         let quiet = Seen::complete(&nb, &[]);
-        let sample = |beyond_own: bool| Seen {
-            quiet_sample: !beyond_own,
-            beyond_own,
-            ..quiet
-        };
-        let held_back = Seen {
+        let woke = Seen {
             held_back: true,
             ..quiet
         };
         p.decide_seen(ms(0), &quiet);
-        assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::FillBeside);
-        // A kernel of ours held back: pause at once, before any sample.
-        assert!(matches!(
-            p.decide_seen(ms(2010), &held_back),
-            Decision::Pause { .. }
-        ));
-        // A sample still showing work renews it; a quiet one (its window free of our
-        // load) ends it.
-        assert!(!p.decide_seen(ms(2300), &sample(true)).is_fill());
-        assert!(!p.decide_seen(ms(2400), &quiet).is_fill());
-        assert_eq!(
-            p.decide_seen(ms(2500), &sample(false)),
-            Decision::FillBeside
-        );
-        // Without samples, BURST_HOLD ends it.
-        p.decide_seen(ms(3000), &held_back);
-        assert!(!p.decide_seen(ms(3499), &quiet).is_fill());
-        assert_eq!(p.decide_seen(ms(3500), &quiet), Decision::FillBeside);
-        // Nobody else there: a held-back kernel is nobody's burst.
-        assert_eq!(
-            p.decide_seen(
-                ms(4000),
-                &Seen {
-                    held_back: true,
-                    ..Seen::complete(&[], &[])
-                }
-            ),
-            Decision::Fill
-        );
+        // Three late probes: the next hold is 4 idle graces.
+        let mut t = 1000;
+        for _ in 0..3 {
+            while p.decide_seen(ms(t), &quiet) != Decision::Probe {
+                t += 10;
+            }
+            p.probed(ms(t), Some(true));
+        }
+        while p.decide_seen(ms(t), &quiet) != Decision::Probe {
+            t += 10;
+        }
+        assert_eq!(p.probed(ms(t), Some(false)), Decision::FillBeside);
+        // It wakes soon after: the hold keeps the backoff (4 idle graces: it was live).
+        assert_eq!(p.decide_seen(ms(t + 100), &woke), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(t + 100 + 3999), &quiet), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(t + 100 + 4000), &quiet), Decision::Probe);
+        let t = t + 4100;
+        assert_eq!(p.probed(ms(t), Some(false)), Decision::FillBeside);
+        // Dormant for a whole idle grace, then it wakes: one idle grace again.
+        assert_eq!(p.decide_seen(ms(t + 3000), &woke), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(t + 3999), &quiet), pause(&[5]));
+        assert_eq!(p.decide_seen(ms(t + 4000), &quiet), Decision::Probe);
+    }
+
+    #[test]
+    fn on_a_gpu_nobody_lists_a_kernel_that_shows_someone_pauses_only_briefly() {
+        let mut p = activity(1000);
+        let nobody = Seen::complete(&[], &[]);
+        let shown = Seen {
+            held_back: true,
+            ..nobody
+        };
+        let quiet_sample = Seen {
+            quiet_sample: true,
+            ..nobody
+        };
+        assert_eq!(p.decide_seen(ms(0), &nobody), Decision::Fill);
+        let unlisted = Decision::Pause {
+            pids: vec![],
+            unlisted: true,
+        };
+        assert_eq!(p.decide_seen(ms(100), &shown), unlisted);
+        assert_eq!(p.decide_seen(ms(599), &nobody), unlisted);
+        assert_eq!(p.decide_seen(ms(600), &nobody), Decision::Fill);
+        // A quiet sample ends it sooner.
+        assert_eq!(p.decide_seen(ms(1000), &shown), unlisted);
+        assert_eq!(p.decide_seen(ms(1200), &quiet_sample), Decision::Fill);
+        // Utilization beyond ours with nobody there is nobody's (no pause).
+        let beyond = Seen {
+            beyond_own: true,
+            ..nobody
+        };
+        assert_eq!(p.decide_seen(ms(2000), &beyond), Decision::Fill);
+    }
+
+    #[test]
+    fn activity_mode_treats_an_unlisted_holder_like_a_listed_one() {
+        let mut p = activity(1000);
+        // Appears (memory): yield for the idle grace, then probe and fill beside it.
+        assert!(!p.decide_seen(ms(0), &hidden(19)).is_fill());
+        assert!(!p.decide_seen(ms(200), &hidden(620)).is_fill());
+        assert!(!p.decide_seen(ms(1199), &hidden(620)).is_fill());
+        assert_eq!(p.decide_seen(ms(1200), &hidden(620)), Decision::Probe);
+        assert_eq!(p.probed(ms(1200), Some(false)), Decision::FillBeside);
+        assert!(p.decide_seen(ms(5000), &hidden(625)).is_fill());
+        // Its first per-process sample (a host PID we cannot see): a sign of life of a
+        // quiet holder, so a pause and a hold.
+        let active = [444];
+        let working = Seen {
+            active: &active,
+            ..hidden(620)
+        };
+        let unlisted = Decision::Pause {
+            pids: vec![],
+            unlisted: true,
+        };
+        assert_eq!(p.decide_seen(ms(5010), &working), unlisted);
+        assert_eq!(p.decide_seen(ms(6009), &hidden(620)), unlisted);
+        assert_eq!(p.decide_seen(ms(6010), &hidden(620)), Decision::Probe);
+        assert_eq!(p.probed(ms(6010), Some(false)), Decision::FillBeside);
+        // Quiet when it leaves: fill at once, no grace owed.
+        assert!(p.decide_seen(ms(6020), &hidden(0)).is_fill());
+    }
+
+    #[test]
+    fn activity_mode_yields_to_a_newcomer_then_fills_beside_it_once_quiet() {
+        let mut p = activity(1000);
+        let nb = procs(&[5]);
+        assert!(!listed(&mut p, Time::from_millis(0), &nb, &[]).is_fill());
+        assert!(!listed(&mut p, Time::from_millis(999), &nb, &[]).is_fill());
+        assert!(listed(&mut p, Time::from_millis(1000), &nb, &[]).is_fill());
     }
 
     #[test]
     fn activity_mode_yields_to_a_newcomer_beside_a_quiet_holder_for_the_idle_grace() {
         let mut p = activity(1000);
-        p.decide(ms(0), &procs(&[5]), &[]);
-        assert_eq!(p.decide(ms(2000), &procs(&[5]), &[]), Decision::FillBeside);
+        listed(&mut p, ms(0), &procs(&[5]), &[]);
         assert_eq!(
-            p.decide(ms(2010), &procs(&[5, 6]), &[]),
+            listed(&mut p, ms(2000), &procs(&[5]), &[]),
+            Decision::FillBeside
+        );
+        assert_eq!(
+            listed(&mut p, ms(2010), &procs(&[5, 6]), &[]),
             Decision::Yield {
                 pids: vec![6],
                 unlisted: false
             }
         );
-        assert!(!p.decide(ms(3000), &procs(&[5, 6]), &[]).is_fill());
+        assert!(!listed(&mut p, ms(3000), &procs(&[5, 6]), &[]).is_fill());
         assert_eq!(
-            p.decide(ms(3010), &procs(&[5, 6]), &[]),
+            listed(&mut p, ms(3010), &procs(&[5, 6]), &[]),
             Decision::FillBeside
         );
     }
@@ -758,7 +976,7 @@ mod tests {
         };
         for t in [0, 1000, 60_000] {
             assert!(matches!(
-                p.decide_seen(ms(t), &burst),
+                answered(&mut p, ms(t), &burst),
                 Decision::Yield { .. }
             ));
         }
@@ -767,12 +985,9 @@ mod tests {
     #[test]
     fn activity_mode_fills_at_once_when_a_quiet_process_leaves() {
         let mut p = activity(1000);
-        p.decide(Time::from_millis(0), &procs(&[5]), &[]);
-        assert!(
-            p.decide(Time::from_millis(2000), &procs(&[5]), &[])
-                .is_fill()
-        );
-        assert!(p.decide(Time::from_millis(2010), &[], &[]).is_fill());
+        listed(&mut p, Time::from_millis(0), &procs(&[5]), &[]);
+        assert!(listed(&mut p, Time::from_millis(2000), &procs(&[5]), &[]).is_fill());
+        assert!(listed(&mut p, Time::from_millis(2010), &[], &[]).is_fill());
         assert!(p.needs_activity());
         assert!(!YieldPolicy::default().needs_activity());
     }
@@ -802,8 +1017,8 @@ mod tests {
     #[test]
     fn presence_yields_to_memory_no_listed_process_holds_then_keeps_the_grace() {
         let mut p = YieldPolicy::default();
-        assert!(p.decide_seen(ms(0), &hidden(0)).is_fill());
-        let d = p.decide_seen(ms(100), &hidden(19));
+        assert!(answered(&mut p, ms(0), &hidden(0)).is_fill());
+        let d = answered(&mut p, ms(100), &hidden(19));
         assert_eq!(
             d,
             Decision::Yield {
@@ -814,9 +1029,9 @@ mod tests {
         assert_eq!(d.foreign_count(), 1);
         assert!(p.sees_anyone(&hidden(19)));
         // An idle holder: as long as its memory is there.
-        assert!(!p.decide_seen(ms(60_000), &hidden(620)).is_fill());
+        assert!(!answered(&mut p, ms(60_000), &hidden(620)).is_fill());
         // Gone: the grace, then fill.
-        let grace = p.decide_seen(ms(60_100), &hidden(0));
+        let grace = answered(&mut p, ms(60_100), &hidden(0));
         assert_eq!(
             grace,
             Decision::Yield {
@@ -825,7 +1040,7 @@ mod tests {
             }
         );
         assert!(!p.sees_anyone(&hidden(0)));
-        assert!(p.decide_seen(ms(65_000), &hidden(0)).is_fill());
+        assert!(answered(&mut p, ms(65_000), &hidden(0)).is_fill());
     }
 
     #[test]
@@ -877,69 +1092,40 @@ mod tests {
             active: &active,
             ..hidden(0)
         };
-        assert!(p.decide_seen(ms(0), &seen).is_fill());
-    }
-
-    #[test]
-    fn activity_mode_treats_an_unlisted_holder_like_a_listed_one() {
-        let mut p = activity(1000);
-        // Appears (memory): yield for the idle grace, then fill beside it.
-        assert!(!p.decide_seen(ms(0), &hidden(19)).is_fill());
-        assert!(!p.decide_seen(ms(200), &hidden(620)).is_fill());
-        assert!(!p.decide_seen(ms(1199), &hidden(620)).is_fill());
-        assert!(p.decide_seen(ms(1200), &hidden(620)).is_fill());
-        assert!(p.decide_seen(ms(5000), &hidden(625)).is_fill());
-        // Its first per-process sample (a host PID we cannot see): a burst of a quiet
-        // holder, so a pause for BURST_HOLD.
-        let active = [444];
-        let working = Seen {
-            active: &active,
-            ..hidden(620)
-        };
-        assert_eq!(
-            p.decide_seen(ms(5010), &working),
-            Decision::Pause {
-                pids: vec![],
-                unlisted: true
-            }
-        );
-        assert!(!p.decide_seen(ms(5500), &hidden(620)).is_fill());
-        assert_eq!(p.decide_seen(ms(5510), &hidden(620)), Decision::FillBeside);
-        // Quiet when it leaves: fill at once, no grace owed.
-        assert!(p.decide_seen(ms(6020), &hidden(0)).is_fill());
+        assert!(answered(&mut p, ms(0), &seen).is_fill());
     }
 
     #[test]
     fn activity_mode_owes_only_the_grace_once_an_unlisted_newcomers_memory_is_gone() {
         let mut p = activity(30_000);
-        assert!(!p.decide_seen(ms(0), &hidden(620)).is_fill());
-        assert!(!p.decide_seen(ms(7000), &hidden(620)).is_fill());
+        assert!(!answered(&mut p, ms(0), &hidden(620)).is_fill());
+        assert!(!answered(&mut p, ms(7000), &hidden(620)).is_fill());
         // It left before its idle grace ran out: the grace (5 s) after the last yield,
         // not the rest of the idle grace.
         assert_eq!(
-            p.decide_seen(ms(7050), &hidden(0)),
+            answered(&mut p, ms(7050), &hidden(0)),
             Decision::Yield {
                 pids: vec![],
                 unlisted: false
             }
         );
-        assert_eq!(p.decide_seen(ms(12_050), &hidden(0)), Decision::Fill);
+        assert_eq!(answered(&mut p, ms(12_050), &hidden(0)), Decision::Fill);
     }
 
     #[test]
     fn activity_mode_yields_when_unlisted_memory_grows_beside_a_quiet_holder() {
         let mut p = activity(1000);
-        p.decide_seen(ms(0), &hidden(620));
-        assert!(p.decide_seen(ms(2000), &hidden(620)).is_fill());
+        answered(&mut p, ms(0), &hidden(620));
+        assert!(answered(&mut p, ms(2000), &hidden(620)).is_fill());
         // A newcomer's context (or the holder allocating before its work).
         assert!(
-            p.decide_seen(ms(2010), &hidden(630)).is_fill(),
+            answered(&mut p, ms(2010), &hidden(630)).is_fill(),
             "within the margin"
         );
-        assert!(!p.decide_seen(ms(2020), &hidden(640)).is_fill());
+        assert!(!answered(&mut p, ms(2020), &hidden(640)).is_fill());
         // Less memory, then a rise from there, also counts.
-        assert!(p.decide_seen(ms(3100), &hidden(300)).is_fill());
-        assert!(!p.decide_seen(ms(3110), &hidden(330)).is_fill());
+        assert!(answered(&mut p, ms(3100), &hidden(300)).is_fill());
+        assert!(!answered(&mut p, ms(3110), &hidden(330)).is_fill());
     }
 
     #[test]
@@ -958,11 +1144,11 @@ mod tests {
             active: &[],
             ..unknown
         };
-        assert!(p.decide_seen(ms(0), &quiet).is_fill());
-        assert!(!p.decide_seen(ms(100), &unknown).is_fill());
-        assert!(!p.decide_seen(ms(1099), &quiet).is_fill());
-        assert!(p.decide_seen(ms(1100), &quiet).is_fill());
-        assert!(p.decide_seen(ms(1110), &quiet).is_fill());
+        assert!(answered(&mut p, ms(0), &quiet).is_fill());
+        assert!(!answered(&mut p, ms(100), &unknown).is_fill());
+        assert!(!answered(&mut p, ms(1099), &quiet).is_fill());
+        assert!(answered(&mut p, ms(1100), &quiet).is_fill());
+        assert!(answered(&mut p, ms(1110), &quiet).is_fill());
     }
 
     #[test]

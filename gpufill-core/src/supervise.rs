@@ -17,6 +17,7 @@ use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::device::{LoadSource, Probe};
 use crate::fill::{FillLoop, State, Tick};
+use crate::hint::{Hint, NoHint, WATCH_EVERY, WATCH_WINDOW};
 use crate::time::{Clock, Time, next_tick};
 use crate::units::{Duty, Utilization, Width};
 
@@ -191,6 +192,7 @@ where
             width: Width::ONE_WARP,
             shape: crate::device::LaunchShape::default(),
             foreign: 0,
+            probed: None,
             events: Vec::new(),
         }
     }
@@ -224,10 +226,26 @@ where
         &mut self,
         clock: &K,
         period: Duration,
+        step: impl FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
+        keep_going: impl FnMut(&Supervised) -> bool,
+    ) -> Supervised {
+        self.run_watched(clock, period, &mut NoHint, step, keep_going)
+    }
+
+    /// Like [`Supervisor::run_with`], and between ticks `hint` may cut the wait short:
+    /// then, for [`WATCH_WINDOW`], the process list is read every [`WATCH_EVERY`]
+    /// ([`FillLoop::newcomer_listed`], only while filling), and a newcomer makes the
+    /// next step come at once. The tick grid goes on as before.
+    pub fn run_watched<K: Clock, H: Hint>(
+        &mut self,
+        clock: &K,
+        period: Duration,
+        hint: &mut H,
         mut step: impl FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
         mut keep_going: impl FnMut(&Supervised) -> bool,
     ) -> Supervised {
         let mut next = clock.now();
+        let mut watch_until = None;
         loop {
             let step = self.step_with(clock.now(), &mut step);
             if !keep_going(&step) {
@@ -237,7 +255,38 @@ where
             }
             // A slow reopen overruns: no burst of catch-up ticks after it.
             next = next_tick(next, period, clock.now());
-            clock.sleep_until(next);
+            watch_until = self.wait_for_tick(clock, next, hint, watch_until);
+        }
+    }
+
+    /// Waits until `next`, or less when a newcomer is listed during a watch window
+    /// (opened by `hint`, or still open until `watch_until`). Returns the window's end.
+    fn wait_for_tick<K: Clock, H: Hint>(
+        &mut self,
+        clock: &K,
+        next: Time,
+        hint: &mut H,
+        mut watch_until: Option<Time>,
+    ) -> Option<Time> {
+        loop {
+            let now = clock.now();
+            if now >= next {
+                return watch_until;
+            }
+            match watch_until {
+                Some(until) if now < until => {
+                    if self.fill.as_mut().is_some_and(|f| f.newcomer_listed(now)) {
+                        return None;
+                    }
+                    clock.sleep_until((now + WATCH_EVERY).min(next));
+                }
+                _ => {
+                    watch_until = None;
+                    if hint.wait_until(clock, next) {
+                        watch_until = Some(clock.now() + WATCH_WINDOW);
+                    }
+                }
+            }
         }
     }
 }

@@ -1,0 +1,64 @@
+//! Seeing a newcomer between ticks: the loop reads the process list once a tick (50 ms
+//! by default), so a newcomer listed just after a read would wait up to a tick before
+//! gpufill yields. Reading the list every few milliseconds all the time would cost a
+//! wake-up each (tens of microseconds of CPU on an idle host). Instead a [`Hint`] (the
+//! runtime watches the NVIDIA device files, which every new CUDA process opens before
+//! NVML lists it) cuts the wait short, and only then is the list read every
+//! [`WATCH_EVERY`] for [`WATCH_WINDOW`] ([`crate::Supervisor::run_watched`]).
+
+use std::time::Duration;
+
+use crate::time::{Clock, Time};
+
+/// How often the process list is read after a hint, while kernels of ours may run.
+pub const WATCH_EVERY: Duration = Duration::from_millis(2);
+
+/// How long after a hint the list is read every [`WATCH_EVERY`]. A CUDA process on an
+/// H100 was listed about 60 ms after it opened the device files (docs/benchmarks.md,
+/// "Live services"); a process that only opens them (nvidia-smi, a framework probing the
+/// devices at import) costs one window.
+pub const WATCH_WINDOW: Duration = Duration::from_millis(250);
+
+/// Something that can cut the wait between two ticks short.
+pub trait Hint {
+    /// Waits on `clock` until `deadline`, or until something suggests that a new
+    /// process may be starting on the GPU: `true` when cut short.
+    fn wait_until<K: Clock>(&mut self, clock: &K, deadline: Time) -> bool;
+}
+
+/// No hints: the wait always runs to its deadline.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHint;
+
+impl Hint for NoHint {
+    fn wait_until<K: Clock>(&mut self, clock: &K, deadline: Time) -> bool {
+        clock.sleep_until(deadline);
+        false
+    }
+}
+
+/// Hints at the given times (for tests and simulations): each cuts the wait it falls in.
+#[derive(Clone, Debug, Default)]
+pub struct HintsAt {
+    /// When, in time order; each is used once.
+    pub at: std::collections::VecDeque<Time>,
+}
+
+impl Hint for HintsAt {
+    fn wait_until<K: Clock>(&mut self, clock: &K, deadline: Time) -> bool {
+        while self.at.front().is_some_and(|&t| t < clock.now()) {
+            self.at.pop_front();
+        }
+        match self.at.front().copied() {
+            Some(t) if t < deadline => {
+                clock.sleep_until(t);
+                self.at.pop_front();
+                true
+            }
+            _ => {
+                clock.sleep_until(deadline);
+                false
+            }
+        }
+    }
+}
