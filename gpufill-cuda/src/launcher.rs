@@ -14,10 +14,11 @@ use gpufill_core::{
 
 use crate::device::handle;
 use crate::error::CudaError;
+use crate::others::{self, OthersWatch};
 use crate::pacing::{Launcher, Pacing};
 use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
-use crate::spin::launch_spin;
+use crate::spin::{NEVER_YIELD, YIELD_JUMP, launch_spin};
 
 /// First wait before polling queued work again while draining (see [`backoff`]).
 const FIRST_POLL: Duration = Duration::from_micros(50);
@@ -26,6 +27,15 @@ const MAX_POLL: Duration = Duration::from_millis(1);
 /// How long dropping a [`CudaLoad`] waits for its queued kernels (at most one period
 /// is ever queued) before it releases the context anyway.
 const DRAIN_ON_DROP: Duration = Duration::from_secs(2);
+/// How long a probe waits for our own queued work to finish before it gives up (and
+/// counts as someone there).
+const PROBE_DRAIN: Duration = Duration::from_millis(100);
+/// After this many groups in a row cut short, the early end on a clock jump is taken
+/// to misfire on this GPU (a coarse `%globaltimer`) and turned off.
+const CUT_SHORT_IN_A_ROW: u32 = 20;
+/// The warm-up kernel run when a context opens, so that the first probe has a kernel
+/// of ours to compare with.
+const WARM_UP: Duration = Duration::from_micros(10);
 
 /// How the launcher shapes the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,18 +49,20 @@ pub struct LauncherSettings {
     /// kernels is queued, so it also bounds how long a newcomer can find our work on the
     /// GPU after the check that missed it.
     pub period: Duration,
-    /// The longest single kernel. A stop waits for what is queued, so this and the
-    /// period bound how long another process can find the GPU busy with our work.
+    /// The longest single kernel: a burst's on-time is split into kernels of at most
+    /// this. By default the period, so each burst is one kernel: each launch costs CPU
+    /// (most of the loop's, at 2 ms kernels), and the length of our kernels does not
+    /// change what another context waits: without MPS a kernel of ours is preempted at
+    /// the end of a time slice (about 2 ms on an H100), and the spin kernel then ends
+    /// (docs/benchmarks.md, "Live services").
     pub max_kernel: Duration,
-    /// The length of every kernel in [`LaunchShape::OneInFlight`] (filling beside a
-    /// process that holds a context but is quiet): what the neighbour's next kernel can
-    /// wait behind us at most. 500 us, from a probe of kernel lengths beside a ResNet-50
-    /// service (docs/benchmarks.md, "Beside a mostly-idle service, and under MPS"):
-    /// 250 and 500 us stayed within its noise, 1000 us did not. Shorter is not free:
-    /// the thread wakes once a kernel, `duty / kernel`
-    /// launches a second (1000 at half duty with 500 us), so its CPU grows as the
-    /// kernel shrinks.
-    pub beside_kernel: Duration,
+    /// Beside quiet holders of a context ([`LaunchShape::OneInFlight`]): `None` (the
+    /// default) launches the same bursts as on a GPU of our own; `Some(length)` one
+    /// kernel of that length at a time from a pacing thread, so that the holder's first
+    /// request after a dormant spell waits at most `length` instead of up to a time
+    /// slice, at a wake-up per kernel (`duty / length` a second: several percent of a
+    /// core at 500 us).
+    pub beside_kernel: Option<Duration>,
     /// Launch on a lowest-priority non-blocking stream of our own (`true`), or on the
     /// context's default stream (`false`, to measure what the extra stream costs).
     pub own_stream: bool,
@@ -62,8 +74,8 @@ impl Default for LauncherSettings {
     fn default() -> Self {
         LauncherSettings {
             period: Duration::from_millis(50),
-            max_kernel: Duration::from_millis(2),
-            beside_kernel: Duration::from_micros(500),
+            max_kernel: Duration::from_millis(50),
+            beside_kernel: None,
             own_stream: true,
             kernel: SpinKernel::default(),
         }
@@ -71,8 +83,9 @@ impl Default for LauncherSettings {
 }
 
 impl LauncherSettings {
-    /// Checks the ranges: a period from 1 ms to 1 s, both kernel lengths from 10 us to
-    /// the period.
+    /// Checks the ranges: a period from 1 ms to 1 s, the longest kernel from 10 us to
+    /// 1 s (a burst never runs longer than its on-time anyway), the beside kernel from
+    /// 10 us to the period.
     ///
     /// # Errors
     /// [`CudaError::Settings`] naming the value out of range.
@@ -84,17 +97,19 @@ impl LauncherSettings {
                 self.period
             )));
         }
-        if !(Duration::from_micros(10)..=self.period).contains(&self.max_kernel) {
+        if !(Duration::from_micros(10)..=ms(1000)).contains(&self.max_kernel) {
             return Err(CudaError::Settings(format!(
-                "max kernel must be between 10 us and the period ({:?}), got {:?}",
-                self.period, self.max_kernel
+                "max kernel must be between 10 us and 1 s, got {:?}",
+                self.max_kernel
             )));
         }
-        if !(Duration::from_micros(10)..=self.period).contains(&self.beside_kernel) {
+        if let Some(beside) = self.beside_kernel
+            && !(Duration::from_micros(10)..=self.period).contains(&beside)
+        {
             return Err(CudaError::Settings(format!(
                 "beside kernel (one-in-flight kernel length) must be between 10 us and the \
                  period ({:?}), got {:?}",
-                self.period, self.beside_kernel
+                self.period, beside
             )));
         }
         Ok(())
@@ -111,6 +126,13 @@ pub struct LaunchStats {
     /// Kernels of the pacing thread seen held back by another context (reported
     /// through `others_seen`).
     pub late_kernels: u64,
+    /// Groups of our kernels (bursts, one-in-flight kernels) whose timing showed
+    /// another context's work: a start a context switch late, or a run cut short.
+    pub others_seen: u64,
+    /// Probes run, and how many found that someone had run since our previous kernel.
+    pub probes: u64,
+    /// Probes that found someone.
+    pub probes_found: u64,
     /// Kernels submitted one at a time by the pacing thread
     /// ([`LaunchShape::OneInFlight`]); also counted in `kernels_launched`.
     pub one_in_flight: u64,
@@ -169,6 +191,14 @@ pub struct CudaLoad {
     late_unreported: u64,
     /// The error a pacing thread stopped on, returned (and checked) at the next call.
     fault: Option<CudaError>,
+    /// The start events of our bursts and what their timing shows.
+    watch: OthersWatch,
+    /// Groups judged to show someone else since the last `others_seen`.
+    seen: u64,
+    /// Groups cut short in a row (see [`CUT_SHORT_IN_A_ROW`]).
+    cut_in_a_row: u32,
+    /// The `yield_ns` argument of our kernels ([`YIELD_JUMP`], or never once it misfired).
+    yield_ns: u64,
     // Dropped in this order, after the thread is joined and the drain in `Drop::drop`:
     // the event (shared with the thread while it runs), the function (and its module),
     // the stream, then our hold on the context.
@@ -221,12 +251,26 @@ impl CudaLoad {
         } else {
             ctx.default_stream()
         };
-        // Timing off, and no blocking sync: we only ever query it, never wait on it,
-        // so completing it needs no interrupt and wakes no driver thread.
+        // With timing (our kernels' timing shows others' work: crate::others), and no
+        // blocking sync: we only ever query it, never wait on it, so completing it
+        // needs no interrupt and wakes no driver thread.
         let event = ctx
-            .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .new_event(None)
             .map(Arc::new)
             .map_err(|e| CudaError::driver("cuEventCreate", e))?;
+        let watch = OthersWatch::new(&stream)?;
+        // One tiny kernel now: a later probe asks whether anyone ran since our previous
+        // kernel, and a context's very first kernel starts late for reasons of its own.
+        launch_spin(
+            &stream,
+            &func,
+            u64::try_from(WARM_UP.as_nanos()).unwrap_or(u64::MAX),
+            NEVER_YIELD,
+            1,
+        )?;
+        event
+            .record(&stream)
+            .map_err(|e| CudaError::driver("cuEventRecord", e))?;
         tracing::info!(gpu = ordinal, stack_limit, ?settings, "opened");
         Ok(CudaLoad {
             ordinal,
@@ -235,7 +279,8 @@ impl CudaLoad {
             clock: SystemClock::new(),
             load: Load::IDLE,
             pacer: Pacer::new(settings.period),
-            pending: false,
+            // The warm-up kernel.
+            pending: true,
             skipped: 0,
             stats: LaunchStats::default(),
             broken: None,
@@ -243,6 +288,10 @@ impl CudaLoad {
             pacing: None,
             late_unreported: 0,
             fault: None,
+            watch,
+            seen: 0,
+            cut_in_a_row: 0,
+            yield_ns: u64::try_from(YIELD_JUMP.as_nanos()).unwrap_or(NEVER_YIELD),
             event,
             func,
             stream,
@@ -280,6 +329,12 @@ impl CudaLoad {
     /// The shape in force ([`LoadSource::set_shape`]).
     pub fn shape(&self) -> LaunchShape {
         self.shape
+    }
+
+    /// Whether one kernel at a time is launched now: beside quiet holders, with a
+    /// [`LauncherSettings::beside_kernel`]; else bursts.
+    fn one_in_flight(&self) -> bool {
+        self.shape == LaunchShape::OneInFlight && self.settings.beside_kernel.is_some()
     }
 
     /// Free and total device memory, seen from our context.
@@ -330,20 +385,25 @@ impl CudaLoad {
         }
     }
 
-    /// Launches `burst` as back-to-back kernels of `width` one-warp blocks and records
-    /// the event after them.
+    /// Launches `burst` as back-to-back kernels of `width` one-warp blocks between our
+    /// start event and the end event (their timing: [`crate::others`]).
     fn launch(&mut self, burst: Burst, width: u32) -> Result<(), CudaError> {
+        // The previous burst has finished (the pacer saw to it): judge it first.
+        self.judge_pending();
         let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
+        self.watch.before_launch(&self.stream)?;
         let mut outcome = Ok(());
         let mut launched = 0u32;
+        let mut first_at = None;
         for _ in 0..burst.count {
-            if let Err(e) = launch_spin(&self.stream, &self.func, ns, width) {
+            if let Err(e) = launch_spin(&self.stream, &self.func, ns, self.yield_ns, width) {
                 outcome = Err(e);
                 break;
             }
+            first_at.get_or_insert_with(Instant::now);
             launched += 1;
         }
-        if launched > 0 {
+        if let Some(at) = first_at {
             self.pending = true;
             self.stats.kernels_launched += u64::from(launched);
             self.stats.bursts += 1;
@@ -351,6 +411,9 @@ impl CudaLoad {
                 .event
                 .record(&self.stream)
                 .map_err(|e| CudaError::driver("cuEventRecord", e));
+            if recorded.is_ok() {
+                self.watch.launched(at, burst.kernel * launched);
+            }
             outcome = outcome.and(recorded);
         }
         tracing::trace!(
@@ -359,6 +422,36 @@ impl CudaLoad {
             "burst"
         );
         outcome
+    }
+
+    /// Judges the last burst once it has finished: counts it in `seen` when its timing
+    /// shows another context's work. A failed query is left for the next launch to
+    /// meet. Turns the early end off after [`CUT_SHORT_IN_A_ROW`] bursts in a row cut
+    /// short (on such a GPU the clock jumps on its own).
+    fn judge_pending(&mut self) {
+        match self.watch.judge(&self.event) {
+            Ok(Some(judged)) => {
+                if judged.others() {
+                    self.seen += 1;
+                    self.stats.others_seen += 1;
+                }
+                self.cut_in_a_row = if judged.cut_short {
+                    self.cut_in_a_row + 1
+                } else {
+                    0
+                };
+                if self.cut_in_a_row >= CUT_SHORT_IN_A_ROW && self.yield_ns != NEVER_YIELD {
+                    tracing::warn!(
+                        gpu = self.ordinal,
+                        bursts = self.cut_in_a_row,
+                        "every burst ended early: our kernels no longer end at a clock jump"
+                    );
+                    self.yield_ns = NEVER_YIELD;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(gpu = self.ordinal, error = %e, "burst timing unavailable"),
+        }
     }
 
     /// Whether the work launched so far has finished.
@@ -417,12 +510,18 @@ impl CudaLoad {
         if self.pacing.is_some() {
             return Ok(());
         }
+        let Some(kernel) = self.settings.beside_kernel else {
+            return Ok(());
+        };
+        self.watch.restart();
         let launcher = Launcher {
             ctx: Arc::clone(&self.ctx),
             stream: Arc::clone(&self.stream),
             func: self.func.clone(),
             event: Arc::clone(&self.event),
-            kernel: self.settings.beside_kernel,
+            kernel,
+            yield_ns: self.yield_ns,
+            watch: OthersWatch::new(&self.stream)?,
         };
         self.pacing = Some(Pacing::spawn(self.ordinal, launcher, self.load)?);
         tracing::debug!(gpu = self.ordinal, "one-in-flight thread started");
@@ -444,14 +543,41 @@ impl CudaLoad {
 impl LoadSource for CudaLoad {
     type Error = CudaError;
 
-    /// Whether the pacing thread saw a kernel of ours held back by another context
-    /// since the last call (still running 300 us past its length: the pacing thread's
-    /// `LATE`).
+    /// Whether, since the last call, a burst of ours started a context switch late or
+    /// was cut short by a preemption ([`crate::others`]), or a kernel of the pacing
+    /// thread showed the same or was held back past its length.
     fn others_seen(&mut self) -> bool {
+        self.judge_pending();
         let running = self.pacing.as_ref().map_or(0, Pacing::take_late);
         let late = running + std::mem::take(&mut self.late_unreported);
         self.stats.late_kernels += late;
-        late > 0
+        let seen = std::mem::take(&mut self.seen);
+        late + seen > 0
+    }
+
+    /// Runs two tiny kernels and compares their starts ([`crate::others`]): whether
+    /// another context has run on the GPU since our previous kernel. Called while idle;
+    /// a pacing thread is stopped first, and our queued work (at most a burst) waited
+    /// for, up to 100 ms (longer: `Some(true)`, as someone is there).
+    ///
+    /// # Errors
+    /// The error that made the context unusable, or a failed launch or query.
+    fn probe(&mut self, _now: Time) -> Result<Option<bool>, CudaError> {
+        self.healthy()?;
+        self.stop_pacing();
+        self.judge_pending();
+        if !self.quiesce(PROBE_DRAIN) {
+            return Ok(Some(true));
+        }
+        let found = match others::probe(&self.stream, &self.func, &mut self.watch, &self.event) {
+            Ok(found) => found,
+            Err(e) => return self.check(Err(e)).map(|()| None),
+        };
+        self.pending = true;
+        self.stats.probes += 1;
+        self.stats.probes_found += u64::from(found);
+        tracing::debug!(gpu = self.ordinal, found, "probe");
+        Ok(Some(found))
     }
 
     /// Records `load`; kernels start at the next [`LoadSource::launch_due`]. A duty
@@ -492,7 +618,7 @@ impl LoadSource for CudaLoad {
         if self.load.is_idle() {
             return Ok(());
         }
-        if self.shape == LaunchShape::OneInFlight {
+        if self.one_in_flight() {
             let started = self.start_pacing();
             return self.check(started);
         }
@@ -539,11 +665,16 @@ impl LoadSource for CudaLoad {
         }
         tracing::debug!(gpu = self.ordinal, shape = shape.as_str(), "launch shape");
         self.shape = shape;
+        let Some(kernel) = self.settings.beside_kernel else {
+            // Bursts beside holders too: nothing changes hands.
+            return;
+        };
         match shape {
             LaunchShape::OneInFlight => self.pacer.stop(),
             LaunchShape::Bursts => {
                 self.stop_pacing();
-                let busy_until = self.clock.now() + self.settings.beside_kernel;
+                self.watch.restart();
+                let busy_until = self.clock.now() + kernel;
                 self.pacer.resume_after(busy_until);
             }
         }
@@ -620,10 +751,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_settings_are_a_fifty_ms_period_of_two_ms_kernels_on_our_own_stream() {
+    fn default_settings_are_one_kernel_a_fifty_ms_burst_on_our_own_stream_and_bursts_beside() {
         let s = LauncherSettings::default();
         assert_eq!(s.period, Duration::from_millis(50));
-        assert_eq!(s.max_kernel, Duration::from_millis(2));
+        assert_eq!(s.max_kernel, s.period);
+        assert_eq!(s.beside_kernel, None);
         assert!(s.own_stream);
         assert_eq!(s.validate(), Ok(()));
     }
@@ -641,20 +773,26 @@ mod tests {
                 .contains("period must be between 1 ms and 1 s"),
             "{err}"
         );
+        for bad in [Duration::from_micros(9), Duration::from_millis(1001)] {
+            let s = LauncherSettings {
+                max_kernel: bad,
+                ..LauncherSettings::default()
+            };
+            assert!(s.validate().unwrap_err().to_string().contains("max kernel"));
+        }
+        // Longer than the period is fine: a burst never runs longer than its on-time.
         let s = LauncherSettings {
-            max_kernel: Duration::from_millis(51),
+            max_kernel: Duration::from_millis(200),
             ..LauncherSettings::default()
         };
-        assert!(s.validate().unwrap_err().to_string().contains("max kernel"));
+        assert_eq!(s.validate(), Ok(()));
     }
 
     #[test]
-    fn the_one_in_flight_kernel_defaults_to_500_us_and_must_fit_the_period() {
-        let s = LauncherSettings::default();
-        assert_eq!(s.beside_kernel, Duration::from_micros(500));
+    fn a_one_in_flight_kernel_must_fit_the_period() {
         for bad in [Duration::from_micros(9), Duration::from_millis(51)] {
             let s = LauncherSettings {
-                beside_kernel: bad,
+                beside_kernel: Some(bad),
                 ..LauncherSettings::default()
             };
             let err = s.validate().unwrap_err();
@@ -668,7 +806,7 @@ mod tests {
             );
         }
         let s = LauncherSettings {
-            beside_kernel: Duration::from_micros(10),
+            beside_kernel: Some(Duration::from_micros(10)),
             ..LauncherSettings::default()
         };
         assert_eq!(s.validate(), Ok(()));

@@ -122,6 +122,7 @@
 mod device;
 mod error;
 mod launcher;
+mod others;
 mod pacing;
 pub mod plan;
 pub mod ptx;

@@ -41,6 +41,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
 use gpufill_core::Load;
 
 use crate::error::CudaError;
+use crate::others::OthersWatch;
 use crate::plan::{backoff, one_in_flight_gap};
 use crate::spin::launch_spin;
 
@@ -75,6 +76,11 @@ pub(crate) struct Launcher {
     pub event: Arc<CudaEvent>,
     /// The length of each kernel.
     pub kernel: Duration,
+    /// The kernels' `yield_ns` (they end at a clock jump longer than this).
+    pub yield_ns: u64,
+    /// The start events of our kernels and what their timing shows
+    /// ([`crate::others`]).
+    pub watch: OthersWatch,
 }
 
 /// The state the caller's thread and the pacing thread share.
@@ -229,7 +235,7 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(self) {
+    fn run(mut self) {
         let outcome = self.pace();
         if let Err(e) = &outcome {
             tracing::debug!(error = %e, "one-in-flight launcher stopped on an error");
@@ -242,12 +248,13 @@ impl Worker {
     }
 
     /// The cycle, until asked to stop (`Ok`) or a driver call fails.
-    fn pace(&self) -> Result<(), CudaError> {
-        let l = &self.launcher;
-        l.ctx
+    fn pace(&mut self) -> Result<(), CudaError> {
+        self.launcher
+            .ctx
             .bind_to_thread()
             .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
-        let ns = u64::try_from(l.kernel.as_nanos()).unwrap_or(u64::MAX);
+        let kernel = self.launcher.kernel;
+        let ns = u64::try_from(kernel.as_nanos()).unwrap_or(u64::MAX);
         // Whatever was queued before we started (a burst) must finish first.
         if !self.wait_done(Duration::ZERO)? {
             return Ok(());
@@ -256,35 +263,59 @@ impl Worker {
             let Some(width) = self.next_width() else {
                 return Ok(());
             };
-            launch_spin(&l.stream, &l.func, ns, width)?;
-            // The kernel cannot end before this plus its length.
-            let launched = Instant::now();
-            self.shared.lock().kernels += 1;
-            l.event
-                .record(&l.stream)
-                .map_err(|e| CudaError::driver("cuEventRecord", e))?;
+            let launched = self.launch_one(ns, width)?;
             // One wake-up a kernel: sleep its length and the gap at once, then check
             // that it has finished before the next launch.
-            if !self.rest(launched + l.kernel) {
+            if !self.rest(launched + kernel) {
                 return Ok(());
             }
-            // Slowed by another context's time slice: poll until it ends, then rest
-            // the whole gap from then, since someone else is using the GPU; held back
-            // past LATE, say so and launch nothing until the loop answers.
+            // Slowed by another context's time slice: poll until it ends; held back
+            // past LATE, someone else is working.
+            let mut unfinished = false;
+            let mut held_back = false;
             if !self.is_done()? {
+                unfinished = true;
                 let unfinished_at = Instant::now();
                 if !self.wait_done(FIRST_POLL)? {
                     return Ok(());
                 }
-                let late = unfinished_at.saturating_duration_since(launched + l.kernel) >= LATE;
-                if late && !self.hold_after_late() {
+                held_back = unfinished_at.saturating_duration_since(launched + kernel) >= LATE;
+            }
+            // Held back, or its timing shows another context's work (a start a context
+            // switch late, a run cut short by a preemption): say so, and launch nothing
+            // more until the loop answers.
+            if held_back || self.judge()? {
+                if !self.hold_after_late() {
                     return Ok(());
                 }
-                if !late && !self.rest(Instant::now()) {
-                    return Ok(());
-                }
+                continue;
+            }
+            // Merely slowed: rest the whole gap from now.
+            if unfinished && !self.rest(Instant::now()) {
+                return Ok(());
             }
         }
+    }
+
+    /// Launches one kernel between our start and end events; returns when.
+    fn launch_one(&mut self, ns: u64, width: u32) -> Result<Instant, CudaError> {
+        let l = &mut self.launcher;
+        l.watch.before_launch(&l.stream)?;
+        launch_spin(&l.stream, &l.func, ns, l.yield_ns, width)?;
+        // The kernel cannot end before this plus its length.
+        let launched = Instant::now();
+        l.event
+            .record(&l.stream)
+            .map_err(|e| CudaError::driver("cuEventRecord", e))?;
+        l.watch.launched(launched, l.kernel);
+        self.shared.lock().kernels += 1;
+        Ok(launched)
+    }
+
+    /// Whether the finished kernel's timing shows another context's work.
+    fn judge(&mut self) -> Result<bool, CudaError> {
+        let l = &mut self.launcher;
+        Ok(l.watch.judge(&l.event)?.is_some_and(|j| j.others()))
     }
 
     /// Records a late kernel and waits until the loop hands over a new load, or

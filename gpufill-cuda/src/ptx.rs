@@ -4,8 +4,10 @@
 /// The PTX text of `gpufill-cuda/kernels/spin.ptx`: `.target sm_70`, PTX ISA 7.0.
 pub const SPIN_PTX: &str = include_str!("../kernels/spin.ptx");
 
-/// The entry gpufill launches: `spin(unsigned long long spin_ns)`, busy-waiting on
-/// `%globaltimer` for `spin_ns` nanoseconds in every thread.
+/// The entry gpufill launches: `spin(unsigned long long spin_ns, unsigned long long
+/// yield_ns)`, busy-waiting on `%globaltimer` for `spin_ns` nanoseconds in every thread,
+/// and ending at once when the clock jumps by more than `yield_ns` between two reads
+/// (another context preempted it).
 pub const SPIN: &str = "spin";
 
 /// The same wait with `__nanosleep(200)` in the loop: same residency, less power.
@@ -106,11 +108,15 @@ mod tests {
     }
 
     #[test]
-    fn spin_entries_take_exactly_one_u64() {
+    fn spin_entries_take_exactly_two_u64s() {
         for name in [SPIN, SPIN_SLEEP] {
             let params = entry_params(SPIN_PTX, name).unwrap_or_else(|| panic!("no entry {name}"));
-            assert_eq!(params.matches(".param").count(), 1, "{name}: {params}");
-            assert!(params.starts_with(".param .u64 "), "{name}: {params}");
+            assert_eq!(params.matches(".param").count(), 2, "{name}: {params}");
+            assert_eq!(
+                params.matches(".param .u64 ").count(),
+                2,
+                "{name}: {params}"
+            );
         }
     }
 

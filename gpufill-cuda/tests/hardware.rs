@@ -89,13 +89,20 @@ fn ticking(tick: Duration, length: Duration, mut work: impl FnMut()) -> (Duratio
 
 const MS: Duration = Duration::from_millis(1);
 
-/// The launcher with a 20 ms period (the default is 50 ms), driven at 20 ms ticks below.
+/// The launcher with a 20 ms period, bursts split into 2 ms kernels and one 500 us
+/// kernel at a time beside holders: the mechanics most tests here check (the defaults
+/// are a 50 ms period, one kernel a burst, and bursts beside holders too), driven at
+/// 20 ms ticks below.
 fn twenty_ms() -> LauncherSettings {
     LauncherSettings {
         period: 20 * MS,
+        max_kernel: 2 * MS,
+        beside_kernel: Some(500 * US),
         ..LauncherSettings::default()
     }
 }
+
+const US: Duration = Duration::from_micros(1);
 
 fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
     LaunchStats {
@@ -103,6 +110,9 @@ fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
         bursts: b.bursts - a.bursts,
         one_in_flight: b.one_in_flight - a.one_in_flight,
         late_kernels: b.late_kernels - a.late_kernels,
+        others_seen: b.others_seen - a.others_seen,
+        probes: b.probes - a.probes,
+        probes_found: b.probes_found - a.probes_found,
         skipped_periods: b.skipped_periods - a.skipped_periods,
     }
 }
@@ -373,7 +383,7 @@ fn cpu_per_tick_alone_and_per_kernel_launched() {
 fn one_in_flight_holds_the_duty_follows_changes_and_idle_stops_within_a_kernel() {
     let _gpu = exclusive();
     let (mut gpu, _) = open(twenty_ms());
-    let kernel = gpu.settings().beside_kernel;
+    let kernel = gpu.settings().beside_kernel.unwrap();
     gpu.set_shape(LaunchShape::OneInFlight);
     let mut worst_stop = Duration::ZERO;
     for (duty, length) in [(0.5, 2000 * MS), (0.25, 1000 * MS), (0.9, 1000 * MS)] {
@@ -468,7 +478,10 @@ fn shape_switches_both_ways_never_queue_two_kernels_beside() {
     sleep(20 * MS);
     assert_eq!(gpu.stats(), after, "launched after quiesce");
     println!("hw: quiesce with the thread at full duty: {quiet:.2?}; {after:?}");
-    assert!(quiet < gpu.settings().beside_kernel + 2 * MS, "{quiet:?}");
+    assert!(
+        quiet < gpu.settings().beside_kernel.unwrap() + 2 * MS,
+        "{quiet:?}"
+    );
     // The next tick with a load starts a thread again.
     gpu.launch_due(Time::ZERO).unwrap();
     sleep(10 * MS);
@@ -492,7 +505,7 @@ fn a_failed_launch_in_the_pacing_thread_is_returned_by_the_next_call() {
         return;
     }
     let settings = LauncherSettings {
-        beside_kernel: Duration::from_nanos(777_777),
+        beside_kernel: Some(Duration::from_nanos(777_777)),
         ..twenty_ms()
     };
     let (mut gpu, _) = open(settings);
@@ -529,7 +542,7 @@ fn a_kernel_held_back_by_another_context_is_reported_and_nothing_more_launched()
     }
     let kernel = Duration::from_nanos(666_666);
     let settings = LauncherSettings {
-        beside_kernel: kernel,
+        beside_kernel: Some(kernel),
         ..twenty_ms()
     };
     let (mut gpu, _) = open(settings);
@@ -555,4 +568,121 @@ fn a_kernel_held_back_by_another_context_is_reported_and_nothing_more_launched()
     println!("hw: kernels 2 ms late: held after each; stopped in {stop:.2?}");
     let (_, by_thread) = fake_queue_depths().unwrap();
     assert_eq!(by_thread, 1, "two kernels queued at once in one-in-flight");
+}
+
+/// Another context's work on the GPU: on the stand-in libcuda, 150 us of it before our
+/// next event (FAKE_FOREIGN); on a GPU, a tiny kernel in a second context of ours (the
+/// GPU time-slices between contexts as between processes).
+fn foreign_work() {
+    if on_the_fake() {
+        let path = std::env::var("FAKE_FOREIGN").expect("run the fake with FAKE_FOREIGN=path");
+        std::fs::write(path, b"").unwrap();
+        return;
+    }
+    second_context_kernel();
+}
+
+/// Runs one 20 us kernel in a new (non-primary) context and destroys it.
+fn second_context_kernel() {
+    use cudarc::driver::sys;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: plain driver calls with valid out-pointers; the context is created,
+    // used and destroyed on this thread, and the previous current context restored.
+    unsafe {
+        let mut previous: sys::CUcontext = std::ptr::null_mut();
+        sys::cuCtxGetCurrent(&mut previous).result().unwrap();
+        sys::cuDeviceGet(&mut dev, 0).result().unwrap();
+        sys::cuCtxCreate_v2(&mut ctx, 0, dev).result().unwrap();
+        let ptx = std::ffi::CString::new(gpufill_cuda::ptx::SPIN_PTX).unwrap();
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast())
+            .result()
+            .unwrap();
+        let mut func: sys::CUfunction = std::ptr::null_mut();
+        sys::cuModuleGetFunction(&mut func, module, c"spin".as_ptr())
+            .result()
+            .unwrap();
+        let mut ns: u64 = 20_000;
+        let mut never: u64 = u64::MAX;
+        let mut params = [
+            (&raw mut ns).cast::<std::ffi::c_void>(),
+            (&raw mut never).cast(),
+        ];
+        sys::cuLaunchKernel(
+            func,
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            0,
+            std::ptr::null_mut(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+        .result()
+        .unwrap();
+        sys::cuCtxSynchronize().result().unwrap();
+        sys::cuModuleUnload(module).result().unwrap();
+        sys::cuCtxDestroy_v2(ctx).result().unwrap();
+        sys::cuCtxSetCurrent(previous).result().unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_probe_tells_whether_another_context_ran_since_our_last_kernel() {
+    let _gpu = exclusive();
+    let (mut gpu, _) = open(LauncherSettings::default());
+    let mut clean = 0;
+    for _ in 0..5 {
+        sleep(50 * MS);
+        clean += usize::from(gpu.probe(Time::ZERO).unwrap() == Some(false));
+    }
+    let mut found = 0;
+    for _ in 0..5 {
+        foreign_work();
+        sleep(50 * MS);
+        found += usize::from(gpu.probe(Time::ZERO).unwrap() == Some(true));
+    }
+    // However long ago: one second of nothing after the foreign kernel.
+    foreign_work();
+    sleep(1000 * MS);
+    let long_ago = gpu.probe(Time::ZERO).unwrap();
+    println!(
+        "hw: probes: {clean}/5 clean alone, {found}/5 found another context, one 1 s later: {long_ago:?}"
+    );
+    assert_eq!(clean, 5, "a probe found someone with nobody there");
+    assert_eq!(found, 5, "a probe missed another context's kernel");
+    assert_eq!(long_ago, Some(true));
+    assert_eq!(gpu.stats().probes, 11);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn bursts_of_one_kernel_show_another_contexts_work_and_nothing_without_it() {
+    let _gpu = exclusive();
+    let (mut gpu, _) = open(LauncherSettings::default());
+    // Half duty at the default period: one 25 ms kernel a burst.
+    let (_, _) = drive(&mut gpu, load(0.5), 50 * MS, 1000 * MS);
+    let alone = gpu.stats();
+    let seen_alone = gpu.others_seen();
+    assert_eq!(alone.kernels_launched, alone.bursts, "one kernel a burst");
+    // Another context's kernel between two bursts: the next one starts late.
+    let mut seen = 0;
+    for _ in 0..5 {
+        let (_, _) = drive(&mut gpu, load(0.5), 50 * MS, 200 * MS);
+        gpu.others_seen();
+        foreign_work();
+        let (_, _) = drive(&mut gpu, load(0.5), 50 * MS, 150 * MS);
+        seen += usize::from(gpu.others_seen());
+    }
+    println!(
+        "hw: one-kernel bursts: {} alone over 1 s with others seen {seen_alone}; {seen}/5 seen after another context's kernel",
+        alone.bursts
+    );
+    assert!(!seen_alone, "another context seen with nobody there");
+    assert_eq!(seen, 5);
 }

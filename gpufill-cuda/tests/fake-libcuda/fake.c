@@ -24,6 +24,10 @@
 // exactly 777777 ns always fails with 719: a test breaks the context on purpose with it.
 // A kernel of exactly 666666 ns runs 2 ms longer, as if another context's time slice
 // had held the GPU meanwhile.
+// Events keep timing: cuEventElapsedTime is the difference of the times the queue
+// reached them. FAKE_FOREIGN=path: at each event record, if that file exists, it is
+// removed and 150 us of another context's work (and a context switch) is put on the
+// GPU first, so our next start shows it, as on a real GPU.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +74,7 @@ CUresult cuModuleGetFunction(CUfunction*f,CUmodule m,const char*n){*f=(void*)1;r
 CUresult cuFuncGetAttribute(int*v,int a,CUfunction f){*v=0;return 0;}
 CUresult cuStreamCreateWithPriority(CUstream*s,unsigned f,int p){*s=malloc(1);pthread_mutex_lock(&mu);opener=pthread_self();max_by_opener=max_by_others=0;pthread_mutex_unlock(&mu);return 0;}
 CUresult cuStreamDestroy_v2(CUstream s){free(s);return 0;}
-CUresult cuEventCreate(CUevent*e,unsigned f){if(!(f&2))return 1; /* timing off, as gpufill asks */*e=calloc(1,sizeof(ev_t));return 0;}
+CUresult cuEventCreate(CUevent*e,unsigned f){*e=calloc(1,sizeof(ev_t));return 0;}
 CUresult cuEventDestroy_v2(CUevent e){free(e);return 0;}
 CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
   static long fail_after=-2; if(fail_after==-2){const char*e=getenv("FAKE_FAIL_AFTER");fail_after=e?atol(e):-1;}
@@ -86,7 +90,9 @@ CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigne
   if(pthread_equal(pthread_self(),opener)){ if(queued>max_by_opener) max_by_opener=queued; }
   else if(queued>max_by_others) max_by_others=queued;
   pthread_mutex_unlock(&mu); return 0;}
-CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);((ev_t*)e)->done_at=busy_until;pthread_mutex_unlock(&mu);return 0;}
+static void foreign_work(uint64_t n){const char*f=getenv("FAKE_FOREIGN"); if(f&&remove(f)==0) busy_until=(busy_until>n?busy_until:n)+150000;}
+CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);uint64_t n=now_ns();foreign_work(n);((ev_t*)e)->done_at=busy_until>n?busy_until:n;pthread_mutex_unlock(&mu);return 0;}
+CUresult cuEventElapsedTime(float*ms,CUevent a,CUevent b){*ms=(float)(((double)((ev_t*)b)->done_at-(double)((ev_t*)a)->done_at)/1e6);return 0;}
 CUresult cuEventQuery(CUevent e){return now_ns()>=((ev_t*)e)->done_at?0:600;}
 CUresult cuEventSynchronize(CUevent e){uint64_t d=((ev_t*)e)->done_at,n=now_ns(); if(d>n){struct timespec t={ (d-n)/1000000000ull,(d-n)%1000000000ull}; nanosleep(&t,0);} return 0;}
 CUresult cuGetErrorName(CUresult r,const char**s){*s="CUDA_ERROR_FAKE";return 0;}
