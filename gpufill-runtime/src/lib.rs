@@ -87,5 +87,7 @@ pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 /// not part of the embedding API.
 #[doc(hidden)]
 pub mod bounds {
-    pub use crate::settings::{IDLE_AFTER_MAX_S, KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS};
+    pub use crate::settings::{
+        IDLE_AFTER_MAX_S, KERNEL_US, MAX_KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS,
+    };
 }

@@ -38,7 +38,7 @@ use std::path::Path;
 
 use gpufill_core::ControllerKind;
 use gpufill_cuda::SpinKernel;
-use gpufill_runtime::bounds::{KERNEL_US, PERIOD_MS, TICK_MS, WIDTH_BLOCKS};
+use gpufill_runtime::bounds::{KERNEL_US, MAX_KERNEL_US, PERIOD_MS, TICK_MS, WIDTH_BLOCKS};
 use gpufill_runtime::{
     GpuSelector, LoadSettings, Metric, MpsChoice, ProbeSettings, Settings, YieldPolicyChoice,
     YieldingSettings,
@@ -60,7 +60,9 @@ const WIDTH_MIN: u64 = WIDTH_BLOCKS.0;
 const WIDTH_MAX: u64 = WIDTH_BLOCKS.1;
 const PERIOD_MS_MIN: u64 = PERIOD_MS.0;
 const PERIOD_MS_MAX: u64 = PERIOD_MS.1;
-const KERNEL_US_MIN: u64 = KERNEL_US.0;
+const MAX_KERNEL_US_MIN: u64 = MAX_KERNEL_US.0;
+const MAX_KERNEL_US_MAX: u64 = MAX_KERNEL_US.1;
+// 0 (bursts beside holders) or KERNEL_US: the gap is the runtime's check.
 const KERNEL_US_MAX: u64 = KERNEL_US.1;
 
 /// The whole configuration, as in `gpufill.toml`. Every key is optional.
@@ -120,12 +122,12 @@ pub struct LoadConfig {
     /// Launch period in milliseconds, `1..=1000`, a multiple of `tick_ms`.
     #[serde(deserialize_with = "int_in::<_, _, PERIOD_MS_MIN, PERIOD_MS_MAX>")]
     pub period_ms: u64,
-    /// Longest single kernel in microseconds, `10..=100000`, and at most the period.
-    #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
+    /// Longest single kernel in microseconds, `10..=1000000`.
+    #[serde(deserialize_with = "int_in::<_, _, MAX_KERNEL_US_MIN, MAX_KERNEL_US_MAX>")]
     pub max_kernel_us: u64,
-    /// The kernel's length in microseconds while filling beside a quiet holder of the
-    /// GPU (one in flight at a time), `10..=100000`, and at most the period.
-    #[serde(deserialize_with = "int_in::<_, _, KERNEL_US_MIN, KERNEL_US_MAX>")]
+    /// Beside a dormant holder: 0 for bursts, or one kernel of this many microseconds in
+    /// flight at a time, `10..=100000` and at most the period.
+    #[serde(deserialize_with = "int_in::<_, _, 0, KERNEL_US_MAX>")]
     pub beside_kernel_us: u64,
     /// The spin kernel: `spin` (busy-wait) or `sleep` (busy-wait with nanosleep).
     #[serde(with = "named::choice")]
