@@ -193,3 +193,84 @@ fn after_a_step_that_overran_the_loop_does_not_catch_up_with_back_to_back_ticks(
     );
     assert!(reads.contains(&Time::from_millis(730)), "{reads:?}");
 }
+
+/// A newcomer listed from 1.013 s on, with ticks every 50 ms (at 1.000 and 1.050 s):
+/// the first yielding step, run through `Supervisor::run_watched` with `hint`.
+fn first_yield_with(hint: &mut impl gpufill_core::Hint, until: Time) -> (Time, usize) {
+    use gpufill_core::{RetrySettings, Supervisor};
+    let reads = Rc::new(RefCell::new(Vec::new()));
+    fn from_1013_ms(now: Time) -> bool {
+        now >= Time::from_millis(1013)
+    }
+    let probe = CountingProbe {
+        reads: Rc::clone(&reads),
+        listed: from_1013_ms,
+    };
+    let fill = FillLoop::new(
+        probe,
+        NoLoad,
+        ControllerKind::Pi.build(),
+        YieldPolicy::new(YieldSettings::default()),
+        FillSettings::default(),
+    );
+    let mut supervisor = Supervisor::new(
+        fill,
+        |_| -> Result<FillLoop<CountingProbe, NoLoad, _>, Infallible> { unreachable!() },
+        RetrySettings::default(),
+    );
+    let clock = VirtualClock::starting_at(Time::ZERO);
+    let mut first = None;
+    supervisor.run_watched(
+        &clock,
+        Duration::from_millis(50),
+        hint,
+        |fill, now| fill.step(now),
+        |s| {
+            if s.tick.state == State::Yielding && first.is_none() {
+                first = Some(s.tick.at);
+            }
+            s.tick.at < until
+        },
+    );
+    let n = reads.borrow().len();
+    (first.expect("never yielded"), n)
+}
+
+#[test]
+fn a_hint_lets_the_loop_see_a_newcomer_within_milliseconds_of_its_listing() {
+    let until = Time::from_millis(1100);
+    let (plain, plain_reads) = first_yield_with(&mut gpufill_core::NoHint, until);
+    assert_eq!(
+        plain,
+        Time::from_millis(1050),
+        "without a hint: the next tick"
+    );
+    // The device files were opened 60 ms before the listing.
+    let mut hint = gpufill_core::HintsAt {
+        at: [Time::from_millis(953)].into(),
+    };
+    let (hinted, hinted_reads) = first_yield_with(&mut hint, until);
+    assert!(
+        hinted >= Time::from_millis(1013) && hinted <= Time::from_millis(1015),
+        "{hinted:?}"
+    );
+    // The window (250 ms of reads every 2 ms) reads the list about 30 more times
+    // before the listing; nothing beyond the window.
+    assert!(
+        (plain_reads + 20..plain_reads + 40).contains(&hinted_reads),
+        "{plain_reads} {hinted_reads}"
+    );
+}
+
+#[test]
+fn a_hint_while_not_filling_reads_nothing_more() {
+    use gpufill_core::HintsAt;
+    // Hinted during the yield (from 1.013 s): no extra reads beyond the ticks.
+    let until = Time::from_secs_f64(2.0);
+    let (_, plain_reads) = first_yield_with(&mut gpufill_core::NoHint, until);
+    let mut hint = HintsAt {
+        at: [Time::from_millis(1500)].into(),
+    };
+    let (_, reads) = first_yield_with(&mut hint, until);
+    assert_eq!(reads, plain_reads);
+}

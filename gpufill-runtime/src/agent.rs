@@ -21,6 +21,7 @@ use gpufill_core::{Clock, LoadSource, Probe, State, Supervisor, SystemClock, Tim
 use gpufill_nvml::{MetricProbe, Nvml};
 use tracing::{error, info, info_span, warn};
 
+use crate::device_hint::DeviceOpenHint;
 use crate::faultlog::{FaultLog, log_tick};
 use crate::open::{OpenError, RealLoop, open_gpu};
 use crate::select::{Gpu, SelectError, select};
@@ -55,6 +56,12 @@ pub trait Opener: Send + Sync + 'static {
         (None, None)
     }
 
+    /// Whether the loop should watch the NVIDIA device files for newcomers between
+    /// ticks ([`crate::device_hint`]). The default does not: a simulated GPU has none.
+    fn watches_devices(&self) -> bool {
+        false
+    }
+
     /// Waits, up to `limit`, until nothing of ours is queued or running on the GPU;
     /// true when that is so. Called once, after the last step. The default has nothing
     /// to wait for.
@@ -78,6 +85,10 @@ impl Opener for NvmlCuda {
 
     fn open(&self, gpu: &Gpu, settings: &Settings, mps: bool) -> Result<RealLoop, OpenError> {
         open_gpu(self.nvml, gpu, settings, mps)
+    }
+
+    fn watches_devices(&self) -> bool {
+        true
     }
 
     fn readings(&self, probe: &MetricProbe) -> DeviceReadings {
@@ -445,9 +456,15 @@ impl Job {
         let mut faults = FaultLog::default();
         let stepped = Cell::new(false);
         let readings = self.readings;
-        let last = supervisor.run_with(
+        let mut hint = if opener.watches_devices() {
+            DeviceOpenHint::new()
+        } else {
+            DeviceOpenHint::disabled()
+        };
+        let last = supervisor.run_watched(
             clock,
             self.settings.tick(),
+            &mut hint,
             |fill, now| {
                 stepped.set(true);
                 steering.borrow_mut().step(fill, now, |probe| {

@@ -52,6 +52,7 @@
 //! the process. Logging goes through `tracing`.
 
 mod agent;
+pub mod device_hint;
 mod faultlog;
 mod gpm;
 mod gpus;
