@@ -56,7 +56,10 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("error:"), "{text}");
-        assert!(text.ends_with("For more information, try '--help'."), "{text}");
+        assert!(
+            text.ends_with("For more information, try '--help'."),
+            "{text}"
+        );
         let own = error_text(&anyhow::anyhow!("cannot read").context("/etc/x.toml"));
         assert_eq!(own, "gpufill: /etc/x.toml: cannot read");
     }
@@ -64,7 +67,10 @@ mod tests {
     #[test]
     fn an_unknown_flag_keeps_clap_s_usage_line() {
         let text = flag_error_text(&parse_error(&["gpufill", "run", "--frob"])).unwrap();
-        assert!(text.starts_with("gpufill: unexpected argument '--frob' found"), "{text}");
+        assert!(
+            text.starts_with("gpufill: unexpected argument '--frob' found"),
+            "{text}"
+        );
         assert!(text.contains("Usage: gpufill run [OPTIONS]"), "{text}");
     }
 

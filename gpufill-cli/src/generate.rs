@@ -132,13 +132,18 @@ mod tests {
             assert!(names.contains(&name.to_owned()), "{name} in {names:?}");
         }
         assert!(
-            !names.iter().any(|n| n.contains("bench-foreign") || n.contains("help")),
+            !names
+                .iter()
+                .any(|n| n.contains("bench-foreign") || n.contains("help")),
             "hidden commands and clap's help get no page: {names:?}"
         );
         let run = std::fs::read_to_string(dir.path().join("gpufill-run.1")).unwrap();
         assert!(run.starts_with(".ie \\n(.g .ds Aq"), "{run}");
         assert!(run.contains(&format!("gpufill {VERSION}")), "{run}");
-        assert!(run.contains("\\-\\-target"), "the flags are documented: {run}");
+        assert!(
+            run.contains("\\-\\-target"),
+            "the flags are documented: {run}"
+        );
     }
 
     #[test]

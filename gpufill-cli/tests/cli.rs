@@ -139,7 +139,10 @@ fn clap_s_flag_errors_and_gpufill_s_own_read_the_same_way() {
             &["run", "--target", "abc"][..],
             "gpufill: invalid value 'abc' for '--target <PCT>'",
         ),
-        (&["simulate", "--target", "150"], "gpufill: invalid --target"),
+        (
+            &["simulate", "--target", "150"],
+            "gpufill: invalid --target",
+        ),
         (
             &["simulate", "--frob"],
             "gpufill: unexpected argument '--frob' found",

@@ -54,7 +54,11 @@ fn the_packaged_man_pages_and_completions_are_generated_from_the_flags() {
             "gpufill-cli/share/{name} is stale: GPUFILL_BLESS=1 cargo test -p gpufill-cli --test generated"
         );
     }
-    assert!(want.contains_key("man/gpufill.1") && want.len() > 3, "{:?}", names(&want));
+    assert!(
+        want.contains_key("man/gpufill.1") && want.len() > 3,
+        "{:?}",
+        names(&want)
+    );
 }
 
 #[test]
@@ -70,7 +74,10 @@ fn generate_man_writes_the_pages_into_a_directory() {
     let page = std::fs::read_to_string(out.join("gpufill-simulate.1")).unwrap();
     assert!(page.contains("\\-\\-every"), "{page}");
     let top = std::fs::read_to_string(out.join("gpufill.1")).unwrap();
-    assert!(top.contains("gpufill\\-run(1)"), "the top page names the others: {top}");
+    assert!(
+        top.contains("gpufill\\-run(1)"),
+        "the top page names the others: {top}"
+    );
 }
 
 #[test]
