@@ -159,7 +159,10 @@ if [ -n "$promtool" ]; then
   # expression fails the check.
   mkdir -p "$tmp/rules"
   cp deploy/prometheus/gpufill-rules.test.yaml "$tmp/rules/"
-  for change in 's/) > 5$/) > 50/' 's/for: 5m/for: 10m/' 's/gpufill_worker_up == 0/gpufill_worker_up == 2/'; do
+  for change in 's/) > 5$/) > 50/' 's/for: 5m/for: 10m/' 's/gpufill_worker_up == 0/gpufill_worker_up == 2/' \
+    's/) > 20$/) > 40/' 's/for: 10m/for: 20m/' \
+    '/GpufillUnseenWork/,/for:/s/gpufill_state{state="filling"} == 1/gpufill_state{state=~".+"} >= 0/' \
+    's/load_faults_total\[5m\]/load_faults_total[30m]/' 's/load_faults_total\[5m\]) > 0/load_faults_total[5m]) > 500/'; do
     sed "$change" "$rules" >"$tmp/rules/gpufill-rules.yaml"
     cmp -s "$rules" "$tmp/rules/gpufill-rules.yaml" && fail "self-test: '$change' changed nothing"
     ! (cd "$tmp/rules" && "$promtool" test rules gpufill-rules.test.yaml >/dev/null 2>&1) ||

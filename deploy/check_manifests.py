@@ -352,9 +352,13 @@ def expect(what, cond):
 
 
 # What each value set must render: objects by kind, and facts about them.
+def alerts(objs):
+    """The rendered PrometheusRule's rules, by alert name."""
+    return {r["alert"]: r for g in find(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
+
+
 def value_sets():
-    no_absent = lambda objs: all(r.get("alert") != "GpufillAbsent"
-                                 for g in find(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"])
+    no_absent = lambda objs: "GpufillAbsent" not in alerts(objs)
     return {
         "defaults": ({}, "restricted", lambda o: [
             expect("defaults: no PrometheusRule without the ServiceMonitor", find(o, "PrometheusRule") is None),
@@ -377,6 +381,8 @@ def value_sets():
             "extraEnv": [{"name": "TZ", "value": "Europe/Berlin"}], "localtimeFromHost": True,
         }, "privileged", lambda o: [
             expect("serviceMonitor: the PrometheusRule follows it", find(o, "PrometheusRule") is not None),
+            expect("MPS: no GpufillUnseenWork (gpufill fills beside MPS clients on purpose), the other alerts stay",
+                   "GpufillUnseenWork" not in alerts(o) and {"GpufillBelowTarget", "GpufillLoadFaults"} <= set(alerts(o))),
         ]),
         "no metrics, no runtime class": ({"metrics": {"enabled": False}, "runtimeClassName": "",
                                           "serviceMonitor": {"enabled": True}}, "restricted", lambda o: [
@@ -396,7 +402,8 @@ def value_sets():
             expect("digest: the image is pulled by digest", container(o)["image"] == "r/gpufill@sha256:" + "ab" * 32),
             expect("fullnameOverride: names and the rules' job follow it",
                    find(o, "DaemonSet")["metadata"]["name"] == "gf"
-                   and 'up{job="gf"}' in find(o, "PrometheusRule")["spec"]["groups"][0]["rules"][2]["expr"]),
+                   and 'up{job="gf"}' in alerts(o)["GpufillDown"]["expr"]),
+            expect("not MPS: GpufillUnseenWork is there", "GpufillUnseenWork" in alerts(o)),
         ]),
         "CDI, NetworkPolicy, other labels, no opt-out": ({
             "cdi": {"enabled": True}, "runtimeClassName": "nvidia-cdi", "nameOverride": "filler",
