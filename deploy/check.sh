@@ -191,10 +191,15 @@ for _ in $(seq 50); do # until the first utilization sample is in
 done
 grep -q '^gpufill_utilization_percent{' "$scrape" || { cat "$scrape"; fail "no utilization sample in the scrape"; }
 healthz=$(curl -s -o /dev/null -w '%{http_code}' "${url%/metrics}/healthz" || true)
+# An unknown path answers 404 naming the paths there are: the docs check compares them
+# with operations.md's endpoint table.
+endpoints=$work/endpoints.txt
+curl -s "${url%/metrics}/no-such-path" >"$endpoints" || true
 kill "$sim_pid" 2>/dev/null || true
 wait "$sim_pid" 2>/dev/null || true
 sim_pid=""
-echo "note /healthz answered HTTP $healthz (200 expected once the endpoint exists)"
+[ "$healthz" = 200 ] || fail "/healthz answered HTTP $healthz while every worker ticked (200 expected)"
+ok "/healthz answers 200 while every worker ticks"
 if [ -n "$promtool" ]; then
   "$promtool" check metrics <"$scrape" >"$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; fail "scrape: promtool check metrics"; }
   ok "a real scrape ($(grep -c '^[a-z]' "$scrape") samples): promtool check metrics"
@@ -238,5 +243,5 @@ if [ -n "$cargo_deb" ]; then
 fi
 
 # --- manifests, chart, dashboard, docs ---------------------------------------------
-"$py" deploy/check_manifests.py --gpufill "$gpufill" --scrape "$scrape"
+"$py" deploy/check_manifests.py --gpufill "$gpufill" --scrape "$scrape" --endpoints "$endpoints"
 echo "deploy/check.sh: all checks passed in $((SECONDS - started)) s"

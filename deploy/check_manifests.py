@@ -24,8 +24,13 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
 - The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill).
 - The dashboard is valid JSON with a data source input, its queries parse as PromQL
   (PyPI promql-parser), legends use the node label, and every metric it and the rules
-  name is in a real scrape of gpufill (--scrape), or in PENDING_METRICS while another
-  change adds it. The ```promql blocks of docs/operations.md parse.
+  name is in a real scrape of gpufill (--scrape). The ```promql blocks of
+  docs/operations.md parse.
+- The docs match the binary: the metric tables of docs/operations.md and README.md name
+  exactly the metrics of the scrape, with exactly its states and PID views;
+  operations.md's alert table names exactly the rules' alerts, and its endpoint table
+  exactly the paths the running server names (--endpoints). A self-test breaks copies of
+  the docs and expects each check to fail.
 - A self-test breaks copies of the DaemonSet, ServiceMonitor and PrometheusRule and
   expects the validation to fail.
 """
@@ -43,6 +48,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+import check_docs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
 CHART = os.path.join(DEPLOY, "helm", "gpufill")
@@ -53,10 +60,6 @@ LOCAL_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
 }
-# Metrics that the dashboard and the rules use but gpufill does not export yet: another
-# change adds them. Allowed only while absent from the scrape; remove an entry once
-# gpufill exports it (this check then fails, to say so).
-PENDING_METRICS: set[str] = set()
 # Labels Helm adds that the plain manifests leave out.
 HELM_ONLY_LABELS = {"app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 
@@ -536,11 +539,10 @@ def scraped_metrics(path):
     return names
 
 
-def known_metrics(scrape):
-    exported = scraped_metrics(scrape)
-    for name in sorted(PENDING_METRICS & exported):
-        fail(f"{name} is now exported: remove it from PENDING_METRICS in deploy/check_manifests.py")
-    return exported | PENDING_METRICS, exported
+def scraped_label_values(path, metric, label):
+    """The values of `label` on the samples of `metric` in a scrape."""
+    with open(path) as f:
+        return set(re.findall(rf'^{metric}{{[^}}]*\b{label}="([^"]*)"', f.read(), re.M))
 
 
 def promql_names(expr):
@@ -633,14 +635,38 @@ def check_docs_promql():
     print(f"ok   docs/operations.md: {len(exprs)} PromQL expression(s) parse")
 
 
+def check_docs_match_binary(scrape, endpoints_body):
+    docs = {}
+    for path in (check_docs.OPS, check_docs.README):
+        with open(os.path.join(ROOT, path)) as f:
+            docs[path] = f.read()
+    have = {
+        "metrics": scraped_metrics(scrape),
+        "states": scraped_label_values(scrape, "gpufill_state", "state"),
+        "views": scraped_label_values(scrape, "gpufill_pid_view", "view"),
+        "alerts": {r["alert"] for g in rules_file_groups() for r in g["rules"]},
+        "endpoints": set(re.findall(r"(/[a-z_]+)", endpoints_body)),
+    }
+    for what in ("states", "views", "endpoints"):
+        if len(have[what]) < 2:
+            fail(f"docs check: the binary showed {sorted(have[what])} as its {what}: the scrape or its 404 answer changed")
+    for problem in check_docs.problems(docs, have):
+        fail(problem)
+    for missed in check_docs.self_test(docs, have):
+        fail(f"self-test: docs with {missed} passed the docs check")
+    print(f"ok   {check_docs.OPS} and {check_docs.README} name the binary's {len(have['metrics'])} metrics, "
+          f"states {', '.join(sorted(have['states']))}, PID views; {check_docs.OPS} its "
+          f"{len(have['alerts'])} alerts and paths {', '.join(sorted(have['endpoints']))} (and broken copies fail)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpufill", help="a gpufill binary, for `config check` of the ConfigMap")
     p.add_argument("--scrape", required=True, help="a scrape of gpufill's /metrics")
+    p.add_argument("--endpoints", required=True,
+                   help="what the metrics server answers for an unknown path (it names its paths)")
     a = p.parse_args()
-    known, exported = known_metrics(a.scrape)
-    pending = sorted(PENDING_METRICS - exported)
-    print(f"note metrics allowed before gpufill exports them (another change adds them): {', '.join(pending)}")
+    known = scraped_metrics(a.scrape)
     plain = plain_manifests()
     self_test(plain)
     level = check_pod_security("deploy/kubernetes", plain, "restricted")
@@ -653,6 +679,8 @@ def main():
     check_dashboard(known)
     check_rules_metrics(known)
     check_docs_promql()
+    with open(a.endpoints) as f:
+        check_docs_match_binary(a.scrape, f.read())
     if failures:
         print(f"{len(failures)} deploy check(s) failed")
         return 1
