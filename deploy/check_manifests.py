@@ -22,9 +22,9 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
   default render except for Helm's own labels and the config checksum.
 - The PrometheusRule (chart and plain) carries exactly deploy/prometheus/gpufill-rules.yaml.
 - The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill).
-- The dashboard is valid JSON with a data source input, its queries parse as PromQL
-  (PyPI promql-parser), legends use the node label, and every metric it and the rules
-  name is in a real scrape of gpufill (--scrape). The ```promql blocks of
+- The dashboard (check_dashboard.py) shows every metric of a real scrape of gpufill
+  (--scrape) and no other, maps every state, and names a Grafana that reads its schema;
+  every metric the rules name is in the scrape. The ```promql blocks of
   docs/operations.md parse.
 - The docs match the binary: the metric tables of docs/operations.md and README.md name
   exactly the metrics of the scrape, with exactly its states and PID views;
@@ -48,6 +48,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+import check_dashboard
 import check_docs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -545,64 +546,26 @@ def scraped_label_values(path, metric, label):
         return set(re.findall(rf'^{metric}{{[^}}]*\b{label}="([^"]*)"', f.read(), re.M))
 
 
-def promql_names(expr):
-    # Names of series: identifiers before '{' or standing alone; label names, functions
-    # and keywords are told apart by what follows them.
-    return {n for n in re.findall(r"\b(gpufill_[a-z_]+|process_[a-z_]+|up)\b(?!\s*\()", expr)}
+promql_names = check_dashboard.promql_names
 
 
 def parse_promql(where, expr):
-    try:
-        import promql_parser
-    except ImportError:
-        return
-    # Grafana's variables are not PromQL: put placeholders in.
-    plain = re.sub(r"\$__\w+", "5m", expr)
-    plain = re.sub(r"\$\{?\w+\}?", "x", plain)
-    try:
-        promql_parser.parse(plain)
-    except Exception as e:
-        fail(f"{where}: {expr!r} is not PromQL: {e}")
+    error = check_dashboard.promql_error(expr)
+    if error:
+        fail(f"{where}: {expr!r} is not PromQL: {error}")
 
 
-def check_dashboard(known):
-    path = os.path.join(DEPLOY, "grafana", "gpufill-dashboard.json")
-    with open(path) as f:
+def check_grafana(known, states):
+    with open(os.path.join(DEPLOY, "grafana", "gpufill-dashboard.json")) as f:
         dash = json.load(f)
-    inputs = [i for i in dash.get("__inputs", []) if i.get("type") == "datasource" and i.get("pluginId") == "prometheus"]
-    if not inputs:
-        fail("dashboard: no __inputs entry for a Prometheus data source (Grafana's import dialog would offer none)")
-    targets = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("expr"), str):
-                targets.append(node)
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-    walk(dash.get("panels", []))
-    used = set()
-    for t in targets:
-        expr = t["expr"]
-        parse_promql("dashboard", expr)
-        if "instance" in expr or "instance" in t.get("legendFormat", ""):
-            fail(f"dashboard: {expr!r} uses instance; legends and filters use node (the ServiceMonitor's label)")
-        if "legendFormat" in t and "{{node}}" not in t["legendFormat"]:
-            fail(f"dashboard: legend {t['legendFormat']!r} does not name the node")
-        for name in promql_names(expr):
-            base = re.sub(r"_(bucket|sum|count)$", "", name)
-            if base not in known:
-                fail(f"dashboard: unknown metric {name} in {expr!r}")
-            used.add(base)
-    for needed in ("gpufill_utilization_percent", "gpufill_target_percent", "gpufill_duty_ratio",
-                   "gpufill_state", "gpufill_yields_total", "gpufill_memory_used_bytes",
-                   "gpufill_power_watts", "gpufill_width_blocks", "gpufill_sm_activity_percent"):
-        if needed not in used:
-            fail(f"dashboard: no panel queries {needed}")
-    print(f"ok   dashboard: data source input, {len(targets)} queries by node, metrics {', '.join(sorted(used))}")
+    found, used = check_dashboard.problems(dash, known, states)
+    for problem in found:
+        fail(problem)
+    for missed in check_dashboard.self_test(dash, known, states):
+        fail(f"self-test: a dashboard with {missed} passed the dashboard check")
+    print(f"ok   dashboard: data source input, {len(check_dashboard.targets(dash))} queries by node, every state "
+          f"mapped, Grafana {dash['schemaVersion']} schema consistent with __requires; metrics "
+          f"{', '.join(sorted(used))} (and broken copies fail)")
 
 
 def check_rules_metrics(known):
@@ -676,7 +639,7 @@ def main():
     check_rules_copies(plain)
     if a.gpufill:
         check_config(plain, a.gpufill)
-    check_dashboard(known)
+    check_grafana(known, scraped_label_values(a.scrape, "gpufill_state", "state"))
     check_rules_metrics(known)
     check_docs_promql()
     with open(a.endpoints) as f:
