@@ -220,25 +220,38 @@ if [ -n "$cargo_deb" ]; then
   dpkg-deb --contents "$deb" >"$work/deb-contents.txt"
   dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles >"$work/deb-conffiles.txt"
   dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/gpufill.service >"$work/deb-gpufill.service"
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/gpufill/changelog.gz | gzip -dc >"$work/deb-changelog.txt"
   "$py" deploy/check_deb.py "$work" || fail "$deb: contents"
-  # Self-test: a package without its binary fails the contents check.
+  # Self-test: a package without its binary or man page, with a wrapped synopsis, or
+  # with a changelog of another version fails the contents check.
   mkdir -p "$tmp/deb"
-  cp "$work"/deb-*.txt "$work/deb-gpufill.service" "$tmp/deb/"
-  grep -v 'usr/bin/gpufill$' "$work/deb-contents.txt" >"$tmp/deb/deb-contents.txt"
-  ! "$py" deploy/check_deb.py "$tmp/deb" >/dev/null || fail "self-test: a .deb without its binary passed"
+  deb_broken() { # WHAT FILE SED: FILE of the listings changed by SED must fail
+    cp "$work"/deb-*.txt "$work/deb-gpufill.service" "$tmp/deb/"
+    sed "$3" "$work/$2" >"$tmp/deb/$2"
+    cmp -s "$work/$2" "$tmp/deb/$2" && fail "self-test: '$3' changed nothing in $2"
+    ! "$py" deploy/check_deb.py "$tmp/deb" >/dev/null || fail "self-test: a .deb $1 passed"
+  }
+  deb_broken "without its binary" deb-contents.txt '\#usr/bin/gpufill$#d'
+  deb_broken "without its man page" deb-contents.txt '\#man1/gpufill.1.gz$#d'
+  deb_broken "with a wrapped synopsis" deb-info.txt 's/^\( Description: .*\) \(real work\)$/\1\n  \2/'
+  deb_broken "with a changelog of another version" deb-changelog.txt '1s/(\([^)]*\))/(\1.1)/'
+  ok "self-test: a .deb without its binary or man page, with a wrapped synopsis or another changelog version fails"
   if [ -n "$lintian" ]; then
-    # Not a Debian archive package: the upstream changelog stays CHANGELOG.md (no
-    # changelog.Debian), and `gpufill --help` is the manual.
-    lintian_ok="no-changelog,wrong-name-for-upstream-changelog,no-manual-page"
-    lintian --fail-on error,warning --suppress-tags "$lintian_ok" "$deb" 2>/dev/null ||
-      fail "$deb: lintian"
+    # Every tag of severity warning or error fails; none is suppressed.
+    lintian --fail-on error,warning "$deb" 2>/dev/null || fail "$deb: lintian"
     mkdir -p "$tmp/broken/DEBIAN"
     printf 'Package: broken\nVersion: 1.0-1\nArchitecture: all\nMaintainer: x <x@example.invalid>\nDescription: broken: a package\n' \
       >"$tmp/broken/DEBIAN/control"
     dpkg-deb --build --root-owner-group "$tmp/broken" "$tmp/broken.deb" >/dev/null
-    ! lintian --fail-on error,warning --suppress-tags "$lintian_ok" "$tmp/broken.deb" >/dev/null 2>&1 ||
-      fail "self-test: lintian passed a broken .deb"
-    ok "$(basename "$deb"): lintian (and a broken package is rejected)"
+    ! lintian --fail-on error,warning "$tmp/broken.deb" >/dev/null 2>&1 || fail "self-test: lintian passed a broken .deb"
+    # gpufill's own package without its man page is rejected (no-manual-page, a tag
+    # that used to be suppressed).
+    rm -rf "$tmp/repack" && mkdir -p "$tmp/repack"
+    dpkg-deb -R "$deb" "$tmp/repack"
+    rm "$tmp/repack"/usr/share/man/man1/*
+    dpkg-deb --build --root-owner-group "$tmp/repack" "$tmp/no-man.deb" >/dev/null
+    ! lintian --fail-on error,warning "$tmp/no-man.deb" >/dev/null 2>&1 || fail "self-test: lintian passed the .deb without a man page"
+    ok "$(basename "$deb"): lintian, no tag suppressed (and a broken package, and ours without its man page, are rejected)"
   fi
 fi
 
