@@ -21,7 +21,9 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
   typos are rejected by values.schema.json, and the plain manifests must equal the
   default render except for Helm's own labels and the config checksum.
 - The PrometheusRule (chart and plain) carries exactly deploy/prometheus/gpufill-rules.yaml.
-- The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill).
+- The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill). The chart
+  refuses a config that is not TOML at render, and its init container (run
+  here with --gpufill on the rendered ConfigMap) refuses one that gpufill refuses.
 - The dashboard (check_dashboard.py) shows every metric of a real scrape of gpufill
   (--scrape) and no other, maps every state, and names a Grafana that reads its schema;
   every metric the rules name is in the scrape. The ```promql blocks of
@@ -336,8 +338,12 @@ def render(chart, values, name="gpufill"):
     return objs
 
 
+def pod_spec(objs):
+    return find(objs, "DaemonSet")["spec"]["template"]["spec"]
+
+
 def container(objs):
-    return find(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    return pod_spec(objs)["containers"][0]
 
 
 def node_terms(objs):
@@ -377,6 +383,20 @@ def value_sets():
                                                         "values": ["true"]} for t in node_terms(o))),
             expect("defaults: NODE_NAME from the node's name",
                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container(o)["env"]),
+            expect("defaults: priority class system-node-critical, as the GPU Operator's node agents",
+                   pod_spec(o).get("priorityClassName") == "system-node-critical"),
+            expect("defaults: tolerates the nvidia.com/gpu NoSchedule taint",
+                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(o)["tolerations"]),
+            expect("defaults: a NetworkPolicy, no egress, the metrics port from the namespace monitoring only",
+                   find(o, "NetworkPolicy") is not None and find(o, "NetworkPolicy")["spec"]["egress"] == []
+                   and find(o, "NetworkPolicy")["spec"]["ingress"] == [{
+                       "ports": [{"port": "metrics", "protocol": "TCP"}],
+                       "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]),
+            expect("defaults: the init container config-check runs `gpufill config check` on the mounted config, same image",
+                   [(c["name"], c["args"], c["image"]) for c in pod_spec(o)["initContainers"]]
+                   == [("config-check", ["config", "check", "/etc/gpufill/gpufill.toml"], container(o)["image"])]
+                   and {"name": "config", "mountPath": "/etc/gpufill", "readOnly": True}
+                   in pod_spec(o)["initContainers"][0]["volumeMounts"]),
         ]),
         "serviceMonitor, MPS, hostPID": ({
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
@@ -385,6 +405,7 @@ def value_sets():
             "extraEnv": [{"name": "TZ", "value": "Europe/Berlin"}], "localtimeFromHost": True,
         }, "privileged", lambda o: [
             expect("serviceMonitor: the PrometheusRule follows it", find(o, "PrometheusRule") is not None),
+            expect("priorityClassName: the one given", pod_spec(o)["priorityClassName"] == "low"),
             expect("MPS: no GpufillUnseenWork (gpufill fills beside MPS clients on purpose), the other alerts stay",
                    "GpufillUnseenWork" not in alerts(o) and {"GpufillBelowTarget", "GpufillLoadFaults"} <= set(alerts(o))),
         ]),
@@ -396,7 +417,7 @@ def value_sets():
                    not {"Service", "ServiceMonitor", "PrometheusRule"} & {x["kind"] for x in o}),
         ]),
         "paused, prometheusRule forced on, digest, names": ({
-            "paused": True, "prometheusRule": {"enabled": True}, "fullnameOverride": "gf",
+            "paused": True, "prometheusRule": {"enabled": True}, "fullnameOverride": "gf", "priorityClassName": "",
             "image": {"repository": "r/gpufill", "digest": "sha256:" + "ab" * 32},
         }, "restricted", lambda o: [
             expect("paused: every node term excludes every node",
@@ -408,27 +429,29 @@ def value_sets():
                    find(o, "DaemonSet")["metadata"]["name"] == "gf"
                    and 'up{job="gf"}' in alerts(o)["GpufillDown"]["expr"]),
             expect("not MPS: GpufillUnseenWork is there", "GpufillUnseenWork" in alerts(o)),
+            expect("priorityClassName empty: none", "priorityClassName" not in pod_spec(o)),
         ]),
         "CDI, NetworkPolicy, other labels, no opt-out": ({
             "cdi": {"enabled": True}, "runtimeClassName": "nvidia-cdi", "nameOverride": "filler",
-            "networkPolicy": {"enabled": True, "from": [{"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": "monitoring"}}}]},
+            "networkPolicy": {"enabled": True, "from": []},
             "gpuNodeLabels": [{"key": "gpu", "value": "yes"}], "disableNodeLabel": "",
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
         }, "restricted", lambda o: [
             expect("cdi: the CDI annotation asks for every GPU",
                    find(o, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["cdi.k8s.io/gpufill"]
                    == "nvidia.com/gpu=all"),
-            expect("networkPolicy: no egress, ingress to the metrics port only",
+            expect("networkPolicy.from empty: no egress, the metrics port from anywhere",
                    find(o, "NetworkPolicy")["spec"]["egress"] == []
-                   and find(o, "NetworkPolicy")["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]),
+                   and find(o, "NetworkPolicy")["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]),
             expect("gpuNodeLabels and no disableNodeLabel: one term, one expression",
                    node_terms(o) == [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["yes"]}]}]),
         ]),
-        "privileged": ({"privileged": True}, "privileged", lambda o: [
+        "privileged, no NetworkPolicy": ({"privileged": True, "networkPolicy": {"enabled": False}}, "privileged", lambda o: [
             expect("privileged: a privileged container that may escalate (the API refuses privileged without it)",
                    container(o)["securityContext"]["privileged"] is True
                    and container(o)["securityContext"]["allowPrivilegeEscalation"] is True),
+            expect("privileged: the init container is not", "privileged" not in pod_spec(o)["initContainers"][0]["securityContext"]),
+            expect("networkPolicy.enabled false: no NetworkPolicy", find(o, "NetworkPolicy") is None),
         ]),
     }
 
@@ -443,7 +466,49 @@ BAD_VALUES = {
 }
 
 
-def check_chart(plain):
+# Configs gpufill refuses. Not TOML: the chart refuses it at render, before
+# any pod exists. TOML that gpufill refuses: the init container config-check does.
+NOT_TOML = {"an unclosed array": "target_percent = [[ 500", "a key without a value": "[yield]\ngrace_s =\n"}
+REFUSED_BY_GPUFILL = {"target_percent = 500": "target_percent = 500\n",
+                      "an unknown key": "[yield]\ngrace = 3\n"}
+
+
+def run_init_container(objs, gpufill):
+    """Runs the rendered init container's command with `gpufill` on the rendered
+    ConfigMap's gpufill.toml; returns the completed process."""
+    init = pod_spec(objs)["initContainers"][0]
+    mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "config")
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in find(objs, "ConfigMap")["data"].items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        args = [a.replace(mount, d) for a in init["args"]]
+        return subprocess.run([gpufill] + args, capture_output=True, text=True)
+
+
+def check_config_refusal(chart, gpufill):
+    # `helm lint` only logs a template's `fail` (lint mode), so render is what refuses.
+    for what, config in NOT_TOML.items():
+        try:
+            render(chart, {"config": config})
+            fail(f"helm render: a config with {what} rendered")
+        except Exception as e:
+            if "not valid TOML" not in str(e):
+                fail(f"helm render: a config with {what} failed, but not as not TOML: {e}")
+    if gpufill:
+        for what, config in REFUSED_BY_GPUFILL.items():
+            r = run_init_container(render(chart, {"config": config}), gpufill)
+            if r.returncode != 2 or not r.stderr.startswith("gpufill: "):
+                fail(f"init container config-check: a config with {what} exited {r.returncode} ({r.stderr.strip()!r}), not 2")
+        r = run_init_container(render(chart, {}), gpufill)
+        if r.returncode != 0:
+            fail(f"init container config-check: the default config exited {r.returncode}: {r.stderr.strip()}")
+    print(f"ok   helm chart: render refuses configs that are not TOML ({', '.join(NOT_TOML)}); the init "
+          f"container refuses {', '.join(REFUSED_BY_GPUFILL)} (exit 2) and accepts the default"
+          + ("" if gpufill else " (not run: no --gpufill)"))
+
+
+def check_chart(plain, gpufill=None):
     try:
         from helm_python.chart import Chart, lint
     except ImportError:
@@ -471,6 +536,7 @@ def check_chart(plain):
             if "schema" not in str(e):
                 fail(f"helm render: values with {what} failed, but not by the schema: {e}")
     print(f"ok   helm chart: lint --strict; values.schema.json rejects {', '.join(BAD_VALUES)}")
+    check_config_refusal(chart, gpufill)
     for what, (values, level, facts) in value_sets().items():
         objs = render(chart, values)
         check_objects(f"helm render ({what})", objs)
@@ -635,7 +701,7 @@ def main():
     level = check_pod_security("deploy/kubernetes", plain, "restricted")
     print(f"ok   deploy/kubernetes: the DaemonSet's pod meets Pod Security '{level}'")
     pod_security_self_test(plain)
-    check_chart(plain)
+    check_chart(plain, a.gpufill)
     check_rules_copies(plain)
     if a.gpufill:
         check_config(plain, a.gpufill)
