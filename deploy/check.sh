@@ -147,6 +147,7 @@ if [ -x "$venv/bin/hadolint" ]; then
   ! "$venv/bin/hadolint" "$tmp/Dockerfile" >/dev/null || fail "self-test: hadolint passed a broken Dockerfile"
   ok "deploy/docker/Dockerfile: hadolint (and a broken one is rejected)"
 fi
+"$py" deploy/check_dockerfile.py || fail "deploy/docker/Dockerfile"
 
 # --- Prometheus rules --------------------------------------------------------------
 rules=deploy/prometheus/gpufill-rules.yaml
