@@ -27,7 +27,9 @@ fn flags_in(text: &str) -> BTreeSet<String> {
 
 /// The Commands section of the README: its table and the paragraphs after it.
 fn section(readme: &str) -> &str {
-    let start = readme.find("\n## Commands\n").expect("README has a Commands section");
+    let start = readme
+        .find("\n## Commands\n")
+        .expect("README has a Commands section");
     let rest = &readme[start + 1..];
     let end = rest[3..].find("\n#").map_or(rest.len(), |i| i + 3);
     &rest[..end]
@@ -49,7 +51,9 @@ fn documented(readme: &str) -> Commands {
     let mut commands = Commands::new();
     for row in section.lines().filter(|l| l.starts_with("| `gpufill ")) {
         let cells: Vec<&str> = row.split(" | ").collect();
-        let usage = cells[0].trim_start_matches("| `gpufill ").trim_end_matches('`');
+        let usage = cells[0]
+            .trim_start_matches("| `gpufill ")
+            .trim_end_matches('`');
         let (mut path, mut positionals) = (Vec::new(), BTreeSet::new());
         for word in usage.split_whitespace() {
             if word.chars().all(|c| c.is_ascii_lowercase() || c == '-') {
@@ -84,10 +88,10 @@ fn defined() -> Commands {
                         flags.insert(format!("--{long}"));
                     }
                     None => {
-                        let name = arg
-                            .get_value_names()
-                            .and_then(|n| n.first())
-                            .map_or_else(|| arg.get_id().to_string().to_uppercase(), |n| n.to_string());
+                        let name = arg.get_value_names().and_then(|n| n.first()).map_or_else(
+                            || arg.get_id().to_string().to_uppercase(),
+                            |n| n.to_string(),
+                        );
                         positionals.insert(name);
                     }
                 }
@@ -123,7 +127,10 @@ fn the_readme_lists_every_command_with_every_flag_clap_defines() {
     for (command, (flags, positionals)) in &want {
         let (doc_flags, doc_positionals) = &have[command];
         assert_eq!(doc_flags, flags, "README.md, `gpufill {command}`: flags");
-        assert_eq!(doc_positionals, positionals, "README.md, `gpufill {command}`: arguments");
+        assert_eq!(
+            doc_positionals, positionals,
+            "README.md, `gpufill {command}`: arguments"
+        );
     }
 }
 
