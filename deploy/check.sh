@@ -147,6 +147,7 @@ if [ -x "$venv/bin/hadolint" ]; then
   ! "$venv/bin/hadolint" "$tmp/Dockerfile" >/dev/null || fail "self-test: hadolint passed a broken Dockerfile"
   ok "deploy/docker/Dockerfile: hadolint (and a broken one is rejected)"
 fi
+"$py" deploy/check_dockerfile.py || fail "deploy/docker/Dockerfile"
 
 # --- Prometheus rules --------------------------------------------------------------
 rules=deploy/prometheus/gpufill-rules.yaml
@@ -159,7 +160,10 @@ if [ -n "$promtool" ]; then
   # expression fails the check.
   mkdir -p "$tmp/rules"
   cp deploy/prometheus/gpufill-rules.test.yaml "$tmp/rules/"
-  for change in 's/) > 5$/) > 50/' 's/for: 5m/for: 10m/' 's/gpufill_worker_up == 0/gpufill_worker_up == 2/'; do
+  for change in 's/) > 5$/) > 50/' 's/for: 5m/for: 10m/' 's/gpufill_worker_up == 0/gpufill_worker_up == 2/' \
+    's/) > 20$/) > 40/' 's/for: 10m/for: 20m/' \
+    '/GpufillUnseenWork/,/for:/s/gpufill_state{state="filling"} == 1/gpufill_state{state=~".+"} >= 0/' \
+    's/load_faults_total\[5m\]/load_faults_total[30m]/' 's/load_faults_total\[5m\]) > 0/load_faults_total[5m]) > 500/'; do
     sed "$change" "$rules" >"$tmp/rules/gpufill-rules.yaml"
     cmp -s "$rules" "$tmp/rules/gpufill-rules.yaml" && fail "self-test: '$change' changed nothing"
     ! (cd "$tmp/rules" && "$promtool" test rules gpufill-rules.test.yaml >/dev/null 2>&1) ||
@@ -188,10 +192,15 @@ for _ in $(seq 50); do # until the first utilization sample is in
 done
 grep -q '^gpufill_utilization_percent{' "$scrape" || { cat "$scrape"; fail "no utilization sample in the scrape"; }
 healthz=$(curl -s -o /dev/null -w '%{http_code}' "${url%/metrics}/healthz" || true)
+# An unknown path answers 404 naming the paths there are: the docs check compares them
+# with operations.md's endpoint table.
+endpoints=$work/endpoints.txt
+curl -s "${url%/metrics}/no-such-path" >"$endpoints" || true
 kill "$sim_pid" 2>/dev/null || true
 wait "$sim_pid" 2>/dev/null || true
 sim_pid=""
-echo "note /healthz answered HTTP $healthz (200 expected once the endpoint exists)"
+[ "$healthz" = 200 ] || fail "/healthz answered HTTP $healthz while every worker ticked (200 expected)"
+ok "/healthz answers 200 while every worker ticks"
 if [ -n "$promtool" ]; then
   "$promtool" check metrics <"$scrape" >"$tmp/out.txt" 2>&1 || { cat "$tmp/out.txt"; fail "scrape: promtool check metrics"; }
   ok "a real scrape ($(grep -c '^[a-z]' "$scrape") samples): promtool check metrics"
@@ -212,28 +221,41 @@ if [ -n "$cargo_deb" ]; then
   dpkg-deb --contents "$deb" >"$work/deb-contents.txt"
   dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles >"$work/deb-conffiles.txt"
   dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/lib/systemd/system/gpufill.service >"$work/deb-gpufill.service"
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/gpufill/changelog.gz | gzip -dc >"$work/deb-changelog.txt"
   "$py" deploy/check_deb.py "$work" || fail "$deb: contents"
-  # Self-test: a package without its binary fails the contents check.
+  # Self-test: a package without its binary or man page, with a wrapped synopsis, or
+  # with a changelog of another version fails the contents check.
   mkdir -p "$tmp/deb"
-  cp "$work"/deb-*.txt "$work/deb-gpufill.service" "$tmp/deb/"
-  grep -v 'usr/bin/gpufill$' "$work/deb-contents.txt" >"$tmp/deb/deb-contents.txt"
-  ! "$py" deploy/check_deb.py "$tmp/deb" >/dev/null || fail "self-test: a .deb without its binary passed"
+  deb_broken() { # WHAT FILE SED: FILE of the listings changed by SED must fail
+    cp "$work"/deb-*.txt "$work/deb-gpufill.service" "$tmp/deb/"
+    sed "$3" "$work/$2" >"$tmp/deb/$2"
+    cmp -s "$work/$2" "$tmp/deb/$2" && fail "self-test: '$3' changed nothing in $2"
+    ! "$py" deploy/check_deb.py "$tmp/deb" >/dev/null || fail "self-test: a .deb $1 passed"
+  }
+  deb_broken "without its binary" deb-contents.txt '\#usr/bin/gpufill$#d'
+  deb_broken "without its man page" deb-contents.txt '\#man1/gpufill.1.gz$#d'
+  deb_broken "with a wrapped synopsis" deb-info.txt 's/^\( Description: .*\) \(real work\)$/\1\n  \2/'
+  deb_broken "with a changelog of another version" deb-changelog.txt '1s/(\([^)]*\))/(\1.1)/'
+  ok "self-test: a .deb without its binary or man page, with a wrapped synopsis or another changelog version fails"
   if [ -n "$lintian" ]; then
-    # Not a Debian archive package: the upstream changelog stays CHANGELOG.md (no
-    # changelog.Debian), and `gpufill --help` is the manual.
-    lintian_ok="no-changelog,wrong-name-for-upstream-changelog,no-manual-page"
-    lintian --fail-on error,warning --suppress-tags "$lintian_ok" "$deb" 2>/dev/null ||
-      fail "$deb: lintian"
+    # Every tag of severity warning or error fails; none is suppressed.
+    lintian --fail-on error,warning "$deb" 2>/dev/null || fail "$deb: lintian"
     mkdir -p "$tmp/broken/DEBIAN"
     printf 'Package: broken\nVersion: 1.0-1\nArchitecture: all\nMaintainer: x <x@example.invalid>\nDescription: broken: a package\n' \
       >"$tmp/broken/DEBIAN/control"
     dpkg-deb --build --root-owner-group "$tmp/broken" "$tmp/broken.deb" >/dev/null
-    ! lintian --fail-on error,warning --suppress-tags "$lintian_ok" "$tmp/broken.deb" >/dev/null 2>&1 ||
-      fail "self-test: lintian passed a broken .deb"
-    ok "$(basename "$deb"): lintian (and a broken package is rejected)"
+    ! lintian --fail-on error,warning "$tmp/broken.deb" >/dev/null 2>&1 || fail "self-test: lintian passed a broken .deb"
+    # gpufill's own package without its man page is rejected (no-manual-page, a tag
+    # that used to be suppressed).
+    rm -rf "$tmp/repack" && mkdir -p "$tmp/repack"
+    dpkg-deb -R "$deb" "$tmp/repack"
+    rm "$tmp/repack"/usr/share/man/man1/*
+    dpkg-deb --build --root-owner-group "$tmp/repack" "$tmp/no-man.deb" >/dev/null
+    ! lintian --fail-on error,warning "$tmp/no-man.deb" >/dev/null 2>&1 || fail "self-test: lintian passed the .deb without a man page"
+    ok "$(basename "$deb"): lintian, no tag suppressed (and a broken package, and ours without its man page, are rejected)"
   fi
 fi
 
 # --- manifests, chart, dashboard, docs ---------------------------------------------
-"$py" deploy/check_manifests.py --gpufill "$gpufill" --scrape "$scrape"
+"$py" deploy/check_manifests.py --gpufill "$gpufill" --scrape "$scrape" --endpoints "$endpoints"
 echo "deploy/check.sh: all checks passed in $((SECONDS - started)) s"

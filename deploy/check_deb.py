@@ -2,12 +2,15 @@
 """Checks what `cargo deb -p gpufill-cli` built, from dpkg-deb's listings in DIR.
 
 deploy/check.sh writes DIR/deb-info.txt (dpkg-deb --info), deb-contents.txt
-(--contents), deb-conffiles.txt and deb-gpufill.service (the unit inside the package),
-then runs this; exits 1 naming each problem.
+(--contents), deb-conffiles.txt, deb-gpufill.service (the unit inside the package) and
+deb-changelog.txt (its changelog, unzipped), then runs this; exits 1 naming each problem.
 """
 import re
 import sys
+import tomllib
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # Path inside the package -> mode it must have.
 FILES = {
@@ -17,8 +20,19 @@ FILES = {
     "usr/share/doc/gpufill/copyright": "-rw-r--r--",
     "usr/share/doc/gpufill/operations.md": "-rw-r--r--",
     "usr/share/doc/gpufill/CHANGELOG.md": "-rw-r--r--",
+    "usr/share/doc/gpufill/changelog.gz": "-rw-r--r--",
     "usr/share/doc/gpufill/examples/mps.conf": "-rw-r--r--",
+    "usr/share/man/man1/gpufill.1.gz": "-rw-r--r--",
+    "usr/share/man/man1/gpufill-run.1.gz": "-rw-r--r--",
+    "usr/share/bash-completion/completions/gpufill": "-rw-r--r--",
+    "usr/share/zsh/vendor-completions/_gpufill": "-rw-r--r--",
+    "usr/share/fish/vendor_completions.d/gpufill.fish": "-rw-r--r--",
 }
+
+
+def cargo_description():
+    with open(ROOT / "gpufill-cli" / "Cargo.toml", "rb") as f:
+        return tomllib.load(f)["package"]["description"]
 
 
 def problems(d: Path):
@@ -46,6 +60,23 @@ def problems(d: Path):
         yield "the packaged unit does not start /usr/bin/gpufill"
     if "/usr/local/" in unit:
         yield "the packaged unit names /usr/local/"
+    # The synopsis is the Cargo description on one line (cargo-deb wraps it at 79
+    # characters, and the rest would become the long description's first line).
+    m = re.search(r"^ Description: (.*)\n((?:  .*\n)*)", info, re.M)
+    if not m:
+        yield "control has no Description"
+    else:
+        want = cargo_description()
+        if m.group(1) != want:
+            yield f"the Description synopsis is {m.group(1)!r}, not gpufill-cli's whole description {want!r}"
+        if not m.group(2).startswith("  gpufill holds"):
+            yield "the long Description does not start with gpufill-cli's extended-description"
+    # The changelog's latest entry is this version.
+    version = re.search(r"^ Version: (\S+)", info, re.M)
+    top = re.match(r"gpufill \(([^)]+)\) ", (d / "deb-changelog.txt").read_text())
+    if not version or not top or top.group(1) != version.group(1):
+        yield (f"the changelog's latest entry is {top and top.group(1)}, the package {version and version.group(1)}: "
+               "add an entry to deploy/debian/changelog")
 
 
 def main():
@@ -54,7 +85,8 @@ def main():
         print(f"FAIL .deb: {p}")
     if found:
         return 1
-    print(f"ok   .deb: {', '.join(FILES)} with their modes; conffile; unit starts /usr/bin/gpufill")
+    print(f"ok   .deb: {', '.join(FILES)} with their modes; conffile; unit starts /usr/bin/gpufill; "
+          "one-line synopsis; changelog of this version")
     return 0
 
 

@@ -21,11 +21,18 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
   typos are rejected by values.schema.json, and the plain manifests must equal the
   default render except for Helm's own labels and the config checksum.
 - The PrometheusRule (chart and plain) carries exactly deploy/prometheus/gpufill-rules.yaml.
-- The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill).
-- The dashboard is valid JSON with a data source input, its queries parse as PromQL
-  (PyPI promql-parser), legends use the node label, and every metric it and the rules
-  name is in a real scrape of gpufill (--scrape), or in PENDING_METRICS while another
-  change adds it. The ```promql blocks of docs/operations.md parse.
+- The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill). The chart
+  refuses a config that is not TOML at render, and its init container (run
+  here with --gpufill on the rendered ConfigMap) refuses one that gpufill refuses.
+- The dashboard (check_dashboard.py) shows every metric of a real scrape of gpufill
+  (--scrape) and no other, maps every state, and names a Grafana that reads its schema;
+  every metric the rules name is in the scrape. The ```promql blocks of
+  docs/operations.md parse.
+- The docs match the binary: the metric tables of docs/operations.md and README.md name
+  exactly the metrics of the scrape, with exactly its states and PID views;
+  operations.md's alert table names exactly the rules' alerts, and its endpoint table
+  exactly the paths the running server names (--endpoints). A self-test breaks copies of
+  the docs and expects each check to fail.
 - A self-test breaks copies of the DaemonSet, ServiceMonitor and PrometheusRule and
   expects the validation to fail.
 """
@@ -43,6 +50,9 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
+import check_dashboard
+import check_docs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")
 CHART = os.path.join(DEPLOY, "helm", "gpufill")
@@ -53,10 +63,6 @@ LOCAL_SCHEMAS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
     ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
 }
-# Metrics that the dashboard and the rules use but gpufill does not export yet: another
-# change adds them. Allowed only while absent from the scrape; remove an entry once
-# gpufill exports it (this check then fails, to say so).
-PENDING_METRICS: set[str] = set()
 # Labels Helm adds that the plain manifests leave out.
 HELM_ONLY_LABELS = {"app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 
@@ -332,8 +338,12 @@ def render(chart, values, name="gpufill"):
     return objs
 
 
+def pod_spec(objs):
+    return find(objs, "DaemonSet")["spec"]["template"]["spec"]
+
+
 def container(objs):
-    return find(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    return pod_spec(objs)["containers"][0]
 
 
 def node_terms(objs):
@@ -352,9 +362,13 @@ def expect(what, cond):
 
 
 # What each value set must render: objects by kind, and facts about them.
+def alerts(objs):
+    """The rendered PrometheusRule's rules, by alert name."""
+    return {r["alert"]: r for g in find(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
+
+
 def value_sets():
-    no_absent = lambda objs: all(r.get("alert") != "GpufillAbsent"
-                                 for g in find(objs, "PrometheusRule")["spec"]["groups"] for r in g["rules"])
+    no_absent = lambda objs: "GpufillAbsent" not in alerts(objs)
     return {
         "defaults": ({}, "restricted", lambda o: [
             expect("defaults: no PrometheusRule without the ServiceMonitor", find(o, "PrometheusRule") is None),
@@ -369,6 +383,20 @@ def value_sets():
                                                         "values": ["true"]} for t in node_terms(o))),
             expect("defaults: NODE_NAME from the node's name",
                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container(o)["env"]),
+            expect("defaults: priority class system-node-critical, as the GPU Operator's node agents",
+                   pod_spec(o).get("priorityClassName") == "system-node-critical"),
+            expect("defaults: tolerates the nvidia.com/gpu NoSchedule taint",
+                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(o)["tolerations"]),
+            expect("defaults: a NetworkPolicy, no egress, the metrics port from the namespace monitoring only",
+                   find(o, "NetworkPolicy") is not None and find(o, "NetworkPolicy")["spec"]["egress"] == []
+                   and find(o, "NetworkPolicy")["spec"]["ingress"] == [{
+                       "ports": [{"port": "metrics", "protocol": "TCP"}],
+                       "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]),
+            expect("defaults: the init container config-check runs `gpufill config check` on the mounted config, same image",
+                   [(c["name"], c["args"], c["image"]) for c in pod_spec(o)["initContainers"]]
+                   == [("config-check", ["config", "check", "/etc/gpufill/gpufill.toml"], container(o)["image"])]
+                   and {"name": "config", "mountPath": "/etc/gpufill", "readOnly": True}
+                   in pod_spec(o)["initContainers"][0]["volumeMounts"]),
         ]),
         "serviceMonitor, MPS, hostPID": ({
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
@@ -377,6 +405,9 @@ def value_sets():
             "extraEnv": [{"name": "TZ", "value": "Europe/Berlin"}], "localtimeFromHost": True,
         }, "privileged", lambda o: [
             expect("serviceMonitor: the PrometheusRule follows it", find(o, "PrometheusRule") is not None),
+            expect("priorityClassName: the one given", pod_spec(o)["priorityClassName"] == "low"),
+            expect("MPS: no GpufillUnseenWork (gpufill fills beside MPS clients on purpose), the other alerts stay",
+                   "GpufillUnseenWork" not in alerts(o) and {"GpufillBelowTarget", "GpufillLoadFaults"} <= set(alerts(o))),
         ]),
         "no metrics, no runtime class": ({"metrics": {"enabled": False}, "runtimeClassName": "",
                                           "serviceMonitor": {"enabled": True}}, "restricted", lambda o: [
@@ -386,7 +417,7 @@ def value_sets():
                    not {"Service", "ServiceMonitor", "PrometheusRule"} & {x["kind"] for x in o}),
         ]),
         "paused, prometheusRule forced on, digest, names": ({
-            "paused": True, "prometheusRule": {"enabled": True}, "fullnameOverride": "gf",
+            "paused": True, "prometheusRule": {"enabled": True}, "fullnameOverride": "gf", "priorityClassName": "",
             "image": {"repository": "r/gpufill", "digest": "sha256:" + "ab" * 32},
         }, "restricted", lambda o: [
             expect("paused: every node term excludes every node",
@@ -396,28 +427,31 @@ def value_sets():
             expect("digest: the image is pulled by digest", container(o)["image"] == "r/gpufill@sha256:" + "ab" * 32),
             expect("fullnameOverride: names and the rules' job follow it",
                    find(o, "DaemonSet")["metadata"]["name"] == "gf"
-                   and 'up{job="gf"}' in find(o, "PrometheusRule")["spec"]["groups"][0]["rules"][2]["expr"]),
+                   and 'up{job="gf"}' in alerts(o)["GpufillDown"]["expr"]),
+            expect("not MPS: GpufillUnseenWork is there", "GpufillUnseenWork" in alerts(o)),
+            expect("priorityClassName empty: none", "priorityClassName" not in pod_spec(o)),
         ]),
         "CDI, NetworkPolicy, other labels, no opt-out": ({
             "cdi": {"enabled": True}, "runtimeClassName": "nvidia-cdi", "nameOverride": "filler",
-            "networkPolicy": {"enabled": True, "from": [{"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": "monitoring"}}}]},
+            "networkPolicy": {"enabled": True, "from": []},
             "gpuNodeLabels": [{"key": "gpu", "value": "yes"}], "disableNodeLabel": "",
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
         }, "restricted", lambda o: [
             expect("cdi: the CDI annotation asks for every GPU",
                    find(o, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["cdi.k8s.io/gpufill"]
                    == "nvidia.com/gpu=all"),
-            expect("networkPolicy: no egress, ingress to the metrics port only",
+            expect("networkPolicy.from empty: no egress, the metrics port from anywhere",
                    find(o, "NetworkPolicy")["spec"]["egress"] == []
-                   and find(o, "NetworkPolicy")["spec"]["ingress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]),
+                   and find(o, "NetworkPolicy")["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]),
             expect("gpuNodeLabels and no disableNodeLabel: one term, one expression",
                    node_terms(o) == [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["yes"]}]}]),
         ]),
-        "privileged": ({"privileged": True}, "privileged", lambda o: [
+        "privileged, no NetworkPolicy": ({"privileged": True, "networkPolicy": {"enabled": False}}, "privileged", lambda o: [
             expect("privileged: a privileged container that may escalate (the API refuses privileged without it)",
                    container(o)["securityContext"]["privileged"] is True
                    and container(o)["securityContext"]["allowPrivilegeEscalation"] is True),
+            expect("privileged: the init container is not", "privileged" not in pod_spec(o)["initContainers"][0]["securityContext"]),
+            expect("networkPolicy.enabled false: no NetworkPolicy", find(o, "NetworkPolicy") is None),
         ]),
     }
 
@@ -432,7 +466,49 @@ BAD_VALUES = {
 }
 
 
-def check_chart(plain):
+# Configs gpufill refuses. Not TOML: the chart refuses it at render, before
+# any pod exists. TOML that gpufill refuses: the init container config-check does.
+NOT_TOML = {"an unclosed array": "target_percent = [[ 500", "a key without a value": "[yield]\ngrace_s =\n"}
+REFUSED_BY_GPUFILL = {"target_percent = 500": "target_percent = 500\n",
+                      "an unknown key": "[yield]\ngrace = 3\n"}
+
+
+def run_init_container(objs, gpufill):
+    """Runs the rendered init container's command with `gpufill` on the rendered
+    ConfigMap's gpufill.toml; returns the completed process."""
+    init = pod_spec(objs)["initContainers"][0]
+    mount = next(m["mountPath"] for m in init["volumeMounts"] if m["name"] == "config")
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in find(objs, "ConfigMap")["data"].items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        args = [a.replace(mount, d) for a in init["args"]]
+        return subprocess.run([gpufill] + args, capture_output=True, text=True)
+
+
+def check_config_refusal(chart, gpufill):
+    # `helm lint` only logs a template's `fail` (lint mode), so render is what refuses.
+    for what, config in NOT_TOML.items():
+        try:
+            render(chart, {"config": config})
+            fail(f"helm render: a config with {what} rendered")
+        except Exception as e:
+            if "not valid TOML" not in str(e):
+                fail(f"helm render: a config with {what} failed, but not as not TOML: {e}")
+    if gpufill:
+        for what, config in REFUSED_BY_GPUFILL.items():
+            r = run_init_container(render(chart, {"config": config}), gpufill)
+            if r.returncode != 2 or not r.stderr.startswith("gpufill: "):
+                fail(f"init container config-check: a config with {what} exited {r.returncode} ({r.stderr.strip()!r}), not 2")
+        r = run_init_container(render(chart, {}), gpufill)
+        if r.returncode != 0:
+            fail(f"init container config-check: the default config exited {r.returncode}: {r.stderr.strip()}")
+    print(f"ok   helm chart: render refuses configs that are not TOML ({', '.join(NOT_TOML)}); the init "
+          f"container refuses {', '.join(REFUSED_BY_GPUFILL)} (exit 2) and accepts the default"
+          + ("" if gpufill else " (not run: no --gpufill)"))
+
+
+def check_chart(plain, gpufill=None):
     try:
         from helm_python.chart import Chart, lint
     except ImportError:
@@ -460,6 +536,7 @@ def check_chart(plain):
             if "schema" not in str(e):
                 fail(f"helm render: values with {what} failed, but not by the schema: {e}")
     print(f"ok   helm chart: lint --strict; values.schema.json rejects {', '.join(BAD_VALUES)}")
+    check_config_refusal(chart, gpufill)
     for what, (values, level, facts) in value_sets().items():
         objs = render(chart, values)
         check_objects(f"helm render ({what})", objs)
@@ -529,71 +606,32 @@ def scraped_metrics(path):
     return names
 
 
-def known_metrics(scrape):
-    exported = scraped_metrics(scrape)
-    for name in sorted(PENDING_METRICS & exported):
-        fail(f"{name} is now exported: remove it from PENDING_METRICS in deploy/check_manifests.py")
-    return exported | PENDING_METRICS, exported
+def scraped_label_values(path, metric, label):
+    """The values of `label` on the samples of `metric` in a scrape."""
+    with open(path) as f:
+        return set(re.findall(rf'^{metric}{{[^}}]*\b{label}="([^"]*)"', f.read(), re.M))
 
 
-def promql_names(expr):
-    # Names of series: identifiers before '{' or standing alone; label names, functions
-    # and keywords are told apart by what follows them.
-    return {n for n in re.findall(r"\b(gpufill_[a-z_]+|process_[a-z_]+|up)\b(?!\s*\()", expr)}
+promql_names = check_dashboard.promql_names
 
 
 def parse_promql(where, expr):
-    try:
-        import promql_parser
-    except ImportError:
-        return
-    # Grafana's variables are not PromQL: put placeholders in.
-    plain = re.sub(r"\$__\w+", "5m", expr)
-    plain = re.sub(r"\$\{?\w+\}?", "x", plain)
-    try:
-        promql_parser.parse(plain)
-    except Exception as e:
-        fail(f"{where}: {expr!r} is not PromQL: {e}")
+    error = check_dashboard.promql_error(expr)
+    if error:
+        fail(f"{where}: {expr!r} is not PromQL: {error}")
 
 
-def check_dashboard(known):
-    path = os.path.join(DEPLOY, "grafana", "gpufill-dashboard.json")
-    with open(path) as f:
+def check_grafana(known, states):
+    with open(os.path.join(DEPLOY, "grafana", "gpufill-dashboard.json")) as f:
         dash = json.load(f)
-    inputs = [i for i in dash.get("__inputs", []) if i.get("type") == "datasource" and i.get("pluginId") == "prometheus"]
-    if not inputs:
-        fail("dashboard: no __inputs entry for a Prometheus data source (Grafana's import dialog would offer none)")
-    targets = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if isinstance(node.get("expr"), str):
-                targets.append(node)
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-    walk(dash.get("panels", []))
-    used = set()
-    for t in targets:
-        expr = t["expr"]
-        parse_promql("dashboard", expr)
-        if "instance" in expr or "instance" in t.get("legendFormat", ""):
-            fail(f"dashboard: {expr!r} uses instance; legends and filters use node (the ServiceMonitor's label)")
-        if "legendFormat" in t and "{{node}}" not in t["legendFormat"]:
-            fail(f"dashboard: legend {t['legendFormat']!r} does not name the node")
-        for name in promql_names(expr):
-            base = re.sub(r"_(bucket|sum|count)$", "", name)
-            if base not in known:
-                fail(f"dashboard: unknown metric {name} in {expr!r}")
-            used.add(base)
-    for needed in ("gpufill_utilization_percent", "gpufill_target_percent", "gpufill_duty_ratio",
-                   "gpufill_state", "gpufill_yields_total", "gpufill_memory_used_bytes",
-                   "gpufill_power_watts", "gpufill_width_blocks", "gpufill_sm_activity_percent"):
-        if needed not in used:
-            fail(f"dashboard: no panel queries {needed}")
-    print(f"ok   dashboard: data source input, {len(targets)} queries by node, metrics {', '.join(sorted(used))}")
+    found, used = check_dashboard.problems(dash, known, states)
+    for problem in found:
+        fail(problem)
+    for missed in check_dashboard.self_test(dash, known, states):
+        fail(f"self-test: a dashboard with {missed} passed the dashboard check")
+    print(f"ok   dashboard: data source input, {len(check_dashboard.targets(dash))} queries by node, every state "
+          f"mapped, Grafana {dash['schemaVersion']} schema consistent with __requires; metrics "
+          f"{', '.join(sorted(used))} (and broken copies fail)")
 
 
 def check_rules_metrics(known):
@@ -626,26 +664,52 @@ def check_docs_promql():
     print(f"ok   docs/operations.md: {len(exprs)} PromQL expression(s) parse")
 
 
+def check_docs_match_binary(scrape, endpoints_body):
+    docs = {}
+    for path in (check_docs.OPS, check_docs.README):
+        with open(os.path.join(ROOT, path)) as f:
+            docs[path] = f.read()
+    have = {
+        "metrics": scraped_metrics(scrape),
+        "states": scraped_label_values(scrape, "gpufill_state", "state"),
+        "views": scraped_label_values(scrape, "gpufill_pid_view", "view"),
+        "alerts": {r["alert"] for g in rules_file_groups() for r in g["rules"]},
+        "endpoints": set(re.findall(r"(/[a-z_]+)", endpoints_body)),
+    }
+    for what in ("states", "views", "endpoints"):
+        if len(have[what]) < 2:
+            fail(f"docs check: the binary showed {sorted(have[what])} as its {what}: the scrape or its 404 answer changed")
+    for problem in check_docs.problems(docs, have):
+        fail(problem)
+    for missed in check_docs.self_test(docs, have):
+        fail(f"self-test: docs with {missed} passed the docs check")
+    print(f"ok   {check_docs.OPS} and {check_docs.README} name the binary's {len(have['metrics'])} metrics, "
+          f"states {', '.join(sorted(have['states']))}, PID views; {check_docs.OPS} its "
+          f"{len(have['alerts'])} alerts and paths {', '.join(sorted(have['endpoints']))} (and broken copies fail)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpufill", help="a gpufill binary, for `config check` of the ConfigMap")
     p.add_argument("--scrape", required=True, help="a scrape of gpufill's /metrics")
+    p.add_argument("--endpoints", required=True,
+                   help="what the metrics server answers for an unknown path (it names its paths)")
     a = p.parse_args()
-    known, exported = known_metrics(a.scrape)
-    pending = sorted(PENDING_METRICS - exported)
-    print(f"note metrics allowed before gpufill exports them (another change adds them): {', '.join(pending)}")
+    known = scraped_metrics(a.scrape)
     plain = plain_manifests()
     self_test(plain)
     level = check_pod_security("deploy/kubernetes", plain, "restricted")
     print(f"ok   deploy/kubernetes: the DaemonSet's pod meets Pod Security '{level}'")
     pod_security_self_test(plain)
-    check_chart(plain)
+    check_chart(plain, a.gpufill)
     check_rules_copies(plain)
     if a.gpufill:
         check_config(plain, a.gpufill)
-    check_dashboard(known)
+    check_grafana(known, scraped_label_values(a.scrape, "gpufill_state", "state"))
     check_rules_metrics(known)
     check_docs_promql()
+    with open(a.endpoints) as f:
+        check_docs_match_binary(a.scrape, f.read())
     if failures:
         print(f"{len(failures)} deploy check(s) failed")
         return 1

@@ -46,6 +46,9 @@ pub enum Command {
     /// Measure tracking, memory, power and yielding on this machine's GPU.
     #[command(allow_negative_numbers = true)]
     Bench(BenchArgs),
+    /// Write the man pages or a shell's completions, generated from these flags.
+    #[command(subcommand)]
+    Generate(GenerateCommand),
     /// The foreign CUDA process of `bench`'s yield test (internal).
     #[command(hide = true)]
     BenchForeign {
@@ -65,6 +68,23 @@ pub enum ConfigCommand {
     Check {
         /// The TOML file to check.
         file: Option<PathBuf>,
+    },
+}
+
+/// `gpufill generate ...`: what packagers install, and `cargo install` users can make.
+#[derive(Debug, Subcommand)]
+pub enum GenerateCommand {
+    /// Write gpufill.1 and a page per subcommand (gpufill-run.1, ...) into DIR.
+    Man {
+        /// The directory, created if missing, e.g. ~/.local/share/man/man1.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print SHELL's completion script to standard output.
+    Completions {
+        /// The shell.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
     },
 }
 

@@ -1,6 +1,88 @@
-//! [`UsageError`]: the error that makes the binary exit with status 2.
+//! [`UsageError`], the error that makes the binary exit with status 2, and the one way
+//! every error reads on stderr: `gpufill: ` and a lowercase message, clap's flag errors
+//! included ([`flag_error_text`]).
+
+use clap::error::ErrorKind;
+
+/// The exit status of a usage or config error (clap's own, too).
+pub const USAGE_EXIT: u8 = 2;
 
 /// A usage or config error: the binary exits with status 2.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct UsageError(#[from] pub anyhow::Error);
+
+/// How an error of gpufill's reads on stderr: `gpufill: ` and the chain of causes,
+/// each after a colon.
+pub fn error_text(err: &anyhow::Error) -> String {
+    format!("gpufill: {err:#}")
+}
+
+/// How a flag error found by clap reads on stderr: as [`error_text`] does (`gpufill: `
+/// where clap writes `error: `), then clap's tips, usage line and hint. `None` where
+/// clap prints help or the version rather than an error (`--help`, `--version`, no
+/// subcommand): `clap::Error::exit` prints those as clap does.
+pub fn flag_error_text(err: &clap::Error) -> Option<String> {
+    if matches!(
+        err.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        return None;
+    }
+    // Plain text (`Display` of clap's styled string drops the colours).
+    let rendered = err.render().to_string();
+    let message = rendered.strip_prefix("error: ").unwrap_or(&rendered);
+    Some(format!("gpufill: {}", message.trim_end()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    use crate::cli::Cli;
+
+    fn parse_error(args: &[&str]) -> clap::Error {
+        Cli::try_parse_from(args).unwrap_err()
+    }
+
+    #[test]
+    fn a_flag_error_reads_like_gpufills_own() {
+        let text = flag_error_text(&parse_error(&["gpufill", "run", "--target", "abc"])).unwrap();
+        assert!(
+            text.starts_with("gpufill: invalid value 'abc' for '--target <PCT>'"),
+            "{text}"
+        );
+        assert!(!text.contains("error:"), "{text}");
+        assert!(
+            text.ends_with("For more information, try '--help'."),
+            "{text}"
+        );
+        let own = error_text(&anyhow::anyhow!("cannot read").context("/etc/x.toml"));
+        assert_eq!(own, "gpufill: /etc/x.toml: cannot read");
+    }
+
+    #[test]
+    fn an_unknown_flag_keeps_clap_s_usage_line() {
+        let text = flag_error_text(&parse_error(&["gpufill", "run", "--frob"])).unwrap();
+        assert!(
+            text.starts_with("gpufill: unexpected argument '--frob' found"),
+            "{text}"
+        );
+        assert!(text.contains("Usage: gpufill run [OPTIONS]"), "{text}");
+    }
+
+    #[test]
+    fn help_and_version_are_left_to_clap() {
+        for args in [
+            &["gpufill", "--help"][..],
+            &["gpufill", "run", "--help"],
+            &["gpufill", "--version"],
+            &["gpufill"],
+        ] {
+            assert_eq!(flag_error_text(&parse_error(args)), None, "{args:?}");
+        }
+    }
+}

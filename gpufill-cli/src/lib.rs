@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
@@ -113,5 +114,6 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
         Command::Status => status::run(&mut std::io::stdout().lock()),
         Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
         Command::BenchForeign { ordinal, seconds } => bench::foreign::run(ordinal, seconds),
+        Command::Generate(what) => generate::run(&what, &mut std::io::stdout().lock()),
     }
 }

@@ -5,24 +5,35 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use gpufill_cli::error::{USAGE_EXIT, error_text, flag_error_text};
 use gpufill_cli::{UsageError, cli::Cli};
 
 fn main() -> ExitCode {
     // First of all, before anything can take time: a SIGHUP sent while gpufill starts
     // must be kept for the reloader, not kill the daemon.
     if let Err(e) = gpufill_cli::reload::catch_hangups() {
-        eprintln!("gpufill: {e:#}");
+        eprintln!("{}", error_text(&e));
         return ExitCode::FAILURE;
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap's errors read as gpufill's own, with the same exit status 2.
+        Err(e) => match flag_error_text(&e) {
+            Some(text) => {
+                eprintln!("{text}");
+                return ExitCode::from(USAGE_EXIT);
+            }
+            None => e.exit(),
+        },
+    };
     gpufill_cli::logging::init(cli.verbose, cli.quiet);
     match gpufill_cli::dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("gpufill: {err:#}");
+            eprintln!("{}", error_text(&err));
             if err.downcast_ref::<UsageError>().is_some() {
-                ExitCode::from(2)
+                ExitCode::from(USAGE_EXIT)
             } else {
                 ExitCode::FAILURE
             }

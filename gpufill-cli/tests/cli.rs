@@ -131,6 +131,44 @@ fn a_bad_flag_exits_2_naming_the_flag() {
 }
 
 #[test]
+fn clap_s_flag_errors_and_gpufill_s_own_read_the_same_way() {
+    // A value clap refuses, a value gpufill's validation refuses, and an unknown flag:
+    // each starts with "gpufill: " (not clap's "error: ") and exits 2.
+    let cases = [
+        (
+            &["run", "--target", "abc"][..],
+            "gpufill: invalid value 'abc' for '--target <PCT>'",
+        ),
+        (
+            &["simulate", "--target", "150"],
+            "gpufill: invalid --target",
+        ),
+        (
+            &["simulate", "--frob"],
+            "gpufill: unexpected argument '--frob' found",
+        ),
+    ];
+    for (args, start) in cases {
+        let out = gpufill().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(start), "{args:?}: {stderr}");
+        assert!(!stderr.contains("error:"), "{args:?}: {stderr}");
+    }
+    // Help and the version are no errors: clap prints them to stdout, exit 0.
+    gpufill()
+        .args(["run", "--help"])
+        .assert()
+        .success()
+        .stdout(contains("--target <PCT>"));
+    gpufill()
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout(contains(gpufill_cli::version::VERSION));
+}
+
+#[test]
 fn without_a_driver_run_and_status_say_so_and_exit_1() {
     if gpufill_cuda::driver_present() {
         eprintln!(

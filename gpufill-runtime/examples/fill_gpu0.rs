@@ -1,11 +1,23 @@
 //! Fill GPU 0 at 40 % and print its snapshot every second (Ctrl-C to stop).
 //! `cargo run -p gpufill-runtime --example fill_gpu0`
+use std::error::Error;
+use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use gpufill_runtime::{Agent, AgentOptions, GpuId, GpuSelector, Settings};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> ExitCode {
+    match fill() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", report(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn fill() -> Result<(), Box<dyn Error>> {
     let settings = Settings {
         target_percent: 40.0,
         gpus: GpuSelector::List(vec![GpuId::Index(0)]),
@@ -27,4 +39,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(agent.join()?)
+}
+
+/// The error in words (its `Display`, which names its causes), as the `gpufill` binary
+/// prints errors; `main() -> Result` would print its `Debug` form, e.g. `NoDriver`.
+fn report(err: &dyn Error) -> String {
+    format!("fill_gpu0: {err}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufill_runtime::{AgentError, NO_DRIVER};
+
+    #[test]
+    fn a_missing_driver_is_reported_in_words() {
+        let text = report(&AgentError::NoDriver);
+        assert_eq!(text, format!("fill_gpu0: {NO_DRIVER}"));
+        assert!(!text.contains("NoDriver"), "{text}");
+    }
+
+    #[test]
+    fn without_a_driver_fill_fails_saying_so() {
+        if gpufill_cuda::driver_present() {
+            eprintln!(
+                "skipped: this machine has the NVIDIA driver, and the example would fill GPU 0"
+            );
+            return;
+        }
+        let err = fill().unwrap_err();
+        assert_eq!(report(err.as_ref()), format!("fill_gpu0: {NO_DRIVER}"));
+    }
 }
