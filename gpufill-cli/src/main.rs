@@ -9,6 +9,7 @@ use gpufill_cli::error::{USAGE_EXIT, error_text, flag_error_text};
 use gpufill_cli::{UsageError, cli::Cli};
 
 fn main() -> ExitCode {
+    lower_mps_priority();
     // First of all, before anything can take time: a SIGHUP sent while gpufill starts
     // must be kept for the reloader, not kill the daemon.
     if let Err(e) = gpufill_cli::reload::catch_hangups() {
@@ -38,5 +39,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// Under MPS, gpufill's own client asks for a priority below normal
+/// (`CUDA_MPS_CLIENT_PRIORITY=1`, read by the CUDA driver at its start): the MPS server
+/// then schedules other clients' work ahead of ours when both have some
+/// (docs/benchmarks.md, "Live services", MPS). Without MPS the variable does nothing. A
+/// value set by the user is kept.
+fn lower_mps_priority() {
+    const KEY: &str = "CUDA_MPS_CLIENT_PRIORITY";
+    if std::env::var_os(KEY).is_none() {
+        // SAFETY: called first thing in main, before any thread exists, so no other
+        // thread can read or write the environment at the same time.
+        unsafe { std::env::set_var(KEY, "1") };
     }
 }

@@ -62,3 +62,39 @@ impl Hint for HintsAt {
         }
     }
 }
+
+/// Waits on `clock` until `next` (a tick), or less when `newcomer` says a newcomer is
+/// listed: after `hint` cuts a wait short, and for [`WATCH_WINDOW`] after, `newcomer` is
+/// asked every [`WATCH_EVERY`] ([`crate::FillLoop::newcomer_listed`]). `watch_until` is
+/// the end of a window still open from the last wait; the result is the one to pass to
+/// the next (`None` when closed).
+pub fn wait_for_tick<K: Clock, H: Hint>(
+    clock: &K,
+    next: Time,
+    hint: &mut H,
+    mut watch_until: Option<Time>,
+    mut newcomer: impl FnMut(Time) -> bool,
+) -> Option<Time> {
+    loop {
+        let now = clock.now();
+        if now >= next {
+            return watch_until;
+        }
+        match watch_until {
+            Some(until) if now < until => {
+                if newcomer(now) {
+                    return None;
+                }
+                clock.sleep_until((now + WATCH_EVERY).min(next));
+            }
+            _ => {
+                // A wait that ran out is the tick (a hair early by our clock at most:
+                // waiting again for that would cost a wake-up).
+                if !hint.wait_until(clock, next) {
+                    return None;
+                }
+                watch_until = Some(clock.now() + WATCH_WINDOW);
+            }
+        }
+    }
+}

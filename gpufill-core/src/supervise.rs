@@ -17,7 +17,7 @@ use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::device::{LoadSource, Probe};
 use crate::fill::{FillLoop, State, Tick};
-use crate::hint::{Hint, NoHint, WATCH_EVERY, WATCH_WINDOW};
+use crate::hint::{Hint, NoHint, wait_for_tick};
 use crate::time::{Clock, Time, next_tick};
 use crate::units::{Duty, Utilization, Width};
 
@@ -233,9 +233,9 @@ where
     }
 
     /// Like [`Supervisor::run_with`], and between ticks `hint` may cut the wait short:
-    /// then, for [`WATCH_WINDOW`], the process list is read every [`WATCH_EVERY`]
-    /// ([`FillLoop::newcomer_listed`], only while filling), and a newcomer makes the
-    /// next step come at once. The tick grid goes on as before.
+    /// then, for [`crate::hint::WATCH_WINDOW`], the process list is read every
+    /// [`crate::hint::WATCH_EVERY`] ([`FillLoop::newcomer_listed`], only while filling),
+    /// and a newcomer makes the next step come at once. The tick grid goes on as before.
     pub fn run_watched<K: Clock, H: Hint>(
         &mut self,
         clock: &K,
@@ -259,34 +259,17 @@ where
         }
     }
 
-    /// Waits until `next`, or less when a newcomer is listed during a watch window
-    /// (opened by `hint`, or still open until `watch_until`). Returns the window's end.
+    /// Waits until `next`, or less when a newcomer is listed ([`wait_for_tick`]).
     fn wait_for_tick<K: Clock, H: Hint>(
         &mut self,
         clock: &K,
         next: Time,
         hint: &mut H,
-        mut watch_until: Option<Time>,
+        watch_until: Option<Time>,
     ) -> Option<Time> {
-        loop {
-            let now = clock.now();
-            if now >= next {
-                return watch_until;
-            }
-            match watch_until {
-                Some(until) if now < until => {
-                    if self.fill.as_mut().is_some_and(|f| f.newcomer_listed(now)) {
-                        return None;
-                    }
-                    clock.sleep_until((now + WATCH_EVERY).min(next));
-                }
-                _ => {
-                    watch_until = None;
-                    if hint.wait_until(clock, next) {
-                        watch_until = Some(clock.now() + WATCH_WINDOW);
-                    }
-                }
-            }
-        }
+        let fill = &mut self.fill;
+        wait_for_tick(clock, next, hint, watch_until, |now| {
+            fill.as_mut().is_some_and(|f| f.newcomer_listed(now))
+        })
     }
 }

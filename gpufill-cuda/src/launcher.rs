@@ -199,6 +199,8 @@ pub struct CudaLoad {
     cut_in_a_row: u32,
     /// The `yield_ns` argument of our kernels ([`YIELD_JUMP`], or never once it misfired).
     yield_ns: u64,
+    /// Judging a burst's timing failed once (warned once).
+    timing_failed: bool,
     // Dropped in this order, after the thread is joined and the drain in `Drop::drop`:
     // the event (shared with the thread while it runs), the function (and its module),
     // the stream, then our hold on the context.
@@ -255,7 +257,7 @@ impl CudaLoad {
         // blocking sync: we only ever query it, never wait on it, so completing it
         // needs no interrupt and wakes no driver thread.
         let event = ctx
-            .new_event(None)
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map(Arc::new)
             .map_err(|e| CudaError::driver("cuEventCreate", e))?;
         let watch = OthersWatch::new(&stream)?;
@@ -292,6 +294,7 @@ impl CudaLoad {
             seen: 0,
             cut_in_a_row: 0,
             yield_ns: u64::try_from(YIELD_JUMP.as_nanos()).unwrap_or(NEVER_YIELD),
+            timing_failed: false,
             event,
             func,
             stream,
@@ -450,7 +453,12 @@ impl CudaLoad {
                 }
             }
             Ok(None) => {}
-            Err(e) => tracing::debug!(gpu = self.ordinal, error = %e, "burst timing unavailable"),
+            Err(e) => {
+                if !std::mem::replace(&mut self.timing_failed, true) {
+                    tracing::warn!(gpu = self.ordinal, error = %e,
+                        "our kernels' timing is unavailable: others' work shows only in NVML");
+                }
+            }
         }
     }
 

@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 
 use crate::error::CudaError;
@@ -181,8 +182,9 @@ impl OthersWatch {
     /// The failed `cuEventCreate`.
     pub(crate) fn new(stream: &Arc<CudaStream>) -> Result<Self, CudaError> {
         let ctx = stream.context();
+        // Timing on: cudarc's default (`None`) turns it off.
         let event = || {
-            ctx.new_event(None)
+            ctx.new_event(Some(CU_EVENT_DEFAULT))
                 .map_err(|e| CudaError::driver("cuEventCreate", e))
         };
         Ok(OthersWatch {

@@ -284,7 +284,7 @@ impl Worker {
             // Held back, or its timing shows another context's work (a start a context
             // switch late, a run cut short by a preemption): say so, and launch nothing
             // more until the loop answers.
-            if held_back || self.judge()? {
+            if held_back || self.judge() {
                 if !self.hold_after_late() {
                     return Ok(());
                 }
@@ -312,10 +312,17 @@ impl Worker {
         Ok(launched)
     }
 
-    /// Whether the finished kernel's timing shows another context's work.
-    fn judge(&mut self) -> Result<bool, CudaError> {
+    /// Whether the finished kernel's timing shows another context's work; a timing
+    /// that cannot be read shows nothing (the held-back check still works).
+    fn judge(&mut self) -> bool {
         let l = &mut self.launcher;
-        Ok(l.watch.judge(&l.event)?.is_some_and(|j| j.others()))
+        match l.watch.judge(&l.event) {
+            Ok(judged) => judged.is_some_and(|j| j.others()),
+            Err(e) => {
+                tracing::debug!(error = %e, "kernel timing unavailable");
+                false
+            }
+        }
     }
 
     /// Records a late kernel and waits until the loop hands over a new load, or

@@ -97,6 +97,13 @@ const STOP_TAIL_US: u64 = 100_000;
 /// (over a millisecond a read: docs/benchmarks.md, "Hardware tests (run B)").
 const OWN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// How often per-process utilization is read for the yield policy. Each read costs
+/// over a millisecond of CPU (five a second took about 0.9 % of a core on an H100:
+/// docs/benchmarks.md, "Live services"); what it decides, whether a process has been
+/// quiet for the idle grace (30 s by default), needs no finer grain, and beside a quiet
+/// holder our own kernels' timing sees its first kernel sooner than any sample could.
+pub const ACTIVITY_EVERY: Duration = Duration::from_secs(1);
+
 /// The most foreign PIDs kept from own-PID checks for `active_processes`.
 const PENDING_ACTIVE_MAX: usize = 256;
 
@@ -464,11 +471,11 @@ impl Probe for NvmlProbe {
 
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, ProbeError> {
         // Over a millisecond a call (docs/benchmarks.md, "Hardware tests (run B)"): at most
-        // once per sample period.
+        // once per ACTIVITY_EVERY.
         if self.next_activity_read.is_some_and(|due| now < due) {
             return Ok(None);
         }
-        self.next_activity_read = Some(now + self.sample_period());
+        self.next_activity_read = Some(now + self.sample_period().max(ACTIVITY_EVERY));
         let samples = self.process_samples()?;
         let mut active = std::mem::take(&mut self.pending_active);
         for s in samples.iter().filter(|s| s.sm_util > 0) {

@@ -145,6 +145,11 @@ mod linux {
                 drain(fd);
                 return true;
             }
+            if ready == 0 {
+                // Timed out: the deadline has come (as the kernel counts; our clock may
+                // read a hair earlier, and another call would cost a wake-up for it).
+                return false;
+            }
             if ready < 0
                 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
             {

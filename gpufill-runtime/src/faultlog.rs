@@ -10,6 +10,13 @@ use tracing::{debug, error, info, trace, warn};
 /// changes at info, faults at warn, admitted by `faults`).
 pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
     let util = tick.util.map(|u| u.percent());
+    if let Some(found) = tick.probed {
+        if found {
+            debug!("probe: another process ran a kernel since ours; holding off");
+        } else {
+            info!("probe: nobody ran a kernel since ours; filling beside the quiet holders");
+        }
+    }
     if let Some(sample) = tick.sample {
         debug!(
             util = sample.percent(),
@@ -48,11 +55,12 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
                 foreign = ?pids,
                 "yielding to a process our PID namespace does not list (seen by device memory or its work)"
             ),
-            // One per burst of a quiet holder: debug, not info, to keep the log quiet.
-            Event::Paused { pids, unlisted } => debug!(
+            // A dormant holder woke (or someone unlisted ran): rare now that a live
+            // holder is held off for longer and longer, so info.
+            Event::Paused { pids, unlisted } => info!(
                 foreign = ?pids,
                 unlisted,
-                "paused: the utilization shows work beside ours"
+                "paused: another process ran a kernel beside ours; holding off"
             ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")

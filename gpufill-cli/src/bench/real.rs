@@ -1,6 +1,7 @@
 //! The bench on a real GPU: the fill loop `gpufill run` builds, on the real clock, and
 //! a foreign CUDA process (`gpufill bench-foreign`) watched through NVML every 1 ms.
 
+use gpufill_runtime::device_hint::DeviceOpenHint;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +38,10 @@ pub(crate) struct RealRig {
     /// Compute PIDs present before we started (only with `--force`).
     present: Vec<u32>,
     watcher: Option<Watcher>,
+    /// The newcomer hint `gpufill run` uses: the yield test measures the same path.
+    hint: DeviceOpenHint,
+    /// A watch window still open after the last wait.
+    watch_until: Option<Time>,
 }
 
 struct Watcher {
@@ -90,6 +95,8 @@ impl RealRig {
             clock,
             tick: settings.tick(),
             next: clock.now(),
+            hint: DeviceOpenHint::new(),
+            watch_until: None,
             nvml,
             target,
             idle_power,
@@ -169,7 +176,14 @@ impl Rig for RealRig {
     fn wait(&mut self) {
         // A late tick (the yield test's quiesce waits) causes no burst of catch-up ticks.
         self.next = gpufill_core::time::next_tick(self.next, self.tick, self.clock.now());
-        self.clock.sleep_until(self.next);
+        let fill = &mut self.fill;
+        self.watch_until = gpufill_core::hint::wait_for_tick(
+            &self.clock,
+            self.next,
+            &mut self.hint,
+            self.watch_until,
+            |now| fill.newcomer_listed(now),
+        );
     }
 
     fn power_watts(&mut self) -> Option<f64> {

@@ -45,7 +45,7 @@ static __thread CUcontext current; static int ctx_obj;
 #define RING 1024
 static uint64_t ends[RING]; static unsigned ring_next;
 static pthread_t opener; static unsigned max_by_opener, max_by_others;
-typedef struct { uint64_t done_at; } ev_t;
+typedef struct { uint64_t done_at; unsigned flags; } ev_t;
 static void report(void){ if(getenv("FAKE_REPORT")) fprintf(stderr,"fake: kernels=%llu busy=%.1fms span=%.1fms max_queue=%.2fms retained=%d stack=%zu flags=%u\n",(unsigned long long)kernels,busy_total/1e6,(last_end-first_launch)/1e6,max_queue_ns/1e6,retained,stack,ctx_flags);}
 __attribute__((constructor)) static void init_(void){ atexit(report); }
 CUresult cuInit(unsigned f){return 0;}
@@ -74,7 +74,7 @@ CUresult cuModuleGetFunction(CUfunction*f,CUmodule m,const char*n){*f=(void*)1;r
 CUresult cuFuncGetAttribute(int*v,int a,CUfunction f){*v=0;return 0;}
 CUresult cuStreamCreateWithPriority(CUstream*s,unsigned f,int p){*s=malloc(1);pthread_mutex_lock(&mu);opener=pthread_self();max_by_opener=max_by_others=0;pthread_mutex_unlock(&mu);return 0;}
 CUresult cuStreamDestroy_v2(CUstream s){free(s);return 0;}
-CUresult cuEventCreate(CUevent*e,unsigned f){*e=calloc(1,sizeof(ev_t));return 0;}
+CUresult cuEventCreate(CUevent*e,unsigned f){ev_t*v=calloc(1,sizeof(ev_t));v->flags=f;*e=v;return 0;}
 CUresult cuEventDestroy_v2(CUevent e){free(e);return 0;}
 CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
   static long fail_after=-2; if(fail_after==-2){const char*e=getenv("FAKE_FAIL_AFTER");fail_after=e?atol(e):-1;}
@@ -92,7 +92,8 @@ CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigne
   pthread_mutex_unlock(&mu); return 0;}
 static void foreign_work(uint64_t n){const char*f=getenv("FAKE_FOREIGN"); if(f&&remove(f)==0) busy_until=(busy_until>n?busy_until:n)+150000;}
 CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);uint64_t n=now_ns();foreign_work(n);((ev_t*)e)->done_at=busy_until>n?busy_until:n;pthread_mutex_unlock(&mu);return 0;}
-CUresult cuEventElapsedTime(float*ms,CUevent a,CUevent b){*ms=(float)(((double)((ev_t*)b)->done_at-(double)((ev_t*)a)->done_at)/1e6);return 0;}
+/* As the real driver: events created with CU_EVENT_DISABLE_TIMING (2) have no time. */
+CUresult cuEventElapsedTime(float*ms,CUevent a,CUevent b){if((((ev_t*)a)->flags|((ev_t*)b)->flags)&2)return 400;*ms=(float)(((double)((ev_t*)b)->done_at-(double)((ev_t*)a)->done_at)/1e6);return 0;}
 CUresult cuEventQuery(CUevent e){return now_ns()>=((ev_t*)e)->done_at?0:600;}
 CUresult cuEventSynchronize(CUevent e){uint64_t d=((ev_t*)e)->done_at,n=now_ns(); if(d>n){struct timespec t={ (d-n)/1000000000ull,(d-n)%1000000000ull}; nanosleep(&t,0);} return 0;}
 CUresult cuGetErrorName(CUresult r,const char**s){*s="CUDA_ERROR_FAKE";return 0;}

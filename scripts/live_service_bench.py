@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Issue 21's benchmark: gpufill beside live and dormant services, on the GPU machine.
+
+Parts (`--parts`, comma-separated):
+- `hw`: the hardware tests (carry/hw-cuda, carry/hw-nvml) with --ignored.
+- `yield`: `gpufill bench --targets 50` twice: how soon after NVML lists a newcomer
+  gpufill yields (the newcomer hint: docs/benchmarks.md, "Live services").
+- `cpu`: gpufill's CPU per thread (schedstat) on an idle GPU, beside a dormant holder,
+  beside a live service (20 requests/s), and yielding to a busy job.
+- `wake`: a service dormant for `--dormant` s between bursts of 5 requests, alone and
+  with gpufill: what the first request after a dormant spell pays, the utilization
+  held during the spells, the probes and pauses.
+- `ab`: live services (isolated sub-millisecond requests at 20/s and 2/s, GPU-bound
+  matmul requests at 5/s, a launch-bound GPT-2 service at 5/s), alone / with gpufill
+  interleaved (`--pairs` pairs): p50, mean, p90, p99 by phase; requests that came right
+  after a probe of gpufill's.
+
+gpufill runs with the defaults except `yield.idle_grace_s = --grace` (default 4, instead
+of 30, to fit the runs: it only scales when gpufill probes; see benchmarks.md).
+
+Usage on the GPU machine (build here with scripts/build-carry.sh, carry `carry`):
+  python3 scripts/live_service_bench.py --out "$OUT" --parts hw,yield,cpu,wake
+Prints a short table; details go to $OUT/live-bench.json and the gpufill logs.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PORT = 9418
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))]
+
+
+def scrape():
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except Exception:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpufill_") and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if 'state="' in line:
+                name += "." + line.split('state="', 1)[1].split('"', 1)[0]
+            try:
+                out[name] = float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
+
+
+def schedstat(pid):
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, _, slices = f.read().split()
+            out[f"{name}:{tid}"] = (int(run), int(slices))
+        except OSError:
+            continue
+    return out
+
+
+def cpu_between(a, b, secs):
+    """Percent of a core per thread name (tids merged), and wake-ups a second."""
+    share, wakes = {}, {}
+    for k, (run, n) in b.items():
+        r0, n0 = a.get(k, (0, 0))
+        name = k.split(":")[0]
+        share[name] = share.get(name, 0) + (run - r0) / secs / 1e7
+        wakes[name] = wakes.get(name, 0) + (n - n0) / secs
+    return share, wakes
+
+
+class Gpufill:
+    def __init__(self, a, log, extra=()):
+        self.a, self.log, self.extra = a, log, list(extra)
+
+    def __enter__(self):
+        conf = os.path.join(self.a.work, "gpufill.toml")
+        with open(conf, "w") as f:
+            f.write(f"[yield]\nidle_grace_s = {self.a.grace}\n")
+        self.logf = open(self.log, "a")
+        env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info,gpufill_runtime=debug")
+        self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", "0", "--config", conf,
+                                   "--metrics", f"127.0.0.1:{PORT}", *self.extra],
+                                  stdout=self.logf, stderr=self.logf, env=env)
+        for _ in range(100):
+            if scrape():
+                break
+            time.sleep(0.05)
+        self.t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self.last = scrape()
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(timeout=10)
+        self.logf.close()
+
+
+# ------------------------------------------------------------------ workload process
+def worker(argv):
+    """Follows a plan of segments; prints JSON: requests (t0, t1, segment), NVML samples."""
+    import pynvml
+    import torch
+    p = argparse.ArgumentParser()
+    p.add_argument("--plan")
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    plan = json.loads(a.plan)
+    dev = torch.device("cuda")
+    torch.backends.cudnn.benchmark = False
+    if a.model == "mlp":
+        layers = []
+        for _ in range(6):
+            layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
+        net = torch.nn.Sequential(*layers).to(dev, torch.bfloat16).eval()
+        x = torch.randn(1, 1024, dtype=torch.bfloat16).pin_memory()
+
+        def request():
+            with torch.no_grad():
+                net(x.to(dev, non_blocking=True)).cpu()
+    elif a.model == "matmul":
+        m = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+        def request():
+            for _ in range(10):
+                m @ m
+            torch.cuda.synchronize()
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        net = GPT2LMHeadModel(GPT2Config()).to(dev).eval()
+        ids = torch.randint(0, 50257, (1, 16), device=dev)
+
+        def request():
+            with torch.no_grad():
+                net(ids).logits[0, -1].argmax().item()
+    busy = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    for _ in range(50):
+        request()
+    torch.cuda.synchronize()
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    import random
+    rng = random.Random(7)
+    print("ready", flush=True)
+    start_at = float(sys.stdin.readline())
+    while time.monotonic() < start_at:
+        time.sleep(0.01)
+    wall0 = int(time.time() * 1e6)
+    reqs, t = [], start_at
+    for i, seg in enumerate(plan):
+        end = t + seg["secs"]
+        if seg["kind"] == "requests":
+            nxt = t
+            while True:
+                nxt += (rng.expovariate(seg["rate"]) if seg.get("poisson", True)
+                        else 1.0 / seg["rate"])
+                if nxt >= end:
+                    break
+                while time.monotonic() < nxt:
+                    time.sleep(min(0.002, max(0.0, nxt - time.monotonic())))
+                t0 = time.monotonic()
+                request()
+                reqs.append((t0, time.monotonic(), i))
+        elif seg["kind"] == "busy":
+            while time.monotonic() < end:
+                for _ in range(20):
+                    busy @ busy
+                torch.cuda.synchronize()
+        while time.monotonic() < end:
+            time.sleep(min(0.05, end - time.monotonic()))
+        t = end
+    try:
+        _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
+        util = [(s.timeStamp / 1e6 - time.time() + time.monotonic(), s.sampleValue.uiVal)
+                for s in samples]
+    except pynvml.NVMLError:
+        util = []
+    with open(a.out, "w") as f:
+        json.dump({"reqs": reqs, "util": util}, f)
+
+
+def start_worker(a, plan, model, lead=1.0):
+    """Starts a workload process; once it is warm, its plan starts `lead` s later."""
+    out = os.path.join(a.work, f"work-{time.monotonic():.0f}.json")
+    p = subprocess.Popen([sys.executable, __file__, "--worker", "--plan", json.dumps(plan),
+                          "--model", model, "--out", out],
+                         stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if "ready" not in line:
+        raise RuntimeError("worker failed")
+    start_at = time.monotonic() + lead
+    p.stdin.write(f"{start_at}\n")
+    p.stdin.flush()
+    return p, out, start_at
+
+
+def finish_worker(p, out):
+    p.wait(timeout=600)
+    with open(out) as f:
+        return json.load(f)
+
+
+# ------------------------------------------------------------------ parts
+def part_hw(a, res):
+    for name in ("hw-cuda", "hw-nvml"):
+        path = os.path.join(ROOT, "carry", name)
+        r = subprocess.run([path, "--ignored", "--test-threads=1", "--nocapture"],
+                           capture_output=True, text=True, timeout=300)
+        with open(os.path.join(a.out, f"{name}.txt"), "w") as f:
+            f.write(r.stdout + r.stderr)
+        lines = [l for l in (r.stdout + r.stderr).splitlines()
+                 if l.startswith("test result") or "FAILED" in l or l.startswith("hw: probes")
+                 or l.startswith("hw: one-kernel")]
+        print(f"{name}: " + " | ".join(lines[-6:]), flush=True)
+        res[name] = lines
+
+
+def part_yield(a, res):
+    out = []
+    for i in range(a.yield_runs):
+        d = os.path.join(a.work, f"bench{i}")
+        r = subprocess.run([a.gpufill, "bench", "--targets", "50", "--seconds", "6", "--out", d],
+                           capture_output=True, text=True, timeout=240)
+        text = r.stdout + r.stderr
+        with open(os.path.join(a.work, f"bench{i}.txt"), "w") as f:
+            f.write(text)
+        lines = [l for l in text.splitlines() if "yield" in l.lower() or "listed" in l.lower()]
+        print(f"bench {i}: rc={r.returncode} " + " | ".join(lines[-4:]), flush=True)
+        out.append(text)
+    res["yield"] = out
+
+
+def part_cpu(a, res):
+    """gpufill's CPU in each state, with the state and utilization seen meanwhile."""
+    plan = [{"kind": "idle", "secs": 24}, {"kind": "requests", "secs": 24, "rate": 20},
+            {"kind": "busy", "secs": 16}]
+    out = {}
+    with Gpufill(a, os.path.join(a.out, "gpufill-cpu.log")) as g:
+        time.sleep(3)
+        s0, t0 = schedstat(g.p.pid), time.monotonic()
+        time.sleep(10)
+        out["idle GPU"] = (cpu_between(s0, schedstat(g.p.pid), time.monotonic() - t0), scrape())
+        p, path, start = start_worker(a, plan, "mlp")
+        marks = {"beside a dormant holder": (start + 12, start + 23),
+                 "beside a live service, holding off": (start + 34, start + 47),
+                 "yielding to a busy job": (start + 52, start + 63)}
+        for label, (b, e) in marks.items():
+            time.sleep(max(0.0, b - time.monotonic()))
+            s0, t0 = schedstat(g.p.pid), time.monotonic()
+            time.sleep(max(0.0, e - time.monotonic()))
+            out[label] = (cpu_between(s0, schedstat(g.p.pid), time.monotonic() - t0), scrape())
+        work = finish_worker(p, path)
+    print("gpufill CPU by state (% of one core: total; per thread) and its metrics then:")
+    for label, ((share, wakes), m) in out.items():
+        total = sum(share.values())
+        parts = ", ".join(f"{k} {v:.2f} ({wakes[k]:.0f}/s)" for k, v in
+                          sorted(share.items(), key=lambda x: -x[1]) if v > 0.005)
+        state = [k.split(".", 1)[1] for k, v in m.items() if k.startswith("gpufill_state.") and v == 1]
+        print(f"  {label:38} {total:5.2f} %  [{parts}]  state={state} "
+              f"duty={m.get('gpufill_duty_ratio', float('nan')):.2f} "
+              f"beside={m.get('gpufill_filling_beside', float('nan')):.0f} "
+              f"pauses={m.get('gpufill_pauses_total', float('nan')):.0f}", flush=True)
+    dormant = [u for t, u in work["util"] if start + 12 <= t <= start + 23]
+    print(f"  utilization beside the dormant holder: mean {statistics.mean(dormant) if dormant else float('nan'):.1f} % "
+          f"over {len(dormant)} samples", flush=True)
+    res["cpu"] = {k: v for k, v in out.items()}
+
+
+def part_wake(a, res):
+    """A service dormant for a while, then a burst of 5 requests, N times."""
+    n, dormant = a.wake_spells, a.dormant
+    plan = []
+    for _ in range(n):
+        plan += [{"kind": "idle", "secs": dormant},
+                 {"kind": "requests", "secs": 0.5, "rate": 10, "poisson": False}]
+    out = {}
+    for mode in ("alone", "with"):
+        p, path, start = start_worker(a, plan, "mlp")
+        if mode == "with":
+            with Gpufill(a, os.path.join(a.out, "gpufill-wake.log")) as g:
+                work = finish_worker(p, path)
+            m = g.last
+        else:
+            work = finish_worker(p, path)
+            m = {}
+        reqs = work["reqs"]
+        firsts, rest = [], []
+        for i in range(n):
+            seg = [r for r in reqs if r[2] == 2 * i + 1]
+            if seg:
+                firsts.append((seg[0][1] - seg[0][0]) * 1e3)
+                rest += [(r[1] - r[0]) * 1e3 for r in seg[1:]]
+        # Utilization in the last 5 s of each dormant spell (gpufill fills beside a
+        # dormant holder once a probe is clean: one idle grace, or two, after a burst).
+        util = [u for t, u in work["util"] for i in range(n)
+                if start + i * (dormant + 0.5) + dormant - 5 <= t <= start + i * (dormant + 0.5) + dormant - 0.3]
+        out[mode] = {"firsts_ms": firsts, "rest_ms": rest, "util": util, "metrics": m}
+        print(f"  wake {mode:6}: first request after a {dormant:.0f} s dormant spell (ms) "
+              f"{[round(x, 3) for x in firsts]}; the 4 after it p50 {pct(rest, 50):.3f}; "
+              f"utilization in the spells' last 5 s {statistics.mean(util) if util else float('nan'):.1f} %"
+              + (f"; pauses {m.get('gpufill_pauses_total', 0):.0f}" if m else ""), flush=True)
+    res["wake"] = out
+
+
+def part_ab(a, res):
+    workloads = [("mlp", 20.0), ("mlp", 2.0), ("matmul", 5.0), ("gpt2", 5.0)]
+    names = a.ab.split(",") if a.ab else None
+    out = {}
+    for model, rate in workloads:
+        name = f"{model}@{rate:g}/s"
+        if names and name not in names:
+            continue
+        phases = 2 * a.pairs + 1
+        plan = [{"kind": "requests", "secs": a.phase, "rate": rate} for _ in range(phases)]
+        p, path, start = start_worker(a, plan, model)
+        runs = []
+        for i in range(phases):
+            p0 = start + i * a.phase
+            time.sleep(max(0.0, p0 - time.monotonic()))
+            if i % 2 == 1:
+                with Gpufill(a, os.path.join(a.out, f"gpufill-ab-{model}.log")) as g:
+                    time.sleep(max(0.0, p0 + a.phase - 0.3 - time.monotonic()))
+                runs.append(g.last)
+            else:
+                runs.append(None)
+        work = finish_worker(p, path)
+        stats = []
+        for i in range(phases):
+            lat = [(r[1] - r[0]) * 1e3 for r in work["reqs"] if r[2] == i]
+            stats.append({"n": len(lat), "p50": pct(lat, 50), "mean": statistics.mean(lat) if lat else float("nan"),
+                          "p90": pct(lat, 90), "p99": pct(lat, 99), "metrics": runs[i]})
+        ratios = {k: [] for k in ("p50", "mean", "p90")}
+        d99 = []
+        for i in range(1, phases, 2):
+            for k in ratios:
+                ratios[k].append(stats[i][k] / ((stats[i - 1][k] + stats[i + 1][k]) / 2))
+            d99.append(stats[i]["p99"] - (stats[i - 1]["p99"] + stats[i + 1]["p99"]) / 2)
+        line = f"  {name:13}"
+        for k, v in ratios.items():
+            line += f" {k} {statistics.median(v):.4f} [{min(v):.4f}-{max(v):.4f}]"
+        line += f" p99 {statistics.median(d99):+.3f} ms [{min(d99):+.3f}..{max(d99):+.3f}]"
+        withs = [s["metrics"] or {} for s in stats[1::2]]
+        line += f"; pauses {[round(m.get('gpufill_pauses_total', 0)) for m in withs]}"
+        line += f"; alone p50 {[round(s['p50'], 3) for s in stats[::2]]}"
+        print(line, flush=True)
+        out[name] = {"stats": stats, "ratios": ratios, "p99_diff_ms": d99}
+    res["ab"] = out
+
+
+def main():
+    if "--worker" in sys.argv:
+        worker([x for x in sys.argv[1:] if x != "--worker"])
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--parts", default="hw,yield,cpu,wake")
+    ap.add_argument("--gpufill", default=os.path.join(ROOT, "carry", "gpufill"))
+    ap.add_argument("--grace", type=float, default=4.0)
+    ap.add_argument("--yield-runs", type=int, default=2)
+    ap.add_argument("--wake-spells", type=int, default=5)
+    ap.add_argument("--dormant", type=float, default=14.0)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--phase", type=float, default=15.0)
+    ap.add_argument("--ab", default="")
+    a = ap.parse_args()
+    a.work = "/tmp/live-bench"
+    os.makedirs(a.work, exist_ok=True)
+    print(subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip(), flush=True)
+    res = {}
+    for part in a.parts.split(","):
+        t = time.monotonic()
+        {"hw": part_hw, "yield": part_yield, "cpu": part_cpu, "wake": part_wake, "ab": part_ab}[part](a, res)
+        print(f"[{part}: {time.monotonic() - t:.0f} s]", flush=True)
+    with open(os.path.join(a.out, "live-bench.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
