@@ -313,6 +313,11 @@ static int nvml(long calls)
     int (*procs)(void *, unsigned *, proc_v3 *) =
         (int (*)(void *, unsigned *, proc_v3 *))dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
     int (*util)(void *, unsigned *) = (int (*)(void *, unsigned *))dlsym(h, "nvmlDeviceGetUtilizationRates");
+    typedef int (*anyf)(void *, ...);
+    struct { const char *name; int kind; } more[] = {
+        {"nvmlDeviceGetProcessUtilization", 1}, {"nvmlDeviceGetSamples", 2},
+        {"nvmlDeviceGetMPSComputeRunningProcesses_v3", 3}, {"nvmlDeviceGetPowerUsage", 4},
+        {"nvmlDeviceGetMemoryInfo", 5}};
     if (!init || !get || !procs || !util || init() != 0) {
         fprintf(stderr, "nvml symbols\n");
         return 1;
@@ -332,6 +337,28 @@ static int nvml(long calls)
     printf("nvml list: cpu %.2f us/call wall %.2f us/call; utilization: cpu %.2f us/call wall %.2f us/call\n",
            (double)(c1 - c0) / calls, (double)(w1 - w0) / 1e3 / calls, (double)(c2 - c1) / calls,
            (double)(w2 - w1) / 1e3 / calls);
+    static char big[1 << 20];
+    for (unsigned m = 0; m < sizeof(more) / sizeof(more[0]); m++) {
+        anyf f = (anyf)dlsym(h, more[m].name);
+        if (!f) continue;
+        long n = 200;
+        int64_t a = cpu_us(CLOCK_PROCESS_CPUTIME_ID), wa = mono_ns();
+        int rc = 0;
+        for (long i = 0; i < n; i++) {
+            unsigned count = 4096, v = 0;
+            unsigned long long last = 0;
+            switch (more[m].kind) {
+            case 1: rc = f(dev, big, &count, 0ULL); break;
+            case 2: { int type = 0; rc = f(dev, 1, 0ULL, &type, &count, big); break; }
+            case 3: count = 64; rc = f(dev, &count, big); break;
+            case 4: rc = f(dev, &v); break;
+            case 5: rc = f(dev, big); break;
+            }
+            (void)last;
+        }
+        printf("nvml %s: cpu %.1f us/call wall %.1f us/call (rc %d)\n", more[m].name,
+               (double)(cpu_us(CLOCK_PROCESS_CPUTIME_ID) - a) / n, (double)(mono_ns() - wa) / 1e3 / n, rc);
+    }
     return 0;
 }
 

@@ -150,6 +150,9 @@ def main():
     os.makedirs(work, exist_ok=True)
     subprocess.run(["nvcc", "-O2", "-arch=sm_90", "-o", BIN, os.path.join(HERE, "live_probe.cu"), "-lcuda", "-ldl"],
                    check=True)
+    if a.parts == "diag":
+        diag(a, work)
+        return
     if a.parts == "long":
         long_kernels(a, work)
         with tarfile.open(os.path.join(a.out, "live-long.tar.gz"), "w:gz") as t:
@@ -591,6 +594,46 @@ def long_kernels(a, work):
             durs = sorted(r["dur_us"] for r in brows if r["i"] == 0)
             line += f" | bursts {len(flags)} early {early} late {late} dur p10 {pct(durs, 10):.0f} p50 {pct(durs, 50):.0f}"
         print(line)
+
+
+def diag(a, work):
+    """Why gpufill's probes and burst checks disagree with the C probe: both beside the
+    same service, with gpufill's debug lines; NVML call costs with a holder present."""
+    def run_gpufill(secs, log, grace=3.0):
+        conf = os.path.join(work, "diag.toml")
+        with open(conf, "w") as f:
+            f.write(f"[yield]\nidle_grace_s = {grace}\n")
+        env = dict(os.environ, NO_COLOR="1",
+                   RUST_LOG="gpufill_cuda=debug,gpufill_runtime=debug,gpufill=info")
+        with open(log, "w") as lf:
+            g = subprocess.Popen([a.gpufill, "run", "--gpus", "0", "--config", conf],
+                                 stdout=lf, stderr=lf, env=env)
+            time.sleep(secs)
+            g.terminate()
+            g.wait()
+        lines = [l for l in open(log) if "probe" in l or "timing shows" in l or "paused" in l]
+        return lines
+    print("1. gpufill alone on an idle GPU, 8 s: what its burst checks see")
+    for l in run_gpufill(8, os.path.join(work, "diag-alone.log"))[:12]:
+        print("   " + l.strip()[27:200])
+    t_svc = time.monotonic() + 25
+    until = t_svc + 95
+    svc_out = os.path.join(work, "service-diag.csv")
+    svc = subprocess.Popen([sys.executable, __file__, "--worker", "service", "--rate", "20",
+                            "--rate-after", "1", "--switch-at", str(t_svc + 50),
+                            "--until", str(until), "--out", svc_out], stdout=subprocess.PIPE, text=True)
+    svc.stdout.readline()
+    print(subprocess.run([BIN, "nvml", "2000"], capture_output=True, text=True).stdout.strip())
+    time.sleep(max(0.0, t_svc - time.monotonic()))
+    out = os.path.join(work, "gaps-diag.csv")
+    subprocess.run([BIN, "gaps", out, "3", "0.3", "1", "2"], check=True)
+    rows, _ = read_rows(out)
+    print("2. the C probe pair beside 20 requests/s: K1 late (us):", [round(r["late_us"], 1) for r in rows])
+    print("3. gpufill beside 20 requests/s, then 1/s (grace 3 s): its probe pairs and checks")
+    lines = run_gpufill(80, os.path.join(work, "diag-service.log"))
+    for l in lines[:60]:
+        print("   " + l.strip()[11:200])
+    svc.wait()
 
 
 def schedstat(pid):

@@ -75,6 +75,8 @@ pub(crate) struct StartChain {
 pub(crate) struct StartVerdict {
     /// This launch started [`LATE_START`] or more later than the chain's recent ones.
     pub late: bool,
+    /// How much later than the chain's baseline this launch started, in us.
+    pub late_us: f64,
     /// The chain's first launch now shows to have been late: this one, its second,
     /// started that much earlier against it (the first has nothing else to be judged
     /// by). Only the second judges the first: later, one launch whose host time was
@@ -107,6 +109,7 @@ impl StartChain {
         self.last_host = Some(host);
         let late_us = LATE_START.as_secs_f64() * 1e6;
         let verdict = StartVerdict {
+            late_us: self.offset - self.baseline(),
             late: self.offset - self.baseline() > late_us,
             previous_late: self.recent.len() == 1 && previous - self.offset > late_us,
         };
@@ -244,10 +247,20 @@ impl OthersWatch {
         self.last_start = Some(start);
         let verdict = self.chain.next(at, since.map(f64::from));
         let ran = Duration::from_secs_f64(f64::from(ran.max(0.0)) / 1e3);
-        Ok(Some(Judged {
+        let judged = Judged {
             late_start: verdict.late || verdict.previous_late,
             cut_short: cut_short(asked, ran),
-        }))
+        };
+        if judged.others() {
+            tracing::debug!(
+                late_us = verdict.late_us,
+                ran_us = ran.as_secs_f64() * 1e6,
+                asked_us = asked.as_secs_f64() * 1e6,
+                first_late = verdict.previous_late,
+                "our kernels' timing shows another context"
+            );
+        }
+        Ok(Some(judged))
     }
 
     /// Drops what is pending and starts a new chain with the next launch (after a probe,
@@ -292,6 +305,7 @@ pub(crate) fn probe(
             .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?,
     ) * 1e3;
     let host_us = host[1].saturating_duration_since(host[0]).as_secs_f64() * 1e6;
+    tracing::debug!(host_us, gpu_us, late_us = host_us - gpu_us, "probe pair");
     Ok(host_us - gpu_us > PROBE_LATE.as_secs_f64() * 1e6)
 }
 
