@@ -552,6 +552,7 @@ mod tests {
                 width: gpufill_core::Width::ONE_WARP,
                 shape: gpufill_core::LaunchShape::Bursts,
                 foreign: 1,
+                probed: None,
                 events,
             };
             publishers[0].observe(&tick, 1);

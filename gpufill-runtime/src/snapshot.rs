@@ -269,6 +269,7 @@ mod tests {
             width: gpufill_core::Width::ONE_WARP,
             shape: LaunchShape::Bursts,
             foreign: 0,
+            probed: None,
             events,
         }
     }

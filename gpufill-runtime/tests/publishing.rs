@@ -53,6 +53,7 @@ fn publishing_a_tick_allocates_nothing() {
         width: Width::ONE_WARP,
         shape: gpufill_core::LaunchShape::Bursts,
         foreign: 0,
+        probed: None,
         events: Vec::new(),
     };
     publisher.observe(&tick, 1); // warm

@@ -312,6 +312,7 @@ mod tests {
             width: Width::ONE_WARP,
             shape: gpufill_core::LaunchShape::Bursts,
             foreign: 0,
+            probed: None,
             events: Vec::new(),
         }
     }
