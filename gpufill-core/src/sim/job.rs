@@ -120,6 +120,12 @@ impl ForeignJob {
     /// A ResNet-50 request at batch 1 alone on the H100 (p50 5.59 ms).
     pub const RESNET50_REQUEST: Duration = Duration::from_micros(5590);
 
+    /// How busy an isolated request keeps the GPU while it is served: a quarter (the
+    /// rest is the host's work and synchronisation). The sub-millisecond service of
+    /// issue 21 took about 0.9 ms a request on an H100, 20 a second, and NVML read 0 %
+    /// beside it: 20 x 0.9 ms busy throughout would read 2 %.
+    pub const ISOLATED_REQUEST_LOAD: f64 = 0.25;
+
     /// A compute-bound job (the measured 8192^3 matmul loop) that wants `load` of the
     /// time from `start` to `end` seconds; PID 1000 + the start in ms.
     pub fn compute_bound(start_s: f64, end_s: f64, load: f64) -> Self {
@@ -180,15 +186,13 @@ impl ForeignJob {
     /// A service answering isolated requests: it holds its context from `start_s` to
     /// `end_s` and runs kernels only while it serves a request, `per_s` a second as a
     /// Poisson process (seeded with its PID) from its first kernel on, each `request`
-    /// long alone and keeping the GPU busy throughout (the sub-millisecond service of
-    /// issue 21 took about 0.9 ms a request on an H100, 20 a second; NVML showed none
-    /// of it).
+    /// long alone, the GPU busy [`ForeignJob::ISOLATED_REQUEST_LOAD`] of it.
     pub fn isolated_requests(start_s: f64, end_s: f64, per_s: f64, request: Duration) -> Self {
         let job = ForeignJob {
             request,
             name: Some("service".into()),
             interference: 1.0,
-            ..ForeignJob::compute_bound(start_s, end_s, 1.0)
+            ..ForeignJob::compute_bound(start_s, end_s, Self::ISOLATED_REQUEST_LOAD)
         };
         ForeignJob {
             requests: Some(Requests::Rate {

@@ -335,7 +335,8 @@ pub(super) struct Slicing {
 /// short.
 pub(super) fn serve(plan: &mut Plan, start: Time, foreign_end: Time, s: Slicing) -> Served {
     let slice = s.time_slice.max(Duration::from_nanos(1));
-    if let Some(k) = plan.kernel_at(start) {
+    // A kernel of ours due at the very instant the request comes queues behind it.
+    if let Some(k) = plan.kernel_at(start).filter(|k| k.start < start) {
         let into_slice = Duration::from_nanos(ns(start).saturating_sub(ns(k.start)) % dns(slice));
         let held = (k.end - start).min(slice - into_slice);
         plan.cut(k, start + held);

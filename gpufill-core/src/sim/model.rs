@@ -291,12 +291,18 @@ impl Model {
         let Some(from) = self.pending else {
             return;
         };
-        if self.plan.kernel_at(from).is_some() {
+        // A kernel of ours that starts at the very instant the work comes starts after
+        // it; one that starts at `now` has not run yet (the step at `now` may cancel it).
+        let running = self.plan.kernel_at(from);
+        if running.is_some_and(|k| k.start < from) {
             self.seen = true;
             self.pending = None;
             return;
         }
-        let Some(next) = self.plan.next_after(from).filter(|k| k.start <= self.now) else {
+        let Some(next) = running
+            .or_else(|| self.plan.next_after(from))
+            .filter(|k| k.start < self.now)
+        else {
             return;
         };
         let just_before = Time::from_duration(
@@ -631,18 +637,19 @@ mod tests {
         assert_eq!(r.met_kernel, 1);
         // 11 ms into the kernel: it waits the rest of its 2 ms slice, and a switch.
         assert_eq!(r.first, Some((ms(1011), Duration::from_micros(1130))));
-        // It ran after our kernel ended: our next kernel (1.050 s) starts late too.
-        g.report(ms(1049));
-        assert!(!source.others_seen());
+        // It ran after our kernel ended: our next kernel (1.050 s) starts late too, and
+        // shows it once it has started (the step at 1.050 s could still cancel it).
         g.report(ms(1050));
+        assert!(!source.others_seen());
+        g.report(ms(1051));
         assert!(source.others_seen());
         // The next at 2.031 s arrives after ours (2.000-2.025 s): one switch. Our next
         // kernel, at 2.050 s, starts late and shows it then, not before.
-        g.report(ms(2049));
-        assert!(!source.others_seen());
         g.report(ms(2050));
+        assert!(!source.others_seen());
+        g.report(ms(2051));
         assert!(source.others_seen());
-        assert_eq!(served(&g, ms(2050)).switched, 1);
+        assert_eq!(served(&g, ms(2051)).switched, 1);
         // While we are idle nothing shows, however much runs.
         source.set_load(ms(2100), Load::IDLE).unwrap();
         g.report(ms(9000));
