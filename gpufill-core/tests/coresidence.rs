@@ -378,6 +378,7 @@ fn beside_a_notebook_it_fills_between_cells_and_stands_aside_during_a_cell() {
         // idle grace, then a clean probe, then filling.
         let resumed = first_from(&ticks, to, filling);
         assert_eq!(resumed.probed, Some(false), "{resumed:?}");
+        assert!(resumed.events.is_empty(), "resumes silently: {resumed:?}");
         let late: Vec<&Tick> = during(&ticks, to, resumed.at)
             .filter(|t| t.probed.is_some())
             .collect();
