@@ -186,10 +186,13 @@ pub struct SimulateArgs {
     /// e.g. 5-12:30. Repeatable.
     #[arg(long, value_name = "START-END:LOAD", value_parser = parse_foreign)]
     pub foreign: Vec<ForeignSpec>,
-    /// A mostly-idle service, START-END:EVERY:BURST (seconds): it holds its context from
-    /// START to END and works in a burst of BURST seconds every EVERY seconds (busy 40 %
-    /// of a burst, like ResNet-50 requests at batch 1), e.g. 2-60:6:0.17. Repeatable.
-    #[arg(long, value_name = "START-END:EVERY:BURST", value_parser = parse_service)]
+    /// A service that holds its context from START to END (seconds) and answers
+    /// requests: START-END:EVERY:BURST, a burst of ResNet-50 requests at batch 1 (5.59 ms
+    /// each, the GPU busy 40 %) lasting BURST seconds every EVERY seconds, e.g.
+    /// 2-60:6:0.17; or START-END:RATE/s:LENGTHms, isolated requests, RATE a second
+    /// (Poisson, at most 100) of LENGTH milliseconds each alone, e.g. 2-60:20/s:0.87ms.
+    /// The report gives its requests' latency against alone. Repeatable.
+    #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms", value_parser = parse_service)]
     pub service: Vec<ServiceSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
@@ -319,43 +322,87 @@ fn parse_gpu(s: &str) -> Result<GpuId, String> {
     }
 }
 
-/// One `--service START-END:EVERY:BURST`.
+/// One `--service`: when the service is there and how its requests come.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ServiceSpec {
     /// When it appears, in seconds.
     pub start_s: f64,
     /// When it leaves, in seconds.
     pub end_s: f64,
-    /// Seconds from one burst to the next.
-    pub every_s: f64,
-    /// Seconds each burst lasts.
-    pub burst_s: f64,
+    /// How its requests come.
+    pub requests: ServiceRequests,
 }
 
-/// Parses `START-END:EVERY:BURST`, e.g. `2-60:6:0.17`.
+/// How a `--service`'s requests come.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ServiceRequests {
+    /// `EVERY:BURST`: a burst of requests lasting `burst_s` every `every_s` seconds.
+    Bursts {
+        /// Seconds from one burst to the next.
+        every_s: f64,
+        /// Seconds each burst lasts.
+        burst_s: f64,
+    },
+    /// `RATE/s:LENGTHms`: isolated requests, `per_s` a second, each `request_ms` alone.
+    Rate {
+        /// Requests a second (Poisson).
+        per_s: f64,
+        /// Milliseconds each takes alone.
+        request_ms: f64,
+    },
+}
+
+/// The most isolated requests a second `--service` takes: the simulated GPU serves each
+/// one by one, and a month at this rate is already 260 million of them.
+pub const MAX_REQUESTS_PER_S: f64 = 100.0;
+
+/// Parses `START-END:EVERY:BURST`, e.g. `2-60:6:0.17`, or `START-END:RATE/s:LENGTHms`,
+/// e.g. `2-60:20/s:0.87ms`.
 ///
 /// # Errors
 /// A message saying what is wrong, for clap to print.
 pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
-    let bad = || format!("expected START-END:EVERY:BURST in seconds, e.g. 2-60:6:0.17, got {s:?}");
+    let bad = || {
+        format!(
+            "expected START-END:EVERY:BURST in seconds, e.g. 2-60:6:0.17, or START-END:RATE/s:LENGTHms, e.g. 2-60:20/s:0.87ms, got {s:?}"
+        )
+    };
     let (span, rest) = s.split_once(':').ok_or_else(bad)?;
-    let (every, burst) = rest.split_once(':').ok_or_else(bad)?;
+    let (first, second) = rest.split_once(':').ok_or_else(bad)?;
     let load = format!("{span}:0");
     let window = parse_foreign(&load).map_err(|e| e.replace(&load, s))?;
     let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let (Some(every_s), Some(burst_s)) = (num(every), num(burst)) else {
-        return Err(bad());
+    let requests = if let Some(rate) = first.trim().strip_suffix("/s") {
+        let length = second.trim().strip_suffix("ms").ok_or_else(bad)?;
+        let (Some(per_s), Some(request_ms)) = (num(rate), num(length)) else {
+            return Err(bad());
+        };
+        if !(per_s > 0.0 && per_s <= MAX_REQUESTS_PER_S) {
+            return Err(format!(
+                "service {s:?}: RATE must be more than 0 and at most {MAX_REQUESTS_PER_S} a second"
+            ));
+        }
+        if !(request_ms > 0.0 && request_ms <= 1000.0) {
+            return Err(format!(
+                "service {s:?}: LENGTH must be more than 0 and at most 1000 ms"
+            ));
+        }
+        ServiceRequests::Rate { per_s, request_ms }
+    } else {
+        let (Some(every_s), Some(burst_s)) = (num(first), num(second)) else {
+            return Err(bad());
+        };
+        if !(burst_s > 0.0 && burst_s <= every_s && every_s <= 86400.0) {
+            return Err(format!(
+                "service {s:?}: BURST must be more than 0 and at most EVERY, EVERY at most 86400"
+            ));
+        }
+        ServiceRequests::Bursts { every_s, burst_s }
     };
-    if !(burst_s > 0.0 && burst_s <= every_s && every_s <= 86400.0) {
-        return Err(format!(
-            "service {s:?}: BURST must be more than 0 and at most EVERY, EVERY at most 86400"
-        ));
-    }
     Ok(ServiceSpec {
         start_s: window.start_s,
         end_s: window.end_s,
-        every_s,
-        burst_s,
+        requests,
     })
 }
 
@@ -370,8 +417,17 @@ mod tests {
             ServiceSpec {
                 start_s: 2.0,
                 end_s: 60.0,
-                every_s: 6.0,
-                burst_s: 0.17
+                requests: ServiceRequests::Bursts {
+                    every_s: 6.0,
+                    burst_s: 0.17
+                }
+            }
+        );
+        assert_eq!(
+            parse_service("2-60:20/s:0.87ms").unwrap().requests,
+            ServiceRequests::Rate {
+                per_s: 20.0,
+                request_ms: 0.87
             }
         );
         for bad in [
@@ -382,6 +438,12 @@ mod tests {
             "2-60:6:0",
             "2-60:1:2",
             "2-60:x:1",
+            "2-60:20/s:0.87",
+            "2-60:20/s:0ms",
+            "2-60:0/s:1ms",
+            "2-60:101/s:1ms",
+            "2-60:20/s:1001ms",
+            "2-60:x/s:1ms",
         ] {
             assert!(parse_service(bad).is_err(), "{bad}");
         }

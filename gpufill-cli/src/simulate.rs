@@ -13,7 +13,7 @@ use gpufill_core::sim::{
 use gpufill_core::{State, Tick, Time, TimeOfDay};
 use gpufill_runtime::{DayClock, GpuLabels, Metric, Registry, Settings, Steering};
 
-use crate::cli::{MAX_SIMULATED_S, SimulateArgs};
+use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs};
 use crate::config::Config;
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
@@ -98,34 +98,7 @@ impl Setup {
     /// the CSV file cannot be created.
     pub fn new(args: &SimulateArgs, config: &Config) -> anyhow::Result<Setup> {
         let settings = config.to_settings();
-        let sim_cfg = SimConfig {
-            sample_period: Duration::from_millis(args.sample_ms),
-            mps: args.mps,
-            foreign: args
-                .foreign
-                .iter()
-                .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
-                .chain(args.service.iter().map(|v| {
-                    ForeignJob::service(
-                        v.start_s,
-                        v.end_s,
-                        Duration::from_secs_f64(v.every_s),
-                        Duration::from_secs_f64(v.burst_s),
-                        SERVICE_LOAD,
-                    )
-                }))
-                .collect(),
-            // As the H100 showed it: a service's bursts shorter than this never appear
-            // in its per-process samples.
-            process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
-            ..SimConfig::default()
-        };
-        // The view from inside a PID namespace of our own (issue 14).
-        let sim_cfg = if args.pid_namespace {
-            sim_cfg.pid_namespace()
-        } else {
-            sim_cfg
-        };
+        let sim_cfg = sim_config(args, &settings);
         let sm = settings.metric == Metric::Sm;
         let fill_settings = gpufill_core::FillSettings {
             shaping: settings.shaping(sim_cfg.sm_count),
@@ -221,6 +194,52 @@ impl Setup {
     }
 }
 
+/// The simulated GPU of `args`: its foreign jobs and services, NVML's sampling, MPS and
+/// the PID view, and our kernels laid out as `settings` say (`load.period_ms`,
+/// `load.max_kernel_us`, `load.beside_kernel_us`), as the CUDA launcher lays them.
+pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
+    let services = args.service.iter().map(|v| match v.requests {
+        ServiceRequests::Bursts { every_s, burst_s } => ForeignJob::service(
+            v.start_s,
+            v.end_s,
+            Duration::from_secs_f64(every_s),
+            Duration::from_secs_f64(burst_s),
+            SERVICE_LOAD,
+        ),
+        ServiceRequests::Rate { per_s, request_ms } => ForeignJob::isolated_requests(
+            v.start_s,
+            v.end_s,
+            per_s,
+            Duration::from_secs_f64(request_ms / 1e3),
+        ),
+    });
+    let cfg = SimConfig {
+        sample_period: Duration::from_millis(args.sample_ms),
+        mps: args.mps,
+        foreign: args
+            .foreign
+            .iter()
+            .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
+            .chain(services)
+            .collect(),
+        // As the H100 showed it: a service's bursts shorter than this never appear
+        // in its per-process samples.
+        process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
+        ..SimConfig::default()
+    }
+    .with_launch(
+        Duration::from_millis(settings.load.period_ms),
+        Duration::from_micros(settings.load.max_kernel_us),
+        Duration::from_micros(settings.load.beside_kernel_us),
+    );
+    // The view from inside a PID namespace of our own (issue 14).
+    if args.pid_namespace {
+        cfg.pid_namespace()
+    } else {
+        cfg
+    }
+}
+
 /// What a run kept for its report.
 pub struct Recorded {
     ticks: Vec<Tick>,
@@ -261,6 +280,7 @@ pub fn drive(
         .foreign
         .iter()
         .map(|f| f.start_s)
+        .chain(args.service.iter().map(|v| v.start_s))
         .fold(args.duration.min(arrivals.next_at()), f64::min);
     let judged_until = Time::from_secs_f64(if long { judged_s.min(3600.0) } else { judged_s });
     let mut ticks: Vec<Tick> = Vec::new();
@@ -515,18 +535,91 @@ fn summarize(
     }
     let services = report.foreign.iter().skip(args.foreign.len());
     for (spec, job) in args.service.iter().zip(services) {
-        writeln!(
-            out,
-            "service {}-{} s, a {} s burst every {} s: its work slowed by {:.2}% (the worst burst {:.2}%), our kernels resident beside it for {:.1} ms, one at a time for {:.1} ms",
-            spec.start_s,
-            spec.end_s,
-            spec.burst_s,
-            spec.every_s,
-            job.slowdown * 100.0,
-            job.worst_run * 100.0,
-            job.overlap.as_secs_f64() * 1000.0,
-            job.overlap_one_in_flight.as_secs_f64() * 1000.0
-        )?;
+        write_service(out, spec, job)?;
     }
     Ok(())
+}
+
+/// A service's line: its requests' median latency against alone ("slowed by"), the
+/// mean and p99, how many met our kernels, and our kernels' time beside its work.
+fn write_service(
+    out: &mut dyn Write,
+    spec: &ServiceSpec,
+    job: &gpufill_core::sim::ForeignReport,
+) -> std::io::Result<()> {
+    let what = match spec.requests {
+        ServiceRequests::Bursts { every_s, burst_s } => {
+            format!("a {burst_s} s burst every {every_s} s")
+        }
+        ServiceRequests::Rate { per_s, request_ms } => {
+            let noun = if per_s == 1.0 { "request" } else { "requests" };
+            format!("{per_s} {noun}/s of {request_ms} ms")
+        }
+    };
+    let r = job.requests.clone().unwrap_or_default();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    writeln!(
+        out,
+        "service {}-{} s, {what}: requests slowed by {:.2}% (median {:.3} ms against {:.3} ms alone; mean {:+.2}%, p99 {:+.3} ms; {} requests, {} held up by a kernel of ours, {} by a context switch), our kernels resident beside it for {:.1} ms",
+        spec.start_s,
+        spec.end_s,
+        r.slowdown() * 100.0,
+        ms(r.median),
+        ms(r.median_alone),
+        r.mean_slowdown() * 100.0,
+        ms(r.p99) - ms(r.p99_alone),
+        r.count,
+        r.met_kernel,
+        r.switched,
+        ms(job.overlap),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> SimulateArgs {
+        let argv = ["gpufill", "simulate"].iter().chain(extra);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Simulate(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_simulated_gpu_lays_our_kernels_out_as_the_load_settings_say() {
+        let mut settings = Config::default().to_settings();
+        settings.load.period_ms = 100;
+        settings.load.max_kernel_us = 3000;
+        settings.load.beside_kernel_us = 250;
+        let cfg = sim_config(&args(&[]), &settings);
+        assert_eq!(cfg.period, Duration::from_millis(100));
+        assert_eq!(cfg.max_kernel, Duration::from_millis(3));
+        assert_eq!(cfg.one_in_flight_kernel, Some(Duration::from_micros(250)));
+        settings.load.beside_kernel_us = 0;
+        assert_eq!(sim_config(&args(&[]), &settings).one_in_flight_kernel, None);
+    }
+
+    #[test]
+    fn services_become_jobs_that_serve_requests() {
+        let settings = Config::default().to_settings();
+        let cfg = sim_config(
+            &args(&["--service", "2-60:6:0.17", "--service", "3-9:20/s:0.5ms"]),
+            &settings,
+        );
+        let [bursts, isolated] = &cfg.foreign[..] else {
+            panic!("{:?}", cfg.foreign);
+        };
+        assert_eq!(bursts.requests, Some(gpufill_core::sim::Requests::InBursts));
+        assert_eq!(bursts.windows.len(), 10);
+        assert_eq!(isolated.request, Duration::from_micros(500));
+        assert!(matches!(
+            isolated.requests,
+            Some(gpufill_core::sim::Requests::Rate { per_s, .. }) if per_s == 20.0
+        ));
+    }
 }

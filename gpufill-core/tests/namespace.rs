@@ -267,36 +267,48 @@ fn light_notebook(load: f64) -> ForeignJob {
 }
 
 #[test]
-fn activity_yields_at_the_first_sample_showing_an_unlisted_holders_work() {
-    // 5 % busy: too light to show in the device utilization, so only its per-process
-    // samples, 2.6 s late, can show it.
+fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_while_its_samples_show_it()
+ {
+    // 5 % busy: too light to show in the device utilization; its per-process samples
+    // show it 2.6 s late. Our kernels see it at once (issue 21: before, the samples
+    // were the first sign).
     let mut s = sim(namespace(vec![light_notebook(0.05)]), activity());
     let ticks = s.collect_until(secs(40.0));
     assert_eq!(state_at(&ticks, 9.9), State::Filling);
-    let lag = SimConfig::H100_PROCESS_SAMPLE_LAG.as_secs_f64();
-    let yielded = first(&ticks, 10.0, State::Yielding);
+    let paused = first(&ticks, 10.0, State::Yielding);
+    assert!(paused <= secs(10.0) + 2 * TICK, "{paused:?}");
+    let tick = ticks.iter().find(|t| t.at == paused).unwrap();
     assert!(
-        yielded >= secs(10.0 + lag),
-        "not before its samples: {yielded:?}"
+        tick.events.contains(&Event::Paused {
+            pids: Vec::new(),
+            unlisted: true
+        }),
+        "a pause, not a yield: {tick:?}"
     );
-    assert!(yielded <= secs(10.0 + lag + 0.5), "{yielded:?}");
-    // A holder past its idle grace that works is a burst: each sample renews a pause
-    // of BURST_HOLD. Quiet from 15 s: its last sample shows 2.6 s later, then the hold
-    // (not the 3 s idle grace).
-    let hold = gpufill_core::policy::BURST_HOLD.as_secs_f64();
-    let refilled = first(&ticks, yielded.as_secs_f64(), State::Filling);
-    assert!(refilled >= secs(15.0 + lag + hold - 0.25), "{refilled:?}");
-    assert!(refilled <= secs(15.0 + lag + hold + 0.5), "{refilled:?}");
+    // A holder past its idle grace that works renews the hold with each sample that
+    // shows it, the last 2.6 s after it stopped (15 s); the hold ends the idle grace
+    // after that, and its probe finds the work (since our last kernel, at 10 s): one
+    // more idle grace, then a clean probe.
+    let lag = SimConfig::H100_PROCESS_SAMPLE_LAG;
+    let grace = Duration::from_secs(3);
     for t in ticks
         .iter()
-        .filter(|t| t.at > yielded && t.at < secs(15.0 + lag))
+        .filter(|t| t.at > paused && t.at < secs(15.0) + lag + grace)
     {
-        assert_eq!(
-            t.state,
-            State::Yielding,
-            "paused while its samples show it: {t:?}"
-        );
+        assert_eq!(t.state, State::Yielding, "{t:?}");
     }
+    let refilled = ticks
+        .iter()
+        .find(|t| t.at > paused && t.state == State::Filling)
+        .unwrap();
+    assert_eq!(refilled.probed, Some(false), "{refilled:?}");
+    assert!(refilled.at <= secs(15.5) + lag + 2 * grace, "{refilled:?}");
+    let probes: Vec<bool> = ticks
+        .iter()
+        .filter(|t| t.at > paused && t.at <= refilled.at)
+        .filter_map(|t| t.probed)
+        .collect();
+    assert_eq!(probes, vec![true, false]);
 }
 
 #[test]

@@ -7,16 +7,37 @@
 //! - **NVML sampling**: the device publishes one integer-percent sample per sampling
 //!   period (200 ms by default, configurable), the busy share of that window; the
 //!   probe returns each new sample once.
+//! - **Our kernels** ([`SimConfig::period`], [`SimConfig::max_kernel`],
+//!   [`SimConfig::one_in_flight_kernel`], taken from `load.period_ms`,
+//!   `load.max_kernel_us` and `load.beside_kernel_us` by [`SimConfig::with_launch`]):
+//!   at each period start a burst of `duty x period`, in kernels of at most
+//!   `max_kernel` (by default one kernel a burst); beside quiet holders
+//!   ([`crate::LaunchShape::OneInFlight`], recorded by [`SimLoad`]'s `set_shape`, read
+//!   back with [`SimGpu::shape`]) the same bursts, or with `one_in_flight_kernel` set,
+//!   one kernel of that length in flight at a time. The model knows where each kernel
+//!   lies (`kernels.rs`), for what follows.
 //! - **Duty to utilization**: our kernels are resident `duty x (1 - overhead / kernel)`
 //!   of the time. With 30 us lost per 1 ms kernel this gives 48.5 / 24.3 / 72.8 % for
-//!   50 / 25 / 75 % duty, close to the open-loop shortfall measured with 1 ms kernels.
-//! - **Launch shape** ([`crate::LaunchShape`], recorded by [`SimLoad`]'s `set_shape`,
-//!   read back with [`SimGpu::shape`]): in bursts, kernels of `kernel` (1 ms); one in
-//!   flight, kernels of `one_in_flight_kernel` (500 us, the launcher's default), so 30 us
-//!   lost per kernel reads 47 % at 50 % duty.
+//!   50 / 25 / 75 % duty, close to the open-loop shortfall measured with 1 ms kernels;
+//!   one 25 ms kernel a burst reads 49.9 % at 50 % duty, 500 us kernels one in flight
+//!   47 %.
 //! - **Stopping**: after the load goes idle, work already queued keeps running for
 //!   `stop_tail` (the real launcher lets at most one burst finish); one in flight, only
 //!   the kernel in flight finishes.
+//! - **Seeing others** (no MPS; H100, scripts/live_probe.py): a kernel of ours that
+//!   starts after another context's work (since our previous kernel, which must be
+//!   within [`SimConfig::late_start_window`]) starts a switch late, and one during which
+//!   another context's work arrives is preempted and ends early: either way
+//!   [`SimLoad`]'s `others_seen` is true at the next step. Its `probe` answers whether
+//!   anyone ran since our previous kernel however long ago, and is itself a kernel of
+//!   ours. MPS clients beside us show in neither.
+//! - **Requests** ([`Requests`], [`RequestReport`]): a service's requests one by one,
+//!   isolated ([`ForeignJob::isolated_requests`]) or in bursts ([`ForeignJob::service`]).
+//!   Without MPS one that arrives while our kernel runs waits the rest of it, at most
+//!   the rest of a time slice ([`SimConfig::time_slice`], 2 ms), plus a context switch
+//!   ([`SimConfig::context_switch`], 130 us); one that arrives when our context ran last
+//!   pays a switch; otherwise nothing. Under MPS it pays `mps_interference x own_duty`
+//!   of its length. Calibrated on the H100 (the `context_switch` docs say how well).
 //! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
 //!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
 //!   newcomer well before its context is ready), wants the GPU a share `load` of the
@@ -69,14 +90,21 @@
 //!   per-process path use jobs too light for the utilization signal.
 
 pub mod churn;
+mod config;
+mod handles;
 mod job;
+mod kernels;
 mod model;
+mod requests;
 mod run;
 
 pub use churn::{
     Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, Rng,
     check_random_jobs_per_hour,
 };
+pub use config::{SimConfig, SimError, SimReport};
+pub use handles::{SimGpu, SimLoad, SimProbe};
 pub use job::{ForeignJob, ForeignReport};
-pub use model::{SimConfig, SimError, SimGpu, SimLoad, SimProbe, SimReport};
+pub use requests::MAX_WAITS_KEPT;
+pub use requests::{RequestReport, Requests, Spacing};
 pub use run::{Churn, ChurnReport, Simulation, Tracking, tracking};

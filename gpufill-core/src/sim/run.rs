@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::churn::Arrivals;
-use super::model::{SimConfig, SimGpu, SimLoad, SimProbe};
+use super::config::SimConfig;
+use super::handles::{SimGpu, SimLoad, SimProbe};
 use crate::controller::Controller;
 use crate::fill::{FillLoop, FillSettings, Tick};
 use crate::policy::{YieldPolicy, YieldSettings};

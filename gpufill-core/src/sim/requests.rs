@@ -1,0 +1,440 @@
+//! A service's requests one by one: when they come, how long each takes alone and beside
+//! our kernels ([`super::kernels::serve`]), and the report of their latencies
+//! ([`RequestReport`]).
+//!
+//! A request's latency is the time from its arrival to its answer: alone, its length
+//! (and, for isolated requests, any wait behind its own previous request); beside us,
+//! that plus what our kernels made it wait. "Slowed by" compares the medians, as the H100
+//! runs of issue 21 did.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::churn::Rng;
+use super::job::ForeignJob;
+use super::kernels::Served;
+use crate::time::Time;
+
+/// How a service's requests come.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Requests {
+    /// Back to back inside each of the job's `windows` (a burst of requests: a client
+    /// sends the next once the previous is answered), each [`ForeignJob::request`] long
+    /// alone, the last of a burst what is left of it.
+    InBursts,
+    /// Isolated requests from `from` until the job leaves, the first at `from`, then
+    /// `per_s` a second on average, each [`ForeignJob::request`] long alone. The job runs
+    /// kernels only while it serves one.
+    Rate {
+        /// Requests a second.
+        per_s: f64,
+        /// When the first comes (a holder is dormant until then).
+        from: Time,
+        /// How they are spaced.
+        spacing: Spacing,
+    },
+}
+
+/// How isolated requests are spaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spacing {
+    /// Evenly, `1 / per_s` apart (a poller, a health check).
+    Even,
+    /// As a Poisson process (independent clients), from a seeded generator.
+    Poisson {
+        /// The generator's seed.
+        seed: u64,
+    },
+}
+
+/// One request due to be served.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Request {
+    /// When it came.
+    pub(super) arrival: Time,
+    /// When it starts being served (after its own previous request, beside us).
+    pub(super) start: Time,
+    /// How long it takes served alone.
+    pub(super) len: Duration,
+    /// Its latency alone (its length, plus any wait behind its previous one alone).
+    pub(super) alone: Duration,
+}
+
+/// The most waits [`RequestReport::waits`] keeps.
+pub const MAX_WAITS_KEPT: usize = 256;
+
+/// What our kernels cost a service's requests so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestReport {
+    /// Requests served.
+    pub count: u64,
+    /// Median latency beside our load.
+    pub median: Duration,
+    /// Median latency alone.
+    pub median_alone: Duration,
+    /// Mean latency beside our load.
+    pub mean: Duration,
+    /// Mean latency alone.
+    pub mean_alone: Duration,
+    /// 99th percentile of the latency beside our load.
+    pub p99: Duration,
+    /// 99th percentile of the latency alone.
+    pub p99_alone: Duration,
+    /// Requests a kernel of ours held up (it ran when they arrived).
+    pub met_kernel: u64,
+    /// Requests that paid only a context switch (our context ran last before them).
+    pub switched: u64,
+    /// The longest a request waited for us.
+    pub max_wait: Duration,
+    /// The first request: when it came and how long it waited for us.
+    pub first: Option<(Time, Duration)>,
+    /// The first [`MAX_WAITS_KEPT`] requests that waited for us: when each came and how
+    /// long it waited.
+    pub waits: Vec<(Time, Duration)>,
+}
+
+impl RequestReport {
+    /// How much longer the median request took than alone, as a fraction (0.08: 8 %
+    /// longer); 0 with no requests.
+    pub fn slowdown(&self) -> f64 {
+        ratio(self.median, self.median_alone)
+    }
+
+    /// How much longer the mean request took than alone, as a fraction.
+    pub fn mean_slowdown(&self) -> f64 {
+        ratio(self.mean, self.mean_alone)
+    }
+}
+
+fn ratio(beside: Duration, alone: Duration) -> f64 {
+    if alone.is_zero() {
+        0.0
+    } else {
+        beside.as_secs_f64() / alone.as_secs_f64() - 1.0
+    }
+}
+
+/// Latencies counted by value, in steps of 100 ns: bounded by the spread of the
+/// latencies, not by the number of requests (a month at 20 a second is 52 million).
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    counts: BTreeMap<u64, u64>,
+    n: u64,
+    sum_s: f64,
+}
+
+const STEP_NS: u128 = 100;
+
+impl Histogram {
+    fn add(&mut self, d: Duration) {
+        let key = u64::try_from(d.as_nanos().div_ceil(STEP_NS)).unwrap_or(u64::MAX);
+        *self.counts.entry(key).or_default() += 1;
+        self.n += 1;
+        self.sum_s += d.as_secs_f64();
+    }
+
+    /// The `q` quantile: the least latency that `q` of the requests did not exceed.
+    fn quantile(&self, q: f64) -> Duration {
+        let rank = ((q * self.n as f64).ceil() as u64).clamp(1, self.n.max(1));
+        let mut seen = 0;
+        for (&key, &count) in &self.counts {
+            seen += count;
+            if seen >= rank {
+                let ns = u128::from(key) * STEP_NS;
+                return Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX));
+            }
+        }
+        Duration::ZERO
+    }
+
+    fn mean(&self) -> Duration {
+        if self.n == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(self.sum_s / self.n as f64)
+    }
+}
+
+/// A service's requests as they are served: which comes next, the one being served, and
+/// the tally.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Stream {
+    /// The next request, once known.
+    next: Option<Request>,
+    /// The request being served: `[start, end)` beside us.
+    serving: Option<(Time, Time)>,
+    /// When the previous request ended alone (isolated requests queue behind it).
+    alone_end: Time,
+    /// In bursts: the window of the next request, and its index in it.
+    window: usize,
+    index: u64,
+    rng: Option<Rng>,
+    beside: Histogram,
+    alone: Histogram,
+    met: u64,
+    switched: u64,
+    max_wait: Duration,
+    first: Option<(Time, Duration)>,
+    waits: Vec<(Time, Duration)>,
+    started: bool,
+}
+
+impl Stream {
+    /// The request due at or before `now`, if any (computing the first on first use).
+    pub(super) fn due(&mut self, job: &ForeignJob, now: Time) -> Option<Request> {
+        self.start(job);
+        self.next.filter(|r| r.start <= now)
+    }
+
+    /// When something of it changes after `now`: the next request starts, or the one
+    /// being served ends.
+    pub(super) fn next_event(&mut self, job: &ForeignJob, now: Time) -> Option<Time> {
+        self.start(job);
+        let serving_end = self.serving.map(|(_, end)| end).filter(|&e| e > now);
+        let next = self.next.map(|r| r.start.max(now));
+        match (serving_end, next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether it serves a request at `t` (runs kernels).
+    pub(super) fn serving_at(&self, t: Time) -> bool {
+        self.serving.is_some_and(|(from, to)| from <= t && t < to)
+    }
+
+    /// Records that `req` was served with `served` beside us, and schedules the next.
+    /// Returns when it ends.
+    pub(super) fn served(&mut self, job: &ForeignJob, req: Request, served: Served) -> Time {
+        let end = req.start + served.wait + req.len;
+        self.serving = Some((req.start, end));
+        self.beside.add(end - req.arrival);
+        self.alone.add(req.alone);
+        self.met += u64::from(served.met);
+        self.switched += u64::from(served.switched);
+        self.max_wait = self.max_wait.max(served.wait);
+        self.first.get_or_insert((req.arrival, served.wait));
+        if !served.wait.is_zero() && self.waits.len() < MAX_WAITS_KEPT {
+            self.waits.push((req.arrival, served.wait));
+        }
+        self.next = self.following(job, req, end);
+        end
+    }
+
+    /// The report so far.
+    pub(super) fn report(&self) -> RequestReport {
+        RequestReport {
+            count: self.beside.n,
+            median: self.beside.quantile(0.5),
+            median_alone: self.alone.quantile(0.5),
+            mean: self.beside.mean(),
+            mean_alone: self.alone.mean(),
+            p99: self.beside.quantile(0.99),
+            p99_alone: self.alone.quantile(0.99),
+            met_kernel: self.met,
+            switched: self.switched,
+            max_wait: self.max_wait,
+            first: self.first,
+            waits: self.waits.clone(),
+        }
+    }
+
+    fn start(&mut self, job: &ForeignJob) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        self.next = match &job.requests {
+            Some(Requests::Rate { from, spacing, .. }) => {
+                if let Spacing::Poisson { seed } = spacing {
+                    self.rng = Some(Rng::new(*seed));
+                }
+                let arrival = (*from).max(job.first_kernel());
+                self.isolated(job, arrival, Time::ZERO)
+            }
+            Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
+            None => None,
+        };
+    }
+
+    /// The request after `req`, which ended at `end` beside us.
+    fn following(&mut self, job: &ForeignJob, req: Request, end: Time) -> Option<Request> {
+        match &job.requests {
+            Some(Requests::Rate { per_s, spacing, .. }) => {
+                let mean = 1.0 / per_s.max(1e-9);
+                let gap = match (spacing, self.rng.as_mut()) {
+                    (Spacing::Poisson { .. }, Some(rng)) => rng.exponential(mean),
+                    _ => mean,
+                };
+                let arrival = req.arrival + Duration::from_secs_f64(gap.min(1e9));
+                self.isolated(job, arrival, end)
+            }
+            Some(Requests::InBursts) => {
+                self.index += 1;
+                self.in_window(job, end)
+            }
+            None => None,
+        }
+    }
+
+    /// An isolated request arriving at `arrival`, after one that ended at `busy_end`.
+    fn isolated(&mut self, job: &ForeignJob, arrival: Time, busy_end: Time) -> Option<Request> {
+        if arrival >= job.leaves_at {
+            return None;
+        }
+        let len = job.request;
+        let alone_start = arrival.max(self.alone_end);
+        self.alone_end = alone_start + len;
+        Some(Request {
+            arrival,
+            start: arrival.max(busy_end),
+            len,
+            alone: self.alone_end - arrival,
+        })
+    }
+
+    /// The next request of a burst, the previous having ended at `busy_end`: the next
+    /// in the current window, or the first of the next.
+    fn in_window(&mut self, job: &ForeignJob, busy_end: Time) -> Option<Request> {
+        let step = job.request.max(Duration::from_micros(1));
+        loop {
+            let &(from, to) = job.windows.get(self.window)?;
+            let offset = step.saturating_mul(u32::try_from(self.index).unwrap_or(u32::MAX));
+            let alone_start = from + offset;
+            if alone_start >= to {
+                self.window += 1;
+                self.index = 0;
+                continue;
+            }
+            let len = step.min(to - alone_start);
+            let start = if self.index == 0 {
+                from.max(busy_end)
+            } else {
+                busy_end
+            };
+            if start >= job.leaves_at {
+                return None;
+            }
+            return Some(Request {
+                arrival: start,
+                start,
+                len,
+                alone: len,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(stream: &mut Stream, job: &ForeignJob, wait_us: u64) -> Request {
+        let req = stream.due(job, Time::MAX).unwrap();
+        let served = Served {
+            wait: Duration::from_micros(wait_us),
+            met: wait_us > 500,
+            switched: wait_us > 0 && wait_us <= 500,
+        };
+        stream.served(job, req, served);
+        req
+    }
+
+    fn isolated(per_s: f64, spacing: Spacing) -> ForeignJob {
+        ForeignJob::isolated_requests(1.0, 100.0, per_s, Duration::from_micros(800))
+            .with_spacing(spacing)
+    }
+
+    #[test]
+    fn even_requests_come_one_over_the_rate_apart_from_the_first_kernel() {
+        let job = isolated(20.0, Spacing::Even);
+        let mut s = Stream::default();
+        assert_eq!(s.due(&job, Time::from_millis(1084)), None);
+        let first = served(&mut s, &job, 0);
+        assert_eq!(first.arrival, Time::from_millis(1085));
+        assert!(s.serving_at(Time::from_duration(Duration::from_micros(1_085_500))));
+        assert!(!s.serving_at(Time::from_duration(Duration::from_micros(1_085_800))));
+        let second = served(&mut s, &job, 0);
+        assert_eq!(second.arrival, Time::from_millis(1135));
+        assert_eq!(
+            s.next_event(&job, Time::from_millis(1136)),
+            Some(Time::from_millis(1185))
+        );
+    }
+
+    #[test]
+    fn poisson_requests_average_the_rate() {
+        let job = isolated(20.0, Spacing::Poisson { seed: 7 });
+        let mut s = Stream::default();
+        let mut last = Time::ZERO;
+        for _ in 0..2000 {
+            last = served(&mut s, &job, 0).arrival;
+        }
+        let per_s = 2000.0 / (last.as_secs_f64() - 1.085);
+        assert!((per_s - 20.0).abs() < 1.0, "{per_s}");
+    }
+
+    #[test]
+    fn the_report_compares_latency_with_alone() {
+        let job = isolated(20.0, Spacing::Even);
+        let mut s = Stream::default();
+        for i in 0..100 {
+            // One request in ten waits a switch, one in a hundred a time slice.
+            let wait = match i {
+                0 => 2130,
+                _ if i % 10 == 0 => 130,
+                _ => 0,
+            };
+            served(&mut s, &job, wait);
+        }
+        let r = s.report();
+        assert_eq!(r.count, 100);
+        assert_eq!((r.median, r.median_alone), (job.request, job.request));
+        assert_eq!(r.slowdown(), 0.0);
+        let extra = (2130.0 + 9.0 * 130.0) / 100.0 / 800.0;
+        assert!((r.mean_slowdown() - extra).abs() < 1e-6, "{r:?}");
+        assert_eq!(r.p99, Duration::from_micros(930));
+        assert_eq!(r.max_wait, Duration::from_micros(2130));
+        assert_eq!((r.met_kernel, r.switched), (1, 9));
+        assert_eq!(r.first, Some((Time::from_millis(1085), r.max_wait)));
+        assert_eq!(r.waits.len(), 10);
+    }
+
+    #[test]
+    fn an_isolated_request_that_comes_while_the_last_is_served_queues_behind_it() {
+        // 1 ms requests 1 ms apart: delaying one delays the next, alone they never wait.
+        let job = ForeignJob::isolated_requests(0.0, 10.0, 1000.0, Duration::from_millis(1))
+            .with_spacing(Spacing::Even);
+        let mut s = Stream::default();
+        served(&mut s, &job, 500);
+        let next = s.due(&job, Time::MAX).unwrap();
+        assert_eq!(next.start - next.arrival, Duration::from_micros(500));
+        assert_eq!(next.alone, job.request);
+    }
+
+    #[test]
+    fn requests_in_bursts_follow_each_other_and_fill_each_window() {
+        // Windows of 12 ms: 5 ms requests, the third 2 ms.
+        let job = ForeignJob {
+            request: Duration::from_millis(5),
+            ..ForeignJob::service(
+                0.0,
+                1.0,
+                Duration::from_millis(100),
+                Duration::from_millis(12),
+                0.4,
+            )
+        };
+        let mut s = Stream::default();
+        let a = served(&mut s, &job, 1000);
+        assert_eq!(a.start, Time::from_millis(85));
+        let b = served(&mut s, &job, 0);
+        assert_eq!(b.start, Time::from_millis(91));
+        let c = served(&mut s, &job, 0);
+        assert_eq!(c.len, Duration::from_millis(2));
+        let d = served(&mut s, &job, 0);
+        assert_eq!(d.start, Time::from_millis(185));
+        let r = s.report();
+        assert_eq!(r.count, 4);
+        assert_eq!(r.max_wait, Duration::from_millis(1));
+    }
+}
