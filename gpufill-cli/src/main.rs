@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     // First of all, before anything can take time: a SIGHUP sent while gpufill starts
     // must be kept for the reloader, not kill the daemon.
     if let Err(e) = gpufill_cli::reload::catch_hangups() {
-        eprintln!("gpufill: {e:#}");
+        gpufill_cli::logging::last_word(&format!("{e:#}"));
         return ExitCode::FAILURE;
     }
     let cli = Cli::parse();
@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("gpufill: {err:#}");
+            gpufill_cli::logging::last_word(&format!("{err:#}"));
             if err.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {

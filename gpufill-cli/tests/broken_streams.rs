@@ -1,0 +1,91 @@
+//! Streams that cannot be written and signals at awkward times (issue 22): none gives
+//! exit 101 (a panic), and `simulate` stops when nobody reads its table.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> std::path::PathBuf {
+    assert_cmd::cargo::cargo_bin("gpufill")
+}
+
+fn dev_full() -> File {
+    OpenOptions::new().write(true).open("/dev/full").unwrap()
+}
+
+/// Waits up to `limit` for `child`; kills it and fails past that.
+fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[test]
+fn a_stderr_that_cannot_be_written_never_gives_exit_101() {
+    for (args, code) in [
+        (&["simulate", "--target", "500"][..], 2),
+        (&["config", "check", "/nonexistent/gpufill.toml"], 2),
+        (&["--bogus-flag"], 2),
+        (
+            &[
+                "simulate",
+                "--realtime",
+                "--duration",
+                "0.5",
+                "--metrics",
+                "127.0.0.1:0",
+            ],
+            0,
+        ),
+        (&["-v", "simulate", "--duration", "5"], 0),
+    ] {
+        let status = Command::new(bin())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(dev_full())
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(code), "{args:?}");
+    }
+}
+
+#[test]
+fn a_log_pipe_that_closes_mid_run_does_not_stop_gpufill() {
+    let mut child = Command::new(bin())
+        .args(["simulate", "--realtime", "--duration", "2", "--every", "1"])
+        .args(["--metrics", "127.0.0.1:0"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("metrics listening"), "{line}");
+    drop(stderr); // journald restarted, the FIFO's reader gone
+    // Each SIGHUP logs a line (nothing to reload), now into the closed pipe.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(200));
+        signal(&child, "HUP");
+    }
+    let status = wait_within(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
