@@ -58,9 +58,11 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         systemd.keep_alive(sick.is_empty());
         log_health_changes(&mut known_sick, sick);
         if let Some(new) = reloader.poll() {
-            // Validated by the reloader, restart keys already kept: nothing to refuse.
+            // Validated by the reloader, restart keys already kept; the agent checks the
+            // GPUs too (a grid wider than one holds).
             if let Err(e) = agent.update(new.to_settings()) {
-                error!("reload refused: {e}");
+                error!("reload refused, old settings kept: {e}");
+                reloader.undo();
             }
         }
         thread::sleep(Duration::from_millis(200));
