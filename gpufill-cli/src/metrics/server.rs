@@ -28,7 +28,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tracing::debug;
 
@@ -62,8 +62,8 @@ where
 /// `503` with one line per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Health {
-    /// One line per GPU whose worker has not ticked recently or has ended, naming the
-    /// GPU and saying why (e.g. `gpu 1 (GPU-...): last tick 12.0 s ago`).
+    /// One line per GPU whose worker has not ticked yet, not recently, or has ended,
+    /// naming the GPU and saying why (e.g. `gpu 1 (GPU-...): no tick for 12.0 s`).
     pub failing: Vec<String>,
 }
 
@@ -122,18 +122,18 @@ impl Exposition for RegistryExposition {
         gpufill_runtime::prometheus::render(&self.registry.snapshots(), &self.process)
     }
     fn health(&self) -> Health {
-        health_of(&self.registry.snapshots(), SystemTime::now())
+        health_of(&self.registry.snapshots(), Instant::now())
     }
 }
 
-/// The health of these snapshots at `now`: one line, naming the GPU, for each whose
-/// worker has ended or has not ticked within its `stall_after`
-/// ([`GpuSnapshot::unhealthy`]).
-pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime) -> Health {
+/// The health of these snapshots at `now` (monotonic): one line, naming the GPU, for
+/// each whose worker has not ticked yet, has ended, or has not ticked within its
+/// `stall_after` ([`GpuSnapshot::unhealthy`]).
+pub fn health_of(snapshots: &[GpuSnapshot], now: Instant) -> Health {
     let failing = snapshots
         .iter()
         .filter_map(|s| {
-            let why = s.unhealthy(now, s.stall_after)?;
+            let why = s.unhealthy(now)?;
             Some(format!("gpu {} ({}): {why}", s.labels.index, s.labels.uuid))
         })
         .collect();
