@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::render::CONTENT_TYPE;
 use super::{GpuSnapshot, Process, Registry};
@@ -162,7 +162,70 @@ pub fn serve(
     exposition: Arc<dyn Exposition>,
     settings: ServerSettings,
 ) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    serve_on(TcpListener::bind(addr)?, exposition, settings)
+}
+
+/// Whether a failure to bind may go away by itself: the port held by another process
+/// (which may end), or an address not yet configured on this host (an interface still
+/// coming up at boot). Anything else (no permission for the port, an address of
+/// another family) needs the operator.
+pub fn bind_may_recover(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable
+    )
+}
+
+/// Keeps trying to bind `addr` in the background, after `backoff`'s delays (each
+/// failure doubles the next, up to its cap), and serves `exposition` once it can;
+/// `bound` is called with the bound address then. Gives up only on an error that
+/// [`bind_may_recover`] says will not go away.
+///
+/// # Errors
+/// The error of spawning the thread that retries.
+pub fn serve_retrying(
+    addr: SocketAddr,
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+    mut backoff: gpufill_core::Backoff,
+    bound: impl FnOnce(SocketAddr) + Send + 'static,
+) -> io::Result<()> {
+    thread::Builder::new()
+        .name("gpufill-metrics-bind".into())
+        .spawn(move || {
+            for attempt in 1u64.. {
+                thread::sleep(backoff.next_delay());
+                let error = match TcpListener::bind(addr) {
+                    Ok(listener) => match serve_on(listener, Arc::clone(&exposition), settings) {
+                        Ok(at) => return bound(at),
+                        Err(e) => e,
+                    },
+                    Err(e) => e,
+                };
+                if !bind_may_recover(&error) {
+                    warn!("metrics: giving up on {addr}: {error}");
+                    return;
+                }
+                // At the cap of 60 s, about once in 10 minutes.
+                if attempt % 10 == 0 {
+                    warn!(attempt, "metrics: still cannot serve on {addr}: {error}");
+                } else {
+                    debug!(attempt, "metrics: cannot serve on {addr}: {error}");
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Serves `exposition` on `listener` from background threads. Returns its address.
+///
+/// # Errors
+/// The error of reading the listener's address or spawning the acceptor thread.
+pub fn serve_on(
+    listener: TcpListener,
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+) -> io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     let shared = Arc::new(Shared {
         exposition,

@@ -334,3 +334,38 @@ fn healthz_and_worker_up_say_healthy_only_after_the_first_tick() {
     agent.stop();
     agent.join().unwrap();
 }
+
+#[test]
+fn a_taken_port_is_served_as_soon_as_its_holder_lets_go() {
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = squatter.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let exposition = (|| "m 1\n".to_owned(), Health::ok);
+    let backoff = gpufill_core::Backoff::new(Duration::from_millis(10), Duration::from_millis(40));
+    serve_retrying(
+        addr,
+        Arc::new(exposition),
+        ServerSettings::default(),
+        backoff,
+        move |at| tx.send(at).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "served while taken"
+    );
+    drop(squatter);
+    let at = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(at, addr);
+    let out = get(addr, "GET /healthz HTTP/1.1\r\n\r\n");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+}
+
+#[test]
+fn only_a_taken_port_or_an_address_not_yet_up_is_retried() {
+    use std::io::{Error, ErrorKind};
+    assert!(bind_may_recover(&Error::from(ErrorKind::AddrInUse)));
+    assert!(bind_may_recover(&Error::from(ErrorKind::AddrNotAvailable)));
+    assert!(!bind_may_recover(&Error::from(ErrorKind::PermissionDenied)));
+    assert!(!bind_may_recover(&Error::from(ErrorKind::InvalidInput)));
+}
