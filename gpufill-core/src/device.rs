@@ -183,6 +183,14 @@ pub trait LoadSource {
     fn others_seen(&mut self) -> bool {
         false
     }
+
+    /// Whether the load last set runs: false while none can, such as while a source
+    /// that failed for good waits for its replacement ([`crate::Reopening`]). The loop
+    /// then reports its tick as it is, with no load running, rather than as asked. The
+    /// default: a source that takes a load runs it.
+    fn is_running(&self) -> bool {
+        true
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -220,5 +228,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn others_seen(&mut self) -> bool {
         (**self).others_seen()
+    }
+    fn is_running(&self) -> bool {
+        (**self).is_running()
     }
 }

@@ -239,4 +239,9 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
     fn others_seen(&mut self) -> bool {
         self.current.as_mut().is_some_and(LoadSource::others_seen)
     }
+
+    /// False while a load is asked for and no source runs it (a replacement awaited).
+    fn is_running(&self) -> bool {
+        self.load.is_idle() || self.current.as_ref().is_some_and(LoadSource::is_running)
+    }
 }
