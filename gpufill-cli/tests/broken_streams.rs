@@ -187,3 +187,21 @@ fn sigterm_ends_a_realtime_simulation_with_its_summary_and_exit_0() {
         );
     }
 }
+
+#[test]
+fn a_sighup_while_gpufill_starts_is_kept_not_fatal() {
+    // From 20 ms after exec (the handler is installed first thing in main; before
+    // main, a signal kills any program: docs/faults.md, "SIGHUP at any time").
+    for _ in 0..5 {
+        let mut child = Command::new(bin())
+            .args(["simulate", "--realtime", "--duration", "0.3"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        signal(&child, "HUP");
+        let status = wait_within(&mut child, Duration::from_secs(10));
+        assert_eq!(status.code(), Some(0), "{status:?}");
+    }
+}
