@@ -1,10 +1,17 @@
 //! The log subscriber: human-readable lines on stderr, level from `-v`/`-q` unless
 //! `RUST_LOG` is set, colours only on a terminal and without `NO_COLOR`. Only the binary
 //! installs one; the libraries just emit `tracing` events.
+//!
+//! Logging never fails the process: a log line that cannot be written (stderr on a full
+//! disk, `2>/dev/full`, a pipe whose reader has gone: journald restarted, a FIFO reader
+//! that quit) is dropped. The default subscriber would report such a failure with
+//! `eprintln!`, which panics when stderr cannot be written; [`Stderr`] and
+//! `log_internal_errors(false)` keep it from trying.
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 /// Installs the subscriber; `verbose` and `quiet` count the `-v` and `-q` flags.
 pub fn init(verbose: u8, quiet: u8) {
@@ -19,13 +26,46 @@ pub fn init(verbose: u8, quiet: u8) {
     // A second init (tests) is harmless: keep the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(Stderr)
+        .log_internal_errors(false)
         .with_target(false)
         .with_ansi(colours(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR").as_deref(),
         ))
         .try_init();
+}
+
+/// Writes a message line to stderr, as the binary's last word (`gpufill: ...`): dropped
+/// when stderr cannot be written, where `eprintln!` would panic (exit 101).
+pub fn last_word(message: &str) {
+    let _ = writeln!(io::stderr().lock(), "gpufill: {message}");
+}
+
+/// Standard error that drops what cannot be written: a log line lost is better than a
+/// daemon stopped by its log stream.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stderr;
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Claims the whole line written either way, so the subscriber does not retry.
+        let _ = io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().flush();
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = Stderr;
+
+    fn make_writer(&'a self) -> Stderr {
+        Stderr
+    }
 }
 
 /// Whether to colour the log: on a terminal, unless `NO_COLOR` is set to anything but

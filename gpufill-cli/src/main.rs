@@ -2,10 +2,11 @@
 //! failures onto exit codes (0 ok or stopped by a signal, 1 runtime failure, 2 usage
 //! or config error).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpufill_cli::error::{USAGE_EXIT, error_text, flag_error_text};
+use gpufill_cli::error::{USAGE_EXIT, flag_error_text};
 use gpufill_cli::{UsageError, cli::Cli};
 
 fn main() -> ExitCode {
@@ -13,7 +14,7 @@ fn main() -> ExitCode {
     // First of all, before anything can take time: a SIGHUP sent while gpufill starts
     // must be kept for the reloader, not kill the daemon.
     if let Err(e) = gpufill_cli::reload::catch_hangups() {
-        eprintln!("{}", error_text(&e));
+        gpufill_cli::logging::last_word(&format!("{e:#}"));
         return ExitCode::FAILURE;
     }
     let cli = match Cli::try_parse() {
@@ -21,7 +22,8 @@ fn main() -> ExitCode {
         // clap's errors read as gpufill's own, with the same exit status 2.
         Err(e) => match flag_error_text(&e) {
             Some(text) => {
-                eprintln!("{text}");
+                // Never eprintln!: a closed stderr would panic (exit 101).
+                let _ = writeln!(std::io::stderr().lock(), "{text}");
                 return ExitCode::from(USAGE_EXIT);
             }
             None => e.exit(),
@@ -32,7 +34,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("{}", error_text(&err));
+            gpufill_cli::logging::last_word(&format!("{err:#}"));
             if err.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(USAGE_EXIT)
             } else {

@@ -1,6 +1,6 @@
-//! systemd's notify protocol (`sd_notify(3)`): `READY=1` once every worker runs,
-//! `WATCHDOG=1` only while every worker ticks (so a stalled fill loop, not just a dead
-//! process, makes systemd restart the unit), `STOPPING=1` on the way out. Outside
+//! systemd's notify protocol (`sd_notify(3)`): `READY=1` once every worker has ticked,
+//! `WATCHDOG=1` from then on only while every worker ticks (so a stalled fill loop, not
+//! just a dead process, makes systemd restart the unit), `STOPPING=1` on the way out. Outside
 //! systemd (`NOTIFY_SOCKET` unset) it does nothing. No dependency: one datagram per
 //! message on the socket systemd names, which may be in the abstract namespace (`@`).
 
@@ -13,6 +13,7 @@ pub struct Notifier {
     socket: Option<(UnixDatagram, SocketAddr)>,
     watchdog: Option<Duration>,
     last_ping: Option<Instant>,
+    ready: bool,
 }
 
 impl Notifier {
@@ -38,12 +39,15 @@ impl Notifier {
             socket,
             watchdog,
             last_ping: None,
+            ready: false,
         }
     }
 
-    /// Says the service is up.
+    /// Says the service is up (once).
     pub fn ready(&mut self) {
-        self.send("READY=1");
+        if !std::mem::replace(&mut self.ready, true) {
+            self.send("READY=1");
+        }
     }
 
     /// Says the service is stopping.
@@ -51,14 +55,20 @@ impl Notifier {
         self.send("STOPPING=1");
     }
 
-    /// Call often (every loop of the main thread): pings the watchdog at half its
-    /// interval, but only while `healthy`, so that systemd restarts a stalled daemon.
+    /// Call often (every loop of the main thread) with whether every worker has ticked
+    /// lately: the first time it is, says the service is up ([`Notifier::ready`]);
+    /// from then on pings the watchdog at half its interval, but only while `healthy`,
+    /// so that systemd restarts a stalled daemon.
     pub fn keep_alive(&mut self, healthy: bool) {
+        if !healthy {
+            return;
+        }
+        self.ready();
         let Some(interval) = self.watchdog else {
             return;
         };
         let due = self.last_ping.is_none_or(|at| at.elapsed() >= interval / 2);
-        if healthy && due {
+        if due {
             self.send("WATCHDOG=1");
             self.last_ping = Some(Instant::now());
         }
@@ -106,11 +116,13 @@ mod tests {
     }
 
     #[test]
-    fn ready_and_stopping_reach_the_socket() {
+    fn ready_comes_once_every_worker_has_ticked_and_stopping_at_the_end() {
         let (_dir, socket, path) = listener();
         let mut n = Notifier::new(Some(&path), None);
-        n.ready();
-        n.keep_alive(true); // no watchdog configured: nothing
+        n.keep_alive(false); // workers still opening their GPUs
+        assert!(received(&socket).is_empty(), "not ready before every tick");
+        n.keep_alive(true);
+        n.keep_alive(true); // once only; no watchdog configured
         n.stopping();
         assert_eq!(received(&socket), ["READY=1", "STOPPING=1"]);
     }
@@ -123,7 +135,7 @@ mod tests {
         assert!(received(&socket).is_empty(), "unhealthy: no ping");
         n.keep_alive(true);
         n.keep_alive(true); // too soon after the first
-        assert_eq!(received(&socket), ["WATCHDOG=1"]);
+        assert_eq!(received(&socket), ["READY=1", "WATCHDOG=1"]);
         std::thread::sleep(Duration::from_millis(60));
         n.keep_alive(true);
         assert_eq!(received(&socket), ["WATCHDOG=1"]);

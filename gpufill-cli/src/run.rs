@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock};
@@ -38,14 +38,14 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         ..AgentOptions::default()
     };
     let settings = config.to_settings();
-    let stall = gpufill_runtime::stall_after(settings.tick());
+    // Bound before any worker starts; a port that is taken does not stop the fill.
+    let endpoint = metrics::Endpoint::bind(config.metrics.addr())?;
     let mut agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
     let process = metrics::this_process(gpufill_nvml::pid_view());
-    metrics::start_endpoint(config.metrics.addr(), agent.registry(), process)?;
+    endpoint.serve(agent.registry(), process)?;
     let registry = agent.registry();
     let mut systemd = Notifier::from_env();
-    systemd.ready();
     let mut known_sick = Vec::new();
     // The main thread only forwards stops and reloads; each worker applies a reload at
     // its next tick. Reloads are rare and need no haste: a slow poll keeps this
@@ -54,13 +54,16 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         if stop.load(Ordering::Relaxed) {
             agent.stop();
         }
-        let sick = registry.unhealthy(SystemTime::now(), stall);
-        systemd.keep_alive(sick.is_empty());
-        log_health_changes(&mut known_sick, sick);
+        // READY=1 once every worker has ticked; the watchdog only while all tick.
+        let now = Instant::now();
+        systemd.keep_alive(registry.unhealthy(now).is_empty());
+        log_health_changes(&mut known_sick, registry.down(now));
         if let Some(new) = reloader.poll() {
-            // Validated by the reloader, restart keys already kept: nothing to refuse.
+            // Validated by the reloader, restart keys already kept; the agent checks the
+            // GPUs too (a grid wider than one holds).
             if let Err(e) = agent.update(new.to_settings()) {
-                error!("reload refused: {e}");
+                error!("reload refused, old settings kept: {e}");
+                reloader.undo();
             }
         }
         thread::sleep(Duration::from_millis(200));
@@ -71,8 +74,8 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs a worker that became unhealthy (stalled or ended) and one that recovered, once
-/// each time it changes.
+/// Logs a worker that went down (stalled, ended, or no first tick within the start-up
+/// allowance) and one that recovered, once each time it changes.
 fn log_health_changes(known: &mut Vec<(u32, String)>, now: Vec<(u32, String)>) {
     for (gpu, why) in &now {
         if !known.iter().any(|(g, _)| g == gpu) {

@@ -1,8 +1,14 @@
 //! `gpufill simulate`: the real fill loop against the simulated GPU, in virtual time.
+//!
+//! It ends early, with the summary of what ran and exit 0, at SIGINT or SIGTERM (as
+//! `run` does); and at once when its table cannot be written: a reader that has gone
+//! (`| head -1`) ends it quietly (exit 0), any other write error is an error (exit 1).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -30,6 +36,9 @@ fn sim_labels() -> GpuLabels {
         model: "simulated GPU".to_owned(),
     }
 }
+
+/// The context of an error writing the table.
+const STDOUT: &str = "cannot write to standard output";
 
 /// The most random foreign jobs a simulated hour may bring: the simulator's own limit.
 pub const MAX_ARRIVALS_PER_HOUR: f64 = gpufill_core::sim::MAX_RANDOM_JOBS_PER_HOUR;
@@ -73,7 +82,7 @@ fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
 pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow::Result<()> {
     check_args(args)?;
     let mut setup = Setup::new(args, config)?;
-    setup.write_header(out)?;
+    setup.write_header(out).context(STDOUT)?;
     let recorded = drive(&mut setup, args, out)?;
     report(out, &setup, &recorded, args)
 }
@@ -81,6 +90,8 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
 /// Everything a simulation runs with.
 pub struct Setup {
     sim: Simulation,
+    /// Set by SIGINT and SIGTERM: stop, and report what ran.
+    stop: Arc<AtomicBool>,
     steering: Steering,
     reloader: Option<Reloader>,
     settings: Settings,
@@ -97,6 +108,11 @@ impl Setup {
     /// The metrics address cannot be bound, a signal handler cannot be installed, or
     /// the CSV file cannot be created.
     pub fn new(args: &SimulateArgs, config: &Config) -> anyhow::Result<Setup> {
+        let stop = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, Arc::clone(&stop))
+                .context("cannot install signal handlers")?;
+        }
         let settings = config.to_settings();
         let sim_cfg = sim_config(args, &settings);
         let sm = settings.metric == Metric::Sm;
@@ -148,6 +164,7 @@ impl Setup {
         };
         Ok(Setup {
             sim,
+            stop,
             steering,
             reloader,
             settings,
@@ -249,11 +266,13 @@ pub struct Recorded {
     last_state: Option<(Time, State)>,
 }
 
-/// Steps the loop in virtual time to `--duration` (or until the loop stops), writing
-/// table rows and CSV lines as it goes, and keeps what the report needs.
+/// Steps the loop in virtual time to `--duration` (or until the loop stops, or a
+/// SIGINT or SIGTERM), writing table rows and CSV lines as it goes, and keeps what the
+/// report needs.
 ///
 /// # Errors
-/// Writing the CSV file failed.
+/// Writing the table to `out` (a reader that has gone: [`crate::is_broken_pipe`]) or
+/// the CSV file failed; either ends the run at once.
 pub fn drive(
     setup: &mut Setup,
     args: &SimulateArgs,
@@ -263,6 +282,7 @@ pub fn drive(
     let every = Time::from_secs_f64(args.every).since_epoch();
     let mut next_row = Time::ZERO;
     let mut io_result = Ok(());
+    let mut out_result = Ok(());
     let end = Time::from_secs_f64(args.duration);
     let mut arrivals = Arrivals::new(
         args.seed,
@@ -289,7 +309,10 @@ pub fn drive(
     let mut last_state = None;
     let wall_start = Instant::now();
     let mut stopped = false;
-    while setup.sim.now() < end && !stopped {
+    while setup.sim.now() < end && !stopped && out_result.is_ok() {
+        if setup.stop.load(Ordering::Relaxed) {
+            break;
+        }
         setup.reload();
         let now = setup.sim.now();
         churn.before_tick(&setup.sim);
@@ -300,8 +323,8 @@ pub fn drive(
             if let Some((w, _)) = csv.as_mut().filter(|_| io_result.is_ok()) {
                 io_result = write_csv_row(w, tick, sm);
             }
-            if tick.at >= next_row {
-                let _ = write_row(out, tick, sm);
+            if tick.at >= next_row && out_result.is_ok() {
+                out_result = write_row(out, tick, sm);
                 next_row += every;
             }
             steering.after_step(tick, || (None, None));
@@ -324,6 +347,7 @@ pub fn drive(
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
     }
+    out_result.context(STDOUT)?;
     io_result.context("cannot write the CSV file")?;
     if let Some((w, path)) = setup.csv.as_mut() {
         w.flush()
@@ -356,9 +380,10 @@ pub fn report(
         recorded.judged_until,
         args,
         setup.sm,
-    )?;
+    )
+    .context(STDOUT)?;
     if args.random_foreign.is_some() || args.duration > 3600.0 {
-        write_long_run(out, &recorded.churn, &recorded.hours)?;
+        write_long_run(out, &recorded.churn, &recorded.hours).context(STDOUT)?;
     }
     if let Some((at, State::Stopped)) = recorded.last_state {
         bail!("the simulated loop stopped at {:.2} s", at.as_secs_f64());

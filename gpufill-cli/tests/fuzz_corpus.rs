@@ -203,3 +203,44 @@ fn odd_argument_lists_survive() {
         flags(args);
     }
 }
+
+/// Request heads and garbage the metrics endpoint meets: the fuzz target `http_head`'s
+/// function over each, whole and cut at every byte.
+#[test]
+fn request_heads_and_garbage_keep_the_head_parsers_in_agreement() {
+    let tls_hello: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\x8a\x1c\x00\x00";
+    let long_value = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    let corpus: Vec<&[u8]> = vec![
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"HEAD /healthz?v=1 HTTP/1.0\n\n",
+        b"\r\n\r\nGET http://h:9401/metrics HTTP/1.1\r\n\r\nbody",
+        b"GET HTTPS://h HTTP/1.1\r\nUser-Agent: caf\xc3\xa9\tx\r\n\r\n",
+        b"GET / HTTP/2.0\r\n\r\n",
+        b"GET / HTTP/0.9\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        tls_hello,
+        b"SSH-2.0-OpenSSH_9.6\r\n",
+        b"GET / HTTP/1.1\r\n folded\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n",
+        b"GET / HTTP/1.1\r\r\n\r\n",
+        b"GET  / HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.1 \r\n\r\n",
+        b"GET /\x7f HTTP/1.1\r\n\r\n",
+        b"GET ftp://x/ HTTP/1.1\r\n\r\n",
+        b"GET http: HTTP/1.1\r\n\r\n",
+        b"GET / HTTP/1.12\r\n\r\n",
+        b": x\r\n\r\n",
+        b"\r\n\r\n\r\n",
+        b"",
+        b"\n",
+        b"\x00",
+        long_value.as_bytes(),
+    ];
+    for head in corpus {
+        for cut in 0..=head.len().min(300) {
+            gpufill_cli::metrics::server::check_head_parsers(&head[..cut]);
+        }
+        gpufill_cli::metrics::server::check_head_parsers(head);
+    }
+}

@@ -200,6 +200,14 @@ pub trait LoadSource {
         let _ = now;
         Ok(None)
     }
+
+    /// Whether the load last set runs: false while none can, such as while a source
+    /// that failed for good waits for its replacement ([`crate::Reopening`]). The loop
+    /// then reports its tick as it is, with no load running, rather than as asked. The
+    /// default: a source that takes a load runs it.
+    fn is_running(&self) -> bool {
+        true
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -240,5 +248,8 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn probe(&mut self, now: Time) -> Result<Option<bool>, Self::Error> {
         (**self).probe(now)
+    }
+    fn is_running(&self) -> bool {
+        (**self).is_running()
     }
 }

@@ -67,7 +67,9 @@ pub enum State {
     Filling,
     /// Idle because another process is (or was, within the grace) on the GPU.
     Yielding,
-    /// Idle because the probe has failed for longer than `fault_hold`.
+    /// Idle because of a fault: the probe has failed for longer than `fault_hold`, or
+    /// the loop would fill but no load source runs (a replacement CUDA context is
+    /// awaited: [`LoadSource::is_running`]).
     Blind,
     /// Idle for good: the device is lost or cannot be measured.
     Stopped,
@@ -372,8 +374,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         self.apply(now, desired, &mut tick);
         self.note_load(now, &tick);
         self.launch_due(now, &mut tick);
+        self.report_no_load(&mut tick);
         self.release_if_idle_long(now, &mut tick);
         tick
+    }
+
+    /// A tick that would fill while no load source runs (a replacement context awaited)
+    /// says so: blind, duty 0; the controller starts afresh once a source runs, as after
+    /// idling (its samples meanwhile show none of our load).
+    fn report_no_load(&mut self, tick: &mut Tick) {
+        if tick.state == State::Filling && !self.load.is_running() {
+            tick.state = State::Blind;
+            tick.duty = Duty::ZERO;
+            self.fresh_controller = true;
+        }
     }
 
     /// Tells the probe and the own-share signal the load in force from now on.

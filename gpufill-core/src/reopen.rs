@@ -239,4 +239,22 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
     fn others_seen(&mut self) -> bool {
         self.current.as_mut().is_some_and(LoadSource::others_seen)
     }
+
+    /// Probes with the current source, opening one when due. A source opened for the
+    /// probe has run only its own first kernel, so after `release_context` the probe
+    /// speaks for the time since then, not for the time without a context.
+    fn probe(&mut self, now: Time) -> Result<Option<bool>, Self::Error> {
+        let Some(source) = self.source(now)? else {
+            return Ok(None);
+        };
+        match source.probe(now) {
+            Ok(found) => Ok(found),
+            Err(e) => self.check(now, Err(e)).map(|()| None),
+        }
+    }
+
+    /// False while a load is asked for and no source runs it (a replacement awaited).
+    fn is_running(&self) -> bool {
+        self.load.is_idle() || self.current.as_ref().is_some_and(LoadSource::is_running)
+    }
 }

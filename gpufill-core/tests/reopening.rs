@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use gpufill_core::Reopening;
 use gpufill_core::{
-    ControllerKind, DeviceError, ErrorKind, Event, FillLoop, FillSettings, Load, LoadSource, Probe,
-    ProcessInfo, RateLimiter, State, Tick, Time, Utilization, YieldPolicy, YieldSettings,
+    ControllerKind, DeviceError, Duty, ErrorKind, Event, FillLoop, FillSettings, Load, LoadSource,
+    Probe, ProcessInfo, RateLimiter, State, Tick, Time, Utilization, YieldPolicy, YieldSettings,
 };
 
 const TICK: Duration = Duration::from_millis(50);
@@ -159,9 +159,13 @@ fn a_source_whose_every_launch_fails_is_reopened_with_backoff_and_reported() {
         let reopens = device.opened.get() - 1;
         assert!((5..=12).contains(&reopens), "{reopens} reopens in 60 s");
         assert!(device.failures.get() <= u64::from(reopens) + 1);
-        // Every tick says the load is not running: a fault, not success.
+        // Every tick says the load is not running: a fault, not success, and neither
+        // filling nor the duty asked for.
         let faulted = faulty.iter().filter(|t| load_faults(t) > 0).count();
         assert_eq!(faulted, faulty.len(), "set_load fails: {set_load_fails}");
+        for t in &faulty {
+            assert_eq!((t.state, t.duty), (State::Blind, Duty::ZERO), "{t:?}");
+        }
         // Logged through a per-minute rate limiter (as the binary does): one line in
         // full and one summary, plus one line per reopen from the factory.
         let mut limiter = RateLimiter::per_minute();
@@ -179,6 +183,13 @@ fn a_source_whose_every_launch_fails_is_reopened_with_backoff_and_reported() {
         let resumed = after.iter().position(|t| load_faults(t) == 0).unwrap();
         assert!(after[resumed].at <= Time::from_secs_f64(61.0 + 30.1));
         assert!(after[resumed..].iter().all(|t| load_faults(t) == 0));
+        assert!(
+            after[resumed..]
+                .iter()
+                .all(|t| t.state == State::Filling && t.duty > Duty::ZERO),
+            "{:?}",
+            &after[resumed..resumed + 2]
+        );
         assert!(device.launched.get() > launched + 100, "filling again");
         let reopens_at_recovery = device.opened.get();
 

@@ -211,6 +211,20 @@ pub struct Agent {
     registry: Arc<Registry>,
     stop: Arc<AtomicBool>,
     settings: Settings,
+    /// The GPUs filled, for the checks an update must pass as the start did.
+    gpus: Vec<Gpu>,
+}
+
+/// Whether `settings` fit every GPU in `gpus`: with the `util` metric, a grid of
+/// `load.width_blocks` that each holds at once ([`Gpu::check_width`]); the `sm` metric
+/// picks its own width.
+fn check_fits(gpus: &[Gpu], settings: &Settings) -> Result<(), String> {
+    if settings.metric == Metric::Util {
+        for gpu in gpus {
+            gpu.check_width(settings.load.width_blocks)?;
+        }
+    }
+    Ok(())
 }
 
 impl Agent {
@@ -231,12 +245,6 @@ impl Agent {
         let gpus = select(nvml, &settings.gpus)?;
         if settings.metric == Metric::Sm {
             crate::gpm::check_all(nvml, &gpus)?;
-        } else {
-            // Up front, before any worker starts, as a settings error (exit 2 in the binary).
-            for gpu in &gpus {
-                gpu.check_width(settings.load.width_blocks)
-                    .map_err(OpenError::Width)?;
-            }
         }
         let mps = options.mps || crate::mps::daemon_running();
         if mps {
@@ -253,8 +261,10 @@ impl Agent {
     /// Starts one worker per GPU in `gpus`, each opening its GPU through `opener`.
     ///
     /// # Errors
-    /// [`AgentError::Settings`] for invalid settings, [`AgentError::Thread`] when a thread
-    /// cannot start (the workers already started are stopped).
+    /// [`AgentError::Settings`] for invalid settings, [`AgentError::Open`] for settings a
+    /// GPU cannot meet (a grid wider than it holds at once), both before any worker
+    /// starts; [`AgentError::Thread`] when a thread cannot start (the workers already
+    /// started are stopped).
     pub fn start<O: Opener>(
         opener: O,
         gpus: Vec<Gpu>,
@@ -262,6 +272,8 @@ impl Agent {
         options: AgentOptions,
     ) -> Result<Agent, AgentError> {
         settings.validate()?;
+        // Up front, as a settings error (exit 2 in the binary).
+        check_fits(&gpus, &settings).map_err(OpenError::Width)?;
         let labels = gpus.iter().map(labels_of).collect();
         let (registry, publishers) = Registry::new(labels);
         let stop = Arc::new(AtomicBool::new(false));
@@ -273,6 +285,7 @@ impl Agent {
             registry: Arc::clone(&registry),
             stop: Arc::clone(&stop),
             settings,
+            gpus: gpus.clone(),
         };
         for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
@@ -328,13 +341,21 @@ impl Agent {
 
     /// Takes new settings: each worker applies them at its next tick, without restarting
     /// anything. Keys that need a restart ([`crate::settings::RESTART_KEYS`]) keep their
-    /// old values; their names are returned.
+    /// old values; their names are returned. They must pass the checks the start made,
+    /// against the GPUs too: a reload that a reopened GPU could not meet would fail every
+    /// reopen after a GPU loss.
     ///
     /// # Errors
-    /// [`SettingsError`] when `settings` is invalid; nothing changes then.
+    /// [`SettingsError`] when `settings` is invalid or a GPU cannot meet it (a
+    /// `load.width_blocks` wider than it holds at once); nothing changes then.
     pub fn update(&mut self, settings: Settings) -> Result<Vec<&'static str>, SettingsError> {
         settings.validate()?;
         let (settings, kept) = self.settings.live_update(settings);
+        check_fits(&self.gpus, &settings).map_err(|reason| SettingsError {
+            key: "load.width_blocks",
+            reason,
+            other: None,
+        })?;
         let shared = Arc::new(settings.clone());
         for tx in &self.updates {
             // A worker that has ended has dropped its receiver: nothing to update.

@@ -81,7 +81,9 @@ pub use settings::{
 /// match; not part of the embedding API.
 #[doc(hidden)]
 pub use settings::{float_problem, int_problem, range_reason, seconds};
-pub use snapshot::{GpuLabels, GpuSnapshot, Publisher, Registry, stall_after};
+pub use snapshot::{
+    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
+};
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 
 /// The bounds of integer keys, shared with the binary's parser so its messages match;

@@ -7,7 +7,7 @@
 //! can take DCGM's `modelName` along with `group_left(modelName)`.
 
 use std::fmt::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 use gpufill_core::{PidView, State};
 
@@ -31,9 +31,9 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
     (
         "gpufill_worker_up",
         "gauge",
-        "1 while the GPU's worker runs and ticks, 0 once it has ended or stalled (no tick for ten ticks, at least 5 s).",
+        "1 while the GPU's worker runs and ticks; 0 before its first tick, and once it has ended or stalled (no tick for ten ticks, at least 5 s).",
         |s| {
-            Some(if s.unhealthy(SystemTime::now(), s.stall_after).is_none() {
+            Some(if s.unhealthy(Instant::now()).is_none() {
                 1.0
             } else {
                 0.0

@@ -7,7 +7,7 @@
 //! Readers ([`Registry::snapshots`]) lock each snapshot only long enough to clone it.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use gpufill_core::{Event, LaunchShape, State, Tick};
 
@@ -56,14 +56,41 @@ pub struct GpuSnapshot {
     pub power_watts: Option<f64>,
     /// Load faults so far (a launch or a context that failed).
     pub load_faults_total: u64,
-    /// Wall-clock time of the last tick; `None` before the first.
+    /// Wall-clock time of the last tick, for `gpufill_last_tick_timestamp_seconds`;
+    /// `None` before the first. Health is judged on [`GpuSnapshot::last_tick_at`].
     pub last_tick: Option<SystemTime>,
+    /// Monotonic time of the last tick, on which staleness is judged (a step of the
+    /// wall clock neither hides a stall nor makes one); `None` before the first.
+    pub last_tick_at: Option<Instant>,
+    /// When the worker was set up (its publisher made): its [`STARTUP_ALLOWANCE`] for a
+    /// first tick runs from here.
+    pub started: Instant,
     /// Whether the worker is running: false once it has ended (stopped, failed or
     /// panicked), whatever its last tick said.
     pub worker_running: bool,
     /// How long the worker may go without a tick before it counts as stalled
     /// ([`stall_after`] of its tick).
     pub stall_after: Duration,
+}
+
+/// How long a worker may take to its first tick (opening NVML and a CUDA context)
+/// before it counts as stalled rather than starting. Opening a context takes a small
+/// fraction of a second (docs/benchmarks.md, "Hardware tests (run B)"); this leaves room
+/// for a driver that initialises slowly without persistence mode, and stays below the
+/// systemd unit's `TimeoutStartSec` (60 s). Until its first tick a worker is not healthy
+/// either way: it is only logged as stalled after this long.
+pub const STARTUP_ALLOWANCE: Duration = Duration::from_secs(30);
+
+/// What a worker's snapshot says of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs and has ticked within its stall limit: healthy.
+    Ticking,
+    /// It runs but has not ticked yet, within its [`STARTUP_ALLOWANCE`]: not yet healthy.
+    Starting,
+    /// Not healthy, and why: it ended, stopped ticking, or never ticked within its
+    /// allowance (a first CUDA or NVML call that hangs).
+    Down(String),
 }
 
 impl GpuSnapshot {
@@ -86,6 +113,8 @@ impl GpuSnapshot {
             power_watts: None,
             load_faults_total: 0,
             last_tick: None,
+            last_tick_at: None,
+            started: Instant::now(),
             worker_running: true,
             stall_after: stall_after(Duration::ZERO),
         }
@@ -93,23 +122,42 @@ impl GpuSnapshot {
 }
 
 impl GpuSnapshot {
-    /// Why this GPU's worker is not healthy at `now`, or `None` when it is: it must be
-    /// running and have ticked within `stall_after`. A worker that stopped ticking (a
-    /// driver call that hangs, a deadlock) shows here within `stall_after`, whatever
-    /// its last tick said.
-    pub fn unhealthy(&self, now: SystemTime, stall_after: Duration) -> Option<String> {
+    /// What this snapshot says of its worker at `now` (monotonic): ticking within its
+    /// `stall_after`, starting (no tick yet, within [`STARTUP_ALLOWANCE`] of
+    /// `started`), or down. A worker that stopped ticking (a driver call that hangs, a
+    /// deadlock) shows here within `stall_after`, whatever its last tick said.
+    pub fn liveness(&self, now: Instant) -> Liveness {
         if !self.worker_running {
-            return Some("worker ended".to_owned());
+            return Liveness::Down("worker ended".to_owned());
         }
-        let since = self
-            .last_tick
-            .map(|at| now.duration_since(at).unwrap_or(Duration::ZERO));
-        match since {
-            None => None,
-            Some(since) if since > stall_after => {
-                Some(format!("no tick for {:.1} s", since.as_secs_f64()))
+        match self.last_tick_at {
+            None => {
+                let waited = now.saturating_duration_since(self.started);
+                if waited > STARTUP_ALLOWANCE {
+                    Liveness::Down(format!("no first tick after {:.1} s", waited.as_secs_f64()))
+                } else {
+                    Liveness::Starting
+                }
             }
-            Some(_) => None,
+            Some(at) => {
+                let since = now.saturating_duration_since(at);
+                if since > self.stall_after {
+                    Liveness::Down(format!("no tick for {:.1} s", since.as_secs_f64()))
+                } else {
+                    Liveness::Ticking
+                }
+            }
+        }
+    }
+
+    /// Why this GPU's worker is not healthy at `now`, or `None` when it is: healthy
+    /// means running and ticking ([`GpuSnapshot::liveness`]); a worker that has not
+    /// ticked yet is not (`starting: no tick yet`).
+    pub fn unhealthy(&self, now: Instant) -> Option<String> {
+        match self.liveness(now) {
+            Liveness::Ticking => None,
+            Liveness::Starting => Some("starting: no tick yet".to_owned()),
+            Liveness::Down(why) => Some(why),
         }
     }
 }
@@ -156,14 +204,23 @@ impl Registry {
         }
     }
 
-    /// The GPUs whose workers are unhealthy at `now` ([`GpuSnapshot::unhealthy`]), as
-    /// `(NVML index, reason)`; empty when all are well.
-    pub fn unhealthy(&self, now: SystemTime, stall_after: Duration) -> Vec<(u32, String)> {
+    /// The GPUs whose workers are not healthy at `now` ([`GpuSnapshot::unhealthy`]:
+    /// starting ones too), as `(NVML index, reason)`; empty once every worker ticks.
+    pub fn unhealthy(&self, now: Instant) -> Vec<(u32, String)> {
         self.snapshots()
             .iter()
-            .filter_map(|s| {
-                s.unhealthy(now, stall_after)
-                    .map(|why| (s.labels.index, why))
+            .filter_map(|s| s.unhealthy(now).map(|why| (s.labels.index, why)))
+            .collect()
+    }
+
+    /// The GPUs whose workers are down at `now` ([`Liveness::Down`]: ended, stalled, or
+    /// no first tick within the allowance), as `(NVML index, reason)`.
+    pub fn down(&self, now: Instant) -> Vec<(u32, String)> {
+        self.snapshots()
+            .iter()
+            .filter_map(|s| match s.liveness(now) {
+                Liveness::Down(why) => Some((s.labels.index, why)),
+                _ => None,
             })
             .collect()
     }
@@ -211,6 +268,7 @@ impl Publisher {
         s.foreign = tick.foreign;
         s.filling_beside = tick.state.fills() && tick.shape == LaunchShape::OneInFlight;
         s.last_tick = Some(SystemTime::now());
+        s.last_tick_at = Some(Instant::now());
         for event in &tick.events {
             match event {
                 Event::Yielded { .. } => s.yields_total += 1,
@@ -301,24 +359,60 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_is_unhealthy_once_ended_or_silent_for_longer_than_the_stall_limit() {
+    fn a_worker_is_unhealthy_until_its_first_tick_and_once_ended_or_silent_too_long() {
         let (registry, mut publishers) = Registry::new(vec![labels()]);
-        let stall = stall_after(Duration::from_millis(50));
-        assert_eq!(stall, Duration::from_secs(5));
-        let now = SystemTime::now();
-        // Before the first tick: starting, not stalled.
-        assert!(registry.unhealthy(now, stall).is_empty());
-        publishers[0].observe(&tick(State::Filling, vec![]), 1);
-        assert!(registry.unhealthy(SystemTime::now(), stall).is_empty());
-        let later = SystemTime::now() + Duration::from_secs(6);
-        let sick = registry.unhealthy(later, stall);
+        let publisher = publishers.pop().unwrap();
+        let mut publisher = publisher.ticking_every(Duration::from_millis(50));
+        assert_eq!(
+            stall_after(Duration::from_millis(50)),
+            Duration::from_secs(5)
+        );
+        let now = Instant::now();
+        // Before the first tick: starting, which is not healthy.
+        let snapshot = &registry.snapshots()[0];
+        assert_eq!(snapshot.liveness(now), Liveness::Starting);
+        assert_eq!(
+            registry.unhealthy(now),
+            vec![(0, "starting: no tick yet".to_owned())]
+        );
+        assert!(registry.down(now).is_empty(), "not logged as stalled yet");
+        // A first call that hangs: down once the allowance has passed.
+        let later = snapshot.started + STARTUP_ALLOWANCE + Duration::from_secs(1);
+        let down = registry.down(later);
+        assert_eq!(down.len(), 1);
+        assert!(down[0].1.starts_with("no first tick after 31."), "{down:?}");
+        publisher.observe(&tick(State::Filling, vec![]), 1);
+        assert!(registry.unhealthy(Instant::now()).is_empty());
+        let sick = registry.unhealthy(Instant::now() + Duration::from_secs(6));
         assert_eq!(sick.len(), 1);
         assert!(sick[0].1.starts_with("no tick for 6."), "{sick:?}");
         registry.mark_ended(0);
         assert_eq!(
-            registry.unhealthy(SystemTime::now(), stall),
+            registry.unhealthy(Instant::now()),
             vec![(0, "worker ended".to_owned())]
         );
+    }
+
+    #[test]
+    fn staleness_is_judged_on_the_monotonic_clock_not_the_wall_clock() {
+        let (registry, mut publishers) = Registry::new(vec![labels()]);
+        publishers[0].observe(&tick(State::Filling, vec![]), 1);
+        let mut snapshot = registry.snapshots()[0].clone();
+        let now = Instant::now();
+        // The wall clock stepped an hour either way since the tick: still ticking.
+        for step in [-3600i64, 3600] {
+            let offset = Duration::from_secs(step.unsigned_abs());
+            snapshot.last_tick = if step < 0 {
+                SystemTime::now().checked_sub(offset)
+            } else {
+                SystemTime::now().checked_add(offset)
+            };
+            assert_eq!(snapshot.liveness(now), Liveness::Ticking);
+        }
+        assert!(matches!(
+            snapshot.liveness(now + Duration::from_secs(6)),
+            Liveness::Down(_)
+        ));
     }
 
     #[test]

@@ -247,20 +247,15 @@ impl Config {
     /// [`ConfigError::Read`] when the file cannot be read, else as
     /// [`Config::from_toml_str`].
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let bytes = read_limited(path).map_err(|error| ConfigError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            let valid = std::str::from_utf8(valid).unwrap_or_default();
-            ConfigError::Syntax {
-                origin: Some(path.to_path_buf()),
-                position: Some(Position::of_offset(valid, valid.len())),
-                reason: "not valid UTF-8".to_owned(),
-            }
-        })?;
+        let (text, _) = read_text(path)?;
         Config::from_toml_str(&text, Some(path))
+    }
+
+    /// Whether `text` is TOML that sets no key at all (empty, blank or only comments):
+    /// all defaults, as at start, but on a reload more likely a file an editor has just
+    /// truncated than a wish.
+    pub fn sets_no_key(text: &str) -> bool {
+        DeTable::parse(text).is_ok_and(|doc| doc.get_ref().is_empty())
     }
 
     /// Checks every range and the relations between keys. Both loaders call it; call it
@@ -386,8 +381,32 @@ impl Config {
 /// and its comments is about 5 KiB).
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Reads `path` if it is a regular file of at most [`MAX_FILE_BYTES`].
-fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
+/// Reads a configuration file as text (see [`Config::load`]), with its modification
+/// time when the file system gives one.
+///
+/// # Errors
+/// [`ConfigError::Read`] when the file cannot be read or is not a regular file of at
+/// most [`MAX_FILE_BYTES`]; [`ConfigError::Syntax`] when it is not UTF-8.
+pub fn read_text(path: &Path) -> Result<(String, Option<std::time::SystemTime>), ConfigError> {
+    let (bytes, modified) = read_limited(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let valid = std::str::from_utf8(valid).unwrap_or_default();
+        ConfigError::Syntax {
+            origin: Some(path.to_path_buf()),
+            position: Some(Position::of_offset(valid, valid.len())),
+            reason: "not valid UTF-8".to_owned(),
+        }
+    })?;
+    Ok((text, modified))
+}
+
+/// Reads `path` if it is a regular file of at most [`MAX_FILE_BYTES`], with the
+/// modification time of the file read.
+fn read_limited(path: &Path) -> std::io::Result<(Vec<u8>, Option<std::time::SystemTime>)> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: opening a FIFO with no writer returns at once instead of blocking;
@@ -396,7 +415,8 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
-    if !file.metadata()?.is_file() {
+    let meta = file.metadata()?;
+    if !meta.is_file() {
         return Err(Error::new(
             ErrorKind::InvalidInput,
             "not a regular file (a config is read from a plain file only)",
@@ -410,7 +430,7 @@ fn read_limited(path: &Path) -> std::io::Result<Vec<u8>> {
             format!("larger than {MAX_FILE_BYTES} bytes"),
         ));
     }
-    Ok(bytes)
+    Ok((bytes, meta.modified().ok()))
 }
 
 /// toml says only "duplicate key" for a key or a table given twice; its span covers

@@ -8,14 +8,15 @@
 
 pub mod server;
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
-use gpufill_core::PidView;
+use gpufill_core::{Backoff, PidView};
 pub use gpufill_runtime::prometheus::Process;
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
-use tracing::info;
+use tracing::{info, warn};
 
 /// The exposition format's pieces the server needs.
 pub mod render {
@@ -45,4 +46,98 @@ pub fn start_endpoint(
         .with_context(|| format!("cannot serve metrics on {addr}"))?;
     info!("metrics listening on http://{bound}/metrics");
     Ok(())
+}
+
+/// The delays between attempts to bind a port that is taken: 1 s, doubling to 60 s.
+pub const BIND_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
+/// The metrics endpoint of a daemon (`gpufill run`), bound before its workers start.
+#[derive(Debug)]
+pub enum Endpoint {
+    /// No `--metrics`.
+    Off,
+    /// Bound; served once the workers' registry exists.
+    Bound(TcpListener),
+    /// Taken by another process, or not yet an address of this host: the fill goes on,
+    /// and binding is retried in the background ([`BIND_RETRY`]).
+    Retrying(SocketAddr),
+}
+
+impl Endpoint {
+    /// Binds `addr` before any worker starts. A port that is taken (or an address not
+    /// yet up) is no reason to stop filling, let alone to exit and be restarted in a
+    /// loop by systemd: it is logged, and retried once serving ([`Endpoint::serve`]).
+    ///
+    /// # Errors
+    /// A bind error that will not go away by itself ([`server::bind_may_recover`]):
+    /// no permission for the port, say.
+    pub fn bind(addr: Option<SocketAddr>) -> anyhow::Result<Endpoint> {
+        let Some(addr) = addr else {
+            return Ok(Endpoint::Off);
+        };
+        match TcpListener::bind(addr) {
+            Ok(listener) => Ok(Endpoint::Bound(listener)),
+            Err(e) if server::bind_may_recover(&e) => {
+                warn!(
+                    "cannot serve metrics on {addr}: {e}; filling anyway, and trying again \
+                     (every {} s at most); /metrics and /healthz are unavailable until then",
+                    BIND_RETRY.1.as_secs()
+                );
+                Ok(Endpoint::Retrying(addr))
+            }
+            Err(e) => Err(e).with_context(|| format!("cannot serve metrics on {addr}")),
+        }
+    }
+
+    /// Serves `registry` (with `process`'s own series) on the bound port, or keeps
+    /// trying to bind it in the background; logs the address once serving
+    /// (`metrics listening on http://IP:PORT/metrics`).
+    ///
+    /// # Errors
+    /// A thread cannot be started.
+    pub fn serve(self, registry: Arc<Registry>, process: Process) -> anyhow::Result<()> {
+        let exposition = Arc::new(server::RegistryExposition::new(registry, process));
+        let settings = server::ServerSettings::default();
+        match self {
+            Endpoint::Off => Ok(()),
+            Endpoint::Bound(listener) => {
+                let bound = server::serve_on(listener, exposition, settings)
+                    .context("cannot serve metrics")?;
+                info!("metrics listening on http://{bound}/metrics");
+                Ok(())
+            }
+            Endpoint::Retrying(addr) => {
+                let backoff = Backoff::new(BIND_RETRY.0, BIND_RETRY.1);
+                server::serve_retrying(addr, exposition, settings, backoff, |bound| {
+                    info!("metrics listening on http://{bound}/metrics");
+                })
+                .context("cannot start the metrics endpoint")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_goes_on_when_its_metrics_port_is_taken_or_the_address_is_not_up() {
+        let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = squatter.local_addr().unwrap();
+        let endpoint = Endpoint::bind(Some(taken)).unwrap();
+        assert!(
+            matches!(endpoint, Endpoint::Retrying(a) if a == taken),
+            "{endpoint:?}"
+        );
+        // TEST-NET-1 (RFC 5737): never an address of this host.
+        let elsewhere = "192.0.2.1:9401".parse().unwrap();
+        assert!(matches!(
+            Endpoint::bind(Some(elsewhere)).unwrap(),
+            Endpoint::Retrying(_)
+        ));
+        assert!(matches!(Endpoint::bind(None).unwrap(), Endpoint::Off));
+        let free = Endpoint::bind(Some("127.0.0.1:0".parse().unwrap())).unwrap();
+        assert!(matches!(free, Endpoint::Bound(_)));
+    }
 }

@@ -3,14 +3,20 @@
 //! Nothing a client does can stall it for others, and nothing it does can make a fill
 //! loop wait (the loops only `try_lock` their snapshot):
 //! - **concurrent**: an acceptor thread hands each connection to a thread of its own, up
-//!   to [`ServerSettings::max_connections`] at once; beyond that a connection is answered
-//!   `503` at once and closed, so a flood of idle connections delays nobody else for more
-//!   than the request deadline;
+//!   to [`ServerSettings::max_connections`] at once;
+//! - **slow clients give way** (`server/slots.rs`): when every slot is taken, a newcomer
+//!   takes the slot of a connection that is only being drained, else of the oldest one
+//!   still sending its head (answered `408`), so slow clients and floods cannot keep a
+//!   health probe, which sends its whole head at once, from being answered at once;
+//!   only when even the threads of evicted connections reach twice the limit is a
+//!   newcomer answered `503`;
 //! - **one deadline per request**: the head must arrive within
 //!   [`ServerSettings::request_deadline`] (2 s) in total, however it trickles in (the read
 //!   timeout shrinks to what is left of the deadline before each read), else `408`; the
 //!   response gets the same budget for writing;
-//! - **strict parsing** (`server/http.rs`): `400` for a malformed head (bare LF line ends are
+//! - **strict parsing** (`server/http.rs`): `400` for a malformed head, as soon as the
+//!   bytes so far cannot begin a good one (a TLS hello or garbage is answered at its
+//!   first byte, not after the deadline; bare LF line ends are
 //!   accepted, see there), `431` for a head over [`ServerSettings::max_head_bytes`]
 //!   (8 KiB), `405` for methods other than GET and HEAD, `404` for other paths, `505` for
 //!   HTTP versions other than 1.x; one request per connection (`Connection: close`), and
@@ -22,19 +28,20 @@
 //! through [`RegistryExposition`].
 
 mod http;
+mod slots;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::render::CONTENT_TYPE;
 use super::{GpuSnapshot, Process, Registry};
-use http::{HeadScanner, Refusal};
+use http::{HeadChecker, HeadScanner, Refusal};
+use slots::{Phase, Slot, Slots};
 
 /// What the endpoint serves.
 pub trait Exposition: Send + Sync + 'static {
@@ -62,8 +69,8 @@ where
 /// `503` with one line per entry.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Health {
-    /// One line per GPU whose worker has not ticked recently or has ended, naming the
-    /// GPU and saying why (e.g. `gpu 1 (GPU-...): last tick 12.0 s ago`).
+    /// One line per GPU whose worker has not ticked yet, not recently, or has ended,
+    /// naming the GPU and saying why (e.g. `gpu 1 (GPU-...): no tick for 12.0 s`).
     pub failing: Vec<String>,
 }
 
@@ -82,7 +89,8 @@ impl Health {
 /// Limits of the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServerSettings {
-    /// Connections served at once; more are answered `503` and closed.
+    /// Connections served at once; a newcomer beyond that takes the slot of one that is
+    /// slow to ask (see the module docs).
     pub max_connections: usize,
     /// Time a client has to send its whole request head; the response has as long to
     /// be written.
@@ -122,18 +130,18 @@ impl Exposition for RegistryExposition {
         gpufill_runtime::prometheus::render(&self.registry.snapshots(), &self.process)
     }
     fn health(&self) -> Health {
-        health_of(&self.registry.snapshots(), SystemTime::now())
+        health_of(&self.registry.snapshots(), Instant::now())
     }
 }
 
-/// The health of these snapshots at `now`: one line, naming the GPU, for each whose
-/// worker has ended or has not ticked within its `stall_after`
-/// ([`GpuSnapshot::unhealthy`]).
-pub fn health_of(snapshots: &[GpuSnapshot], now: SystemTime) -> Health {
+/// The health of these snapshots at `now` (monotonic): one line, naming the GPU, for
+/// each whose worker has not ticked yet, has ended, or has not ticked within its
+/// `stall_after` ([`GpuSnapshot::unhealthy`]).
+pub fn health_of(snapshots: &[GpuSnapshot], now: Instant) -> Health {
     let failing = snapshots
         .iter()
         .filter_map(|s| {
-            let why = s.unhealthy(now, s.stall_after)?;
+            let why = s.unhealthy(now)?;
             Some(format!("gpu {} ({}): {why}", s.labels.index, s.labels.uuid))
         })
         .collect();
@@ -162,12 +170,75 @@ pub fn serve(
     exposition: Arc<dyn Exposition>,
     settings: ServerSettings,
 ) -> io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
+    serve_on(TcpListener::bind(addr)?, exposition, settings)
+}
+
+/// Whether a failure to bind may go away by itself: the port held by another process
+/// (which may end), or an address not yet configured on this host (an interface still
+/// coming up at boot). Anything else (no permission for the port, an address of
+/// another family) needs the operator.
+pub fn bind_may_recover(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable
+    )
+}
+
+/// Keeps trying to bind `addr` in the background, after `backoff`'s delays (each
+/// failure doubles the next, up to its cap), and serves `exposition` once it can;
+/// `bound` is called with the bound address then. Gives up only on an error that
+/// [`bind_may_recover`] says will not go away.
+///
+/// # Errors
+/// The error of spawning the thread that retries.
+pub fn serve_retrying(
+    addr: SocketAddr,
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+    mut backoff: gpufill_core::Backoff,
+    bound: impl FnOnce(SocketAddr) + Send + 'static,
+) -> io::Result<()> {
+    thread::Builder::new()
+        .name("gpufill-metrics-bind".into())
+        .spawn(move || {
+            for attempt in 1u64.. {
+                thread::sleep(backoff.next_delay());
+                let error = match TcpListener::bind(addr) {
+                    Ok(listener) => match serve_on(listener, Arc::clone(&exposition), settings) {
+                        Ok(at) => return bound(at),
+                        Err(e) => e,
+                    },
+                    Err(e) => e,
+                };
+                if !bind_may_recover(&error) {
+                    warn!("metrics: giving up on {addr}: {error}");
+                    return;
+                }
+                // At the cap of 60 s, about once in 10 minutes.
+                if attempt % 10 == 0 {
+                    warn!(attempt, "metrics: still cannot serve on {addr}: {error}");
+                } else {
+                    debug!(attempt, "metrics: cannot serve on {addr}: {error}");
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Serves `exposition` on `listener` from background threads. Returns its address.
+///
+/// # Errors
+/// The error of reading the listener's address or spawning the acceptor thread.
+pub fn serve_on(
+    listener: TcpListener,
+    exposition: Arc<dyn Exposition>,
+    settings: ServerSettings,
+) -> io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
     let shared = Arc::new(Shared {
         exposition,
         settings,
-        active: AtomicUsize::new(0),
+        slots: Slots::new(settings.max_connections),
     });
     thread::Builder::new()
         .name("gpufill-metrics".into())
@@ -178,34 +249,54 @@ pub fn serve(
 struct Shared {
     exposition: Arc<dyn Exposition>,
     settings: ServerSettings,
-    /// Connections being served.
-    active: AtomicUsize,
-}
-
-/// A slot among `max_connections`, given back when dropped (also on a panic).
-struct Slot(Arc<Shared>);
-
-impl Slot {
-    fn take(shared: &Arc<Shared>) -> Option<Slot> {
-        let max = shared.settings.max_connections;
-        shared
-            .active
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Slot(Arc::clone(shared)))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::AcqRel);
-    }
+    slots: Arc<Slots>,
 }
 
 /// A connection handler's stack: it parses a head of at most 8 KiB and renders text.
 const HANDLER_STACK: usize = 256 * 1024;
+
+/// The fuzz target `http_head`'s body (fuzz/), also run over a fixed corpus on stable
+/// (`tests/fuzz_corpus.rs`): feeds `data` to the head scanner, the checker and the
+/// parser as a client could send it, whole and a byte at a time, and panics where they
+/// disagree:
+/// - the head ends at the same byte however the data arrives;
+/// - the checker never refuses a prefix of a head the parser accepts, and refuses a
+///   head of another HTTP version only as such;
+/// - what the checker refuses a byte at a time it refuses whole.
+///
+/// Not part of the API.
+#[doc(hidden)]
+pub fn check_head_parsers(data: &[u8]) {
+    let data = &data[..data.len().min(16 * 1024)];
+    let end = HeadScanner::default().end(data);
+    let mut scanner = HeadScanner::default();
+    let bytewise_end = (1..=data.len()).find_map(|n| scanner.end(&data[..n]));
+    assert_eq!(
+        end, bytewise_end,
+        "the head's end depends on how it arrives"
+    );
+    let head = &data[..end.unwrap_or(data.len())];
+    let mut checker = HeadChecker::default();
+    let refused = (1..=head.len()).find_map(|n| checker.check(&head[..n]).err());
+    let whole = HeadChecker::default().check(head).err();
+    assert_eq!(
+        refused.is_some(),
+        whole.is_some(),
+        "a byte at a time {refused:?}, whole {whole:?}"
+    );
+    if end.is_some() {
+        match http::parse(head) {
+            Ok(_) => assert_eq!(refused, None, "refused a head the parser accepts"),
+            Err(Refusal::Version) => {
+                assert!(
+                    matches!(refused, None | Some(Refusal::Version)),
+                    "{refused:?}"
+                );
+            }
+            Err(Refusal::BadRequest(_)) => {}
+        }
+    }
+}
 
 /// The pause after a failed accept (out of file descriptors), so the acceptor does not
 /// spin while the condition lasts.
@@ -221,19 +312,20 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
-        let Some(slot) = Slot::take(shared) else {
+        let Some(slot) = shared.slots.take(&stream) else {
             debug!(
-                "metrics: {} connections already, answering 503",
+                "metrics: {} connections and as many ending already, answering 503",
                 shared.settings.max_connections
             );
             refuse_busy(stream);
             continue;
         };
+        let shared = Arc::clone(shared);
         let spawned = thread::Builder::new()
             .name("gpufill-metrics-conn".into())
             .stack_size(HANDLER_STACK)
             .spawn(move || {
-                if let Err(e) = handle(stream, &slot.0) {
+                if let Err(e) = handle(stream, &shared, &slot) {
                     debug!("metrics connection: {e}");
                 }
                 drop(slot);
@@ -317,13 +409,20 @@ enum Head {
     Closed,
     /// The client ended its side before the head was complete.
     Incomplete,
+    /// The bytes so far cannot begin a head that would be accepted.
+    Refused(Refusal),
 }
 
-fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+fn handle(mut stream: TcpStream, shared: &Shared, slot: &Slot) -> io::Result<()> {
     let settings = shared.settings;
     let deadline = Instant::now() + settings.request_deadline;
-    let (response, head_only, extra): (Response, bool, &[&str]) =
-        match read_head(&mut stream, deadline, settings.max_head_bytes)? {
+    let head = read_head(&mut stream, deadline, settings.max_head_bytes)?;
+    let (response, head_only, extra): (Response, bool, &[&str]) = if slot.evicted() {
+        // A newcomer took the slot while this head was still arriving.
+        let why = "request head too slow while the server is busy\n";
+        (Response::text(408, why.into()), false, &[])
+    } else {
+        match head {
             Head::Closed => return Ok(()),
             Head::TimedOut => (
                 Response::text(408, "request head not received in time\n".into()),
@@ -340,28 +439,31 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
                 false,
                 &[],
             ),
+            Head::Refused(why) => (refusal(why), false, &[]),
             Head::Complete(head) => route(&head, shared.exposition.as_ref()),
-        };
+        }
+    };
+    slot.enter(Phase::Answer);
     let deadline = Instant::now() + settings.request_deadline;
     write_all_by(&mut stream, &response.bytes(head_only, extra), deadline)?;
+    slot.enter(Phase::Linger);
     linger(&mut stream);
     Ok(())
+}
+
+/// The answer to a head refused by the parser.
+fn refusal(why: Refusal) -> Response {
+    match why {
+        Refusal::BadRequest(why) => Response::text(400, format!("bad request: {why}\n")),
+        Refusal::Version => Response::text(505, "only HTTP/1.x\n".into()),
+    }
 }
 
 /// The response to a complete head, whether it is a HEAD request, and extra header lines.
 fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static [&'static str]) {
     let request = match http::parse(head) {
         Ok(request) => request,
-        Err(Refusal::BadRequest(why)) => {
-            return (
-                Response::text(400, format!("bad request: {why}\n")),
-                false,
-                &[],
-            );
-        }
-        Err(Refusal::Version) => {
-            return (Response::text(505, "only HTTP/1.x\n".into()), false, &[]);
-        }
+        Err(why) => return (refusal(why), false, &[]),
     };
     let head_only = request.method == "HEAD";
     if !matches!(request.method, "GET" | "HEAD") {
@@ -393,10 +495,12 @@ fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static 
 }
 
 /// Reads until the head is complete, with the read timeout shrunk before each read to
-/// what is left of `deadline`.
+/// what is left of `deadline`; stops at once when the bytes so far cannot begin a head
+/// that would be accepted.
 fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Result<Head> {
     let mut head = Vec::with_capacity(1024);
     let mut scanner = HeadScanner::default();
+    let mut checker = HeadChecker::default();
     let mut buf = [0u8; 1024];
     loop {
         let Some(left) = left_until(deadline) else {
@@ -419,7 +523,11 @@ fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Resul
             }
             Some(_) => return Ok(Head::TooLarge),
             None if head.len() > max => return Ok(Head::TooLarge),
-            None => {}
+            None => {
+                if let Err(why) = checker.check(&head) {
+                    return Ok(Head::Refused(why));
+                }
+            }
         }
     }
 }
