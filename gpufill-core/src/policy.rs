@@ -302,6 +302,10 @@ impl YieldPolicy {
         match self.settings.mode {
             YieldMode::Mps => false,
             YieldMode::Presence => unlisted == Unlisted::Unknown,
+            // Beside quiet holders a probe has judged (filling beside them, or holding
+            // off), our own kernels and probes see their work first and cheaper: the
+            // samples (over a millisecond of CPU a read) are for newcomers' idle grace.
+            YieldMode::Activity { .. } if self.beside != Beside::Unknown => false,
             YieldMode::Activity { .. } => {
                 !listed.is_empty() || matches!(unlisted, Unlisted::Memory(_) | Unlisted::Unknown)
             }
@@ -904,6 +908,38 @@ mod tests {
             ..nobody
         };
         assert_eq!(p.decide_seen(ms(2000), &beyond), Decision::Fill);
+    }
+
+    #[test]
+    fn per_process_samples_are_read_only_until_a_probe_has_judged_the_holders() {
+        let mut p = activity(1000);
+        let nb = procs(&[5]);
+        let quiet = Seen::complete(&nb, &[]);
+        p.decide_seen(ms(0), &quiet);
+        assert!(
+            p.wants_activity(&nb, Unlisted::ListComplete),
+            "a newcomer's idle grace"
+        );
+        assert_eq!(answered(&mut p, ms(1000), &quiet), Decision::FillBeside);
+        assert!(
+            !p.wants_activity(&nb, Unlisted::ListComplete),
+            "filling beside"
+        );
+        p.decide_seen(
+            ms(1100),
+            &Seen {
+                held_back: true,
+                ..quiet
+            },
+        );
+        assert!(
+            !p.wants_activity(&nb, Unlisted::ListComplete),
+            "holding off"
+        );
+        // A newcomer: its idle grace needs the samples again.
+        let two = procs(&[5, 6]);
+        p.decide_seen(ms(1200), &Seen::complete(&two, &[]));
+        assert!(p.wants_activity(&two, Unlisted::ListComplete));
     }
 
     #[test]

@@ -267,8 +267,7 @@ fn light_notebook(load: f64) -> ForeignJob {
 }
 
 #[test]
-fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_while_its_samples_show_it()
- {
+fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_while_it_works() {
     // 5 % busy: too light to show in the device utilization; its per-process samples
     // show it 2.6 s late. Our kernels see it at once (issue 21: before, the samples
     // were the first sign).
@@ -285,10 +284,10 @@ fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_
         }),
         "a pause, not a yield: {tick:?}"
     );
-    // A holder past its idle grace that works renews the hold with each sample that
-    // shows it, the last 2.6 s after it stopped (15 s); the hold ends the idle grace
-    // after that, and its probe finds the work (since our last kernel, at 10 s): one
-    // more idle grace, then a clean probe.
+    // Holding off, gpufill reads no per-process samples (a probe at the end of each
+    // hold sees more, and at once): the probes find its work until it has been quiet for
+    // a hold, then one is clean. It stays idle at least as long as its samples (2.6 s
+    // late) would have shown it.
     let lag = SimConfig::H100_PROCESS_SAMPLE_LAG;
     let grace = Duration::from_secs(3);
     for t in ticks
@@ -302,13 +301,20 @@ fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_
         .find(|t| t.at > paused && t.state == State::Filling)
         .unwrap();
     assert_eq!(refilled.probed, Some(false), "{refilled:?}");
-    assert!(refilled.at <= secs(15.5) + lag + 2 * grace, "{refilled:?}");
+    // The last late probe came after the work ended (15 s); the hold after it is at
+    // most twice the idle grace.
+    assert!(
+        refilled.at <= secs(15.0) + 3 * grace + 2 * TICK,
+        "{refilled:?}"
+    );
     let probes: Vec<bool> = ticks
         .iter()
         .filter(|t| t.at > paused && t.at <= refilled.at)
         .filter_map(|t| t.probed)
         .collect();
-    assert_eq!(probes, vec![true, false]);
+    assert!(probes.len() >= 2, "{probes:?}");
+    assert_eq!(probes.last(), Some(&false), "{probes:?}");
+    assert!(probes[..probes.len() - 1].iter().all(|&p| p), "{probes:?}");
 }
 
 #[test]

@@ -206,3 +206,27 @@ fn a_source_whose_every_launch_fails_is_reopened_with_backoff_and_reported() {
         assert_eq!(device.opened.get(), reopens_at_recovery + 1);
     }
 }
+
+/// A load source whose probe answers what it is told.
+struct Prober(Option<bool>);
+
+impl LoadSource for Prober {
+    type Error = Sticky;
+    fn set_load(&mut self, _: Time, _: Load) -> Result<(), Sticky> {
+        Ok(())
+    }
+    fn probe(&mut self, _: Time) -> Result<Option<bool>, Sticky> {
+        Ok(self.0)
+    }
+}
+
+#[test]
+fn a_probe_goes_through_to_the_current_source() {
+    use gpufill_core::Reopening;
+    // Before this was forwarded, the agent's probes all answered None ("cannot tell",
+    // so the policy filled beside a live service on the H100).
+    for answer in [Some(true), Some(false), None] {
+        let mut load = Reopening::new(Prober(answer), || Ok::<_, Sticky>(Prober(answer)));
+        assert_eq!(load.probe(Time::ZERO).unwrap(), answer, "{answer:?}");
+    }
+}
