@@ -400,12 +400,19 @@ def value_sets():
         ]),
         "serviceMonitor, MPS, hostPID": ({
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
-            "mps": {"hostPipeDirectory": "/run/nvidia-mps"}, "hostPID": True,
+            "mps": {"hostPipeDirectory": "/run/nvidia/mps/nvidia.com/gpu/pipe",
+                    "hostShmDirectory": "/run/nvidia/mps/shm"}, "hostPID": True,
             "priorityClassName": "low", "extraArgs": ["--target", "40"],
             "extraEnv": [{"name": "TZ", "value": "Europe/Berlin"}], "localtimeFromHost": True,
         }, "privileged", lambda o: [
             expect("serviceMonitor: the PrometheusRule follows it", find(o, "PrometheusRule") is not None),
             expect("priorityClassName: the one given", pod_spec(o)["priorityClassName"] == "low"),
+            expect("MPS beside the device plugin's sharing: its pipe directory mounted and named, its shm at /dev/shm",
+                   {"name": "mps-shm", "mountPath": "/dev/shm"} in container(o)["volumeMounts"]
+                   and {"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/run/nvidia/mps/nvidia.com/gpu/pipe"}
+                   in container(o)["env"]
+                   and any(v["name"] == "mps-shm" and v["hostPath"]["path"] == "/run/nvidia/mps/shm"
+                           for v in pod_spec(o)["volumes"])),
             expect("MPS: no GpufillUnseenWork (gpufill fills beside MPS clients on purpose), the other alerts stay",
                    "GpufillUnseenWork" not in alerts(o) and {"GpufillBelowTarget", "GpufillLoadFaults"} <= set(alerts(o))),
         ]),
