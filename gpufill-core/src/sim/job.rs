@@ -39,7 +39,7 @@
 
 use std::time::Duration;
 
-use super::requests::{RequestReport, Requests, Spacing, Stream};
+use super::requests::{RequestReport, Requests, Serving, Spacing, Stream};
 use crate::device::LaunchShape;
 use crate::time::Time;
 
@@ -285,6 +285,17 @@ impl ForeignJob {
 
     pub(super) fn first_kernel(&self) -> Time {
         self.listed_at + self.first_kernel_after
+    }
+
+    /// What its request stream needs of it.
+    pub(super) fn serving(&self) -> Serving<'_> {
+        Serving {
+            requests: self.requests.as_ref(),
+            first_kernel: self.first_kernel(),
+            leaves_at: self.leaves_at,
+            request: self.request,
+            windows: &self.windows,
+        }
     }
 
     pub(super) fn listed(&self, t: Time) -> bool {

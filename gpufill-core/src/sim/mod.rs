@@ -96,15 +96,16 @@ mod job;
 mod kernels;
 mod model;
 mod requests;
+mod rng;
 mod run;
 
 pub use churn::{
-    Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, Rng,
-    check_random_jobs_per_hour,
+    Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, check_random_jobs_per_hour,
 };
 pub use config::{SimConfig, SimError, SimReport};
 pub use handles::{SimGpu, SimLoad, SimProbe};
 pub use job::{ForeignJob, ForeignReport};
 pub use requests::MAX_WAITS_KEPT;
 pub use requests::{RequestReport, Requests, Spacing};
+pub use rng::Rng;
 pub use run::{Churn, ChurnReport, Simulation, Tracking, tracking};

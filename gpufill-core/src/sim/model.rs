@@ -247,7 +247,7 @@ impl Model {
         for i in 0..self.jobs.len() {
             let job = &self.cfg.foreign[i];
             let beside = self.cfg.mps && !job.outside_mps;
-            while let Some(req) = self.jobs[i].stream.due(job, self.now) {
+            while let Some(req) = self.jobs[i].stream.due(job.serving(), self.now) {
                 let served = if beside {
                     let (own, _) = self.own_at(req.start);
                     Served {
@@ -258,7 +258,7 @@ impl Model {
                     self.pending = Some(self.pending.map_or(req.start, |p| p.min(req.start)));
                     serve(&mut self.plan, req.start, self.last_foreign_end, slicing)
                 };
-                let end = self.jobs[i].stream.served(job, req, served);
+                let end = self.jobs[i].stream.served(job.serving(), req, served);
                 if !beside {
                     self.last_foreign_end = self.last_foreign_end.max(end);
                 }
@@ -276,7 +276,7 @@ impl Model {
             .foreign
             .iter()
             .zip(&mut self.jobs)
-            .filter_map(|(job, tally)| tally.stream.next_event(job, now))
+            .filter_map(|(job, tally)| tally.stream.next_event(job.serving(), now))
             .filter(|&t| t > now)
             .min()
             .unwrap_or(Time::MAX)

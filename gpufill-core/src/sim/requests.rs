@@ -10,9 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::churn::Rng;
-use super::job::ForeignJob;
 use super::kernels::Served;
+use super::rng::Rng;
 use crate::time::Time;
 
 /// How a service's requests come.
@@ -157,6 +156,21 @@ impl Histogram {
 
 /// A service's requests as they are served: which comes next, the one being served, and
 /// the tally.
+/// What a stream needs of its job, apart from `ForeignJob` (which holds the stream).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Serving<'a> {
+    /// How its requests come.
+    pub requests: Option<&'a Requests>,
+    /// Its first kernel: no request before it.
+    pub first_kernel: Time,
+    /// When it leaves: no request from then on.
+    pub leaves_at: Time,
+    /// One request's length alone.
+    pub request: Duration,
+    /// Its work windows (bursts of requests).
+    pub windows: &'a [(Time, Time)],
+}
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct Stream {
     /// The next request, once known.
@@ -181,14 +195,14 @@ pub(super) struct Stream {
 
 impl Stream {
     /// The request due at or before `now`, if any (computing the first on first use).
-    pub(super) fn due(&mut self, job: &ForeignJob, now: Time) -> Option<Request> {
+    pub(super) fn due(&mut self, job: Serving<'_>, now: Time) -> Option<Request> {
         self.start(job);
         self.next.filter(|r| r.start <= now)
     }
 
     /// When something of it changes after `now`: the next request starts, or the one
     /// being served ends.
-    pub(super) fn next_event(&mut self, job: &ForeignJob, now: Time) -> Option<Time> {
+    pub(super) fn next_event(&mut self, job: Serving<'_>, now: Time) -> Option<Time> {
         self.start(job);
         let serving_end = self.serving.map(|(_, end)| end).filter(|&e| e > now);
         let next = self.next.map(|r| r.start.max(now));
@@ -205,7 +219,7 @@ impl Stream {
 
     /// Records that `req` was served with `served` beside us, and schedules the next.
     /// Returns when it ends.
-    pub(super) fn served(&mut self, job: &ForeignJob, req: Request, served: Served) -> Time {
+    pub(super) fn served(&mut self, job: Serving<'_>, req: Request, served: Served) -> Time {
         let end = req.start + served.wait + req.len;
         self.serving = Some((req.start, end));
         self.beside.add(end - req.arrival);
@@ -239,16 +253,16 @@ impl Stream {
         }
     }
 
-    fn start(&mut self, job: &ForeignJob) {
+    fn start(&mut self, job: Serving<'_>) {
         if std::mem::replace(&mut self.started, true) {
             return;
         }
-        self.next = match &job.requests {
+        self.next = match job.requests {
             Some(Requests::Rate { from, spacing, .. }) => {
                 if let Spacing::Poisson { seed } = spacing {
                     self.rng = Some(Rng::new(*seed));
                 }
-                let arrival = (*from).max(job.first_kernel());
+                let arrival = (*from).max(job.first_kernel);
                 self.isolated(job, arrival, Time::ZERO)
             }
             Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
@@ -257,8 +271,8 @@ impl Stream {
     }
 
     /// The request after `req`, which ended at `end` beside us.
-    fn following(&mut self, job: &ForeignJob, req: Request, end: Time) -> Option<Request> {
-        match &job.requests {
+    fn following(&mut self, job: Serving<'_>, req: Request, end: Time) -> Option<Request> {
+        match job.requests {
             Some(Requests::Rate { per_s, spacing, .. }) => {
                 let mean = 1.0 / per_s.max(1e-9);
                 let gap = match (spacing, self.rng.as_mut()) {
@@ -277,7 +291,7 @@ impl Stream {
     }
 
     /// An isolated request arriving at `arrival`, after one that ended at `busy_end`.
-    fn isolated(&mut self, job: &ForeignJob, arrival: Time, busy_end: Time) -> Option<Request> {
+    fn isolated(&mut self, job: Serving<'_>, arrival: Time, busy_end: Time) -> Option<Request> {
         if arrival >= job.leaves_at {
             return None;
         }
@@ -294,7 +308,7 @@ impl Stream {
 
     /// The next request of a burst, the previous having ended at `busy_end`: the next
     /// in the current window, or the first of the next.
-    fn in_window(&mut self, job: &ForeignJob, busy_end: Time) -> Option<Request> {
+    fn in_window(&mut self, job: Serving<'_>, busy_end: Time) -> Option<Request> {
         let step = job.request.max(Duration::from_micros(1));
         loop {
             let &(from, to) = job.windows.get(self.window)?;
@@ -327,15 +341,16 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::ForeignJob;
 
     fn served(stream: &mut Stream, job: &ForeignJob, wait_us: u64) -> Request {
-        let req = stream.due(job, Time::MAX).unwrap();
+        let req = stream.due(job.serving(), Time::MAX).unwrap();
         let served = Served {
             wait: Duration::from_micros(wait_us),
             met: wait_us > 500,
             switched: wait_us > 0 && wait_us <= 500,
         };
-        stream.served(job, req, served);
+        stream.served(job.serving(), req, served);
         req
     }
 
@@ -348,7 +363,7 @@ mod tests {
     fn even_requests_come_one_over_the_rate_apart_from_the_first_kernel() {
         let job = isolated(20.0, Spacing::Even);
         let mut s = Stream::default();
-        assert_eq!(s.due(&job, Time::from_millis(1084)), None);
+        assert_eq!(s.due(job.serving(), Time::from_millis(1084)), None);
         let first = served(&mut s, &job, 0);
         assert_eq!(first.arrival, Time::from_millis(1085));
         assert!(s.serving_at(Time::from_duration(Duration::from_micros(1_085_500))));
@@ -356,7 +371,7 @@ mod tests {
         let second = served(&mut s, &job, 0);
         assert_eq!(second.arrival, Time::from_millis(1135));
         assert_eq!(
-            s.next_event(&job, Time::from_millis(1136)),
+            s.next_event(job.serving(), Time::from_millis(1136)),
             Some(Time::from_millis(1185))
         );
     }
@@ -406,7 +421,7 @@ mod tests {
             .with_spacing(Spacing::Even);
         let mut s = Stream::default();
         served(&mut s, &job, 500);
-        let next = s.due(&job, Time::MAX).unwrap();
+        let next = s.due(job.serving(), Time::MAX).unwrap();
         assert_eq!(next.start - next.arrival, Duration::from_micros(500));
         assert_eq!(next.alone, job.request);
     }
