@@ -81,24 +81,20 @@ static char *read_file(const char *path)
     return buf;
 }
 
+struct Ctx {
+    CUstream st;
+    CUfunction exitk;
+};
+static Ctx open_ctx(void);
+
 static int pace(const char *ptx, long kernel_us, long gap_us, double seconds, const char *out)
 {
-    CUdevice dev;
-    CUcontext ctx;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 0));
+    Ctx c = open_ctx();
     CUmodule mod;
     CUfunction fn;
     CK(cuModuleLoadData(&mod, read_file(ptx)));
     CK(cuModuleGetFunction(&fn, mod, "spin_sleep"));
-    int least, greatest;
-    CK(cuCtxGetStreamPriorityRange(&least, &greatest));
-    CUstream st;
-    CK(cuStreamCreateWithPriority(&st, CU_STREAM_NON_BLOCKING, least));
+    CUstream st = c.st;
     CUevent S[2], E[2];
     for (int i = 0; i < 2; i++) {
         CK(cuEventCreate(&S[i], CU_EVENT_DEFAULT));
@@ -106,8 +102,8 @@ static int pace(const char *ptx, long kernel_us, long gap_us, double seconds, co
     }
     FILE *f = fopen(out, "w");
     fprintf(f, "n,tb_ns,ta_ns,tdone_ns,ds_us,dk_us,late_at_check\n");
-    unsigned long long spin_ns = (unsigned long long)kernel_us * 1000ULL;
-    void *params[] = {&spin_ns};
+    unsigned long long spin_ns = (unsigned long long)kernel_us * 1000ULL, never = ~0ULL;
+    void *params[] = {&spin_ns, &never};
     // Warm up: one kernel, synchronised.
     CK(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, st, params, 0));
     CK(cuStreamSynchronize(st));
@@ -167,11 +163,6 @@ extern "C" __global__ void spin_exit(unsigned long long ns, unsigned long long j
     }
 }
 
-struct Ctx {
-    CUstream st;
-    CUfunction tiny, exitk;
-};
-
 static Ctx open_ctx(void)
 {
     Ctx c;
@@ -187,7 +178,6 @@ static Ctx open_ctx(void)
     CK(cuCtxGetStreamPriorityRange(&least, &greatest));
     CK(cuStreamCreateWithPriority(&c.st, CU_STREAM_NON_BLOCKING, least));
     if (cudaGetFuncBySymbol(&c.exitk, (const void *)spin_exit) != cudaSuccess) exit(3);
-    c.tiny = c.exitk;
     return c;
 }
 

@@ -26,17 +26,12 @@ import sys
 import tarfile
 import time
 
+from live_lib import latency_line, pct, schedstat
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PTX = os.path.join(ROOT, "gpufill-cuda", "kernels", "spin.ptx")
 BIN = "/tmp/live_probe"
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))]
 
 
 # ------------------------------------------------------------------ service worker
@@ -470,8 +465,7 @@ def signals(a, work):
         inside = [r for r in reqs if p0 * 1e9 + 0.5e9 <= r[0] < (p0 + 9.8) * 1e9]
         lat = [(r[1] - r[0]) / 1e6 for r in inside]
         name = "off" if s is None else f"{s[0]}us"
-        line = (f"   {name:>7} n={len(lat):3d} p50 {pct(lat, 50):.3f} mean {statistics.mean(lat):.3f} "
-                f"p90 {pct(lat, 90):.3f} p99 {pct(lat, 99):.3f}")
+        line = latency_line(name, 7, lat)
         if s is not None:
             brows, meta = read_rows(o)
             flags = burst_flags(brows, s[0])
@@ -584,8 +578,7 @@ def long_kernels(a, work):
         inside = [r for r in reqs if p0 * 1e9 + 0.5e9 <= r[0] < (p0 + 7.8) * 1e9]
         lat = [(r[1] - r[0]) / 1e6 for r in inside]
         name = "off" if s is None else f"{s[0]}us exit@{'off' if len(s[1]) > 8 else s[1]}"
-        line = (f"   {name:>22} n={len(lat):3d} p50 {pct(lat, 50):.3f} mean {statistics.mean(lat):.3f} "
-                f"p90 {pct(lat, 90):.3f} p99 {pct(lat, 99):.3f} max {max(lat):.3f}")
+        line = latency_line(name, 22, lat) + f" max {max(lat):.3f}"
         if s is not None:
             brows, meta = read_rows(o)
             flags = burst_flags(brows, int(s[0]))
@@ -636,32 +629,9 @@ def diag(a, work):
     svc.wait()
 
 
-def schedstat(pid):
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, _, slices = f.read().split()
-            out[f"{name}:{tid}"] = (int(run), int(slices))
-        except OSError:
-            continue
-    return out
-
-
 def threads(pid):
-    """Seconds on a CPU so far, per thread (schedstat: nanoseconds, not clock ticks)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[f"{name}:{tid}"] = int(f.read().split()[0]) / 1e9
-        except OSError:
-            continue
-    return out
+    """Seconds on a CPU so far, per thread."""
+    return {k: run / 1e9 for k, (run, _) in schedstat(pid).items()}
 
 
 if __name__ == "__main__":

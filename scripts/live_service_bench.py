@@ -32,16 +32,11 @@ import sys
 import time
 import urllib.request
 
+from live_lib import pct, schedstat
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PORT = 9418
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))]
 
 
 def scrape():
@@ -60,20 +55,6 @@ def scrape():
                 out[name] = float(line.rsplit(" ", 1)[1])
             except ValueError:
                 pass
-    return out
-
-
-def schedstat(pid):
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, _, slices = f.read().split()
-            out[f"{name}:{tid}"] = (int(run), int(slices))
-        except OSError:
-            continue
     return out
 
 

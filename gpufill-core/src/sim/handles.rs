@@ -228,12 +228,7 @@ impl LoadSource for SimLoad {
             m.holds_context = true;
         }
         m.check(false)?;
-        let opened_at = self.opened_at;
-        if m.cfg
-            .context_breaks
-            .iter()
-            .any(|&t| opened_at < t && t <= m.now)
-        {
+        if context_broke(&m, self.opened_at) {
             // A broken context runs nothing.
             m.set_load(Load::IDLE);
             return Err(SimError::ContextBroken);
@@ -263,12 +258,7 @@ impl LoadSource for SimLoad {
         let mut m = self.gpu.lock();
         m.advance(now);
         m.check(false)?;
-        let opened_at = self.opened_at;
-        if m.cfg
-            .context_breaks
-            .iter()
-            .any(|&t| opened_at < t && t <= m.now)
-        {
+        if context_broke(&m, self.opened_at) {
             return Err(SimError::ContextBroken);
         }
         Ok(Some(m.probe()))
@@ -637,4 +627,13 @@ mod tests {
             .count();
         assert!(shown >= 4, "{shown}");
     }
+}
+
+/// Whether a context opened at `opened_at` has broken by the model's now
+/// ([`super::SimConfig::context_breaks`]).
+fn context_broke(m: &Model, opened_at: Time) -> bool {
+    m.cfg
+        .context_breaks
+        .iter()
+        .any(|&t| opened_at < t && t <= m.now)
 }
