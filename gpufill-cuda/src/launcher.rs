@@ -415,7 +415,7 @@ impl CudaLoad {
                 .record(&self.stream)
                 .map_err(|e| CudaError::driver("cuEventRecord", e));
             if recorded.is_ok() {
-                self.watch.launched(at, burst.kernel * launched);
+                self.watch.launched(at, burst.kernel * launched, launched);
             }
             outcome = outcome.and(recorded);
         }

@@ -40,6 +40,10 @@ pub(crate) const LATE_START: Duration = Duration::from_micros(60);
 /// ([`crate::spin::YIELD_JUMP`]).
 pub(crate) const CUT_SHORT: Duration = Duration::from_micros(50);
 
+/// What each kernel of a group may add to its run beyond what it asked (a launch behind
+/// the last; tens of microseconds at most with nobody else on the H100).
+const PER_KERNEL_SLACK: Duration = Duration::from_micros(5);
+
 /// Start offsets are compared only between launches less than this apart (the clocks
 /// drift about 20 us a second apart on an H100).
 pub(crate) const CHAIN_GAP: Duration = Duration::from_secs(1);
@@ -149,6 +153,14 @@ pub(crate) fn cut_short(asked: Duration, ran: Duration) -> bool {
     ran + CUT_SHORT < asked
 }
 
+/// Whether a group of `kernels` kernels ran [`LATE_START`] longer than asked: its start
+/// event was stamped before a context switch that its first kernel then waited for
+/// (where the GPU stamps an event without our context in place), or another context's
+/// work came between two of its kernels. Either way someone else ran.
+pub(crate) fn ran_long(asked: Duration, ran: Duration, kernels: u32) -> bool {
+    ran > asked + LATE_START + PER_KERNEL_SLACK * kernels
+}
+
 /// What the timing of one group of our kernels shows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Judged {
@@ -171,9 +183,9 @@ pub(crate) struct OthersWatch {
     starts: [CudaEvent; 2],
     next: usize,
     chain: StartChain,
-    /// The group launched last and not yet judged: its start event, host launch time and
-    /// the GPU time it asked for.
-    pending: Option<(usize, Instant, Duration)>,
+    /// The group launched last and not yet judged: its start event, host launch time,
+    /// the GPU time it asked for, and its kernels.
+    pending: Option<(usize, Instant, Duration, u32)>,
     /// The start event of the last group judged, for the next group's GPU time since.
     last_start: Option<usize>,
 }
@@ -209,10 +221,10 @@ impl OthersWatch {
             .map_err(|e| CudaError::driver("cuEventRecord", e))
     }
 
-    /// The group whose start was just recorded was launched at host time `at` and asked
-    /// for `asked` of GPU time.
-    pub(crate) fn launched(&mut self, at: Instant, asked: Duration) {
-        self.pending = Some((self.next, at, asked));
+    /// The group whose start was just recorded was launched at host time `at` as
+    /// `kernels` kernels asking for `asked` of GPU time in all.
+    pub(crate) fn launched(&mut self, at: Instant, asked: Duration, kernels: u32) {
+        self.pending = Some((self.next, at, asked, kernels));
         self.next = 1 - self.next;
     }
 
@@ -222,7 +234,7 @@ impl OthersWatch {
     /// # Errors
     /// A failed event query.
     pub(crate) fn judge(&mut self, end: &CudaEvent) -> Result<Option<Judged>, CudaError> {
-        let Some((start, at, asked)) = self.pending else {
+        let Some((start, at, asked, kernels)) = self.pending else {
             return Ok(None);
         };
         if !end
@@ -248,7 +260,7 @@ impl OthersWatch {
         let verdict = self.chain.next(at, since.map(f64::from));
         let ran = Duration::from_secs_f64(f64::from(ran.max(0.0)) / 1e3);
         let judged = Judged {
-            late_start: verdict.late || verdict.previous_late,
+            late_start: verdict.late || verdict.previous_late || ran_long(asked, ran, kernels),
             cut_short: cut_short(asked, ran),
         };
         if judged.others() {
@@ -286,6 +298,7 @@ pub(crate) fn probe(
     watch.restart();
     let ns = u64::try_from(PROBE_KERNEL.as_nanos()).unwrap_or(u64::MAX);
     let mut host = [Instant::now(); 2];
+    let mut first_ran = Duration::ZERO;
     for (i, at) in host.iter_mut().enumerate() {
         watch.starts[i]
             .record(stream)
@@ -298,6 +311,21 @@ pub(crate) fn probe(
             // Held back right now by someone else's work.
             return Ok(true);
         }
+        if i == 0 {
+            let ms = watch.starts[0]
+                .elapsed_ms(end)
+                .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?;
+            first_ran = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+        }
+    }
+    // The first kernel ran a context switch long: its start event was stamped before
+    // the switch it then waited for.
+    if ran_long(PROBE_KERNEL, first_ran, 1) {
+        tracing::debug!(
+            first_ran_us = first_ran.as_secs_f64() * 1e6,
+            "probe pair: first kernel long"
+        );
+        return Ok(true);
     }
     let gpu_us = f64::from(
         watch.starts[0]
@@ -406,6 +434,16 @@ mod tests {
         // 2 s later a launch that would look 500 us late against the old chain.
         let v = chain.next(t0 + Duration::from_secs(2), Some(1_950_500.0));
         assert_eq!(v, StartVerdict::default());
+    }
+
+    #[test]
+    fn a_group_runs_long_only_beyond_a_switch_margin_and_its_kernels_slack() {
+        let asked = Duration::from_millis(25);
+        assert!(!ran_long(asked, asked + 40 * US, 1));
+        assert!(ran_long(asked, asked + 130 * US, 1));
+        // Thirteen kernels may each add a little.
+        assert!(!ran_long(asked, asked + 100 * US, 13));
+        assert!(ran_long(asked, asked + 200 * US, 13));
     }
 
     #[test]

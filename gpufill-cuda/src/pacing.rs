@@ -307,7 +307,7 @@ impl Worker {
         l.event
             .record(&l.stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
-        l.watch.launched(launched, l.kernel);
+        l.watch.launched(launched, l.kernel, 1);
         self.shared.lock().kernels += 1;
         Ok(launched)
     }

@@ -27,7 +27,9 @@
 // Events keep timing: cuEventElapsedTime is the difference of the times the queue
 // reached them. FAKE_FOREIGN=path: at each event record, if that file exists, it is
 // removed and 150 us of another context's work (and a context switch) is put on the
-// GPU first, so our next start shows it, as on a real GPU.
+// GPU first, so our next start shows it, as on a real GPU. With FAKE_FOREIGN_AT_LAUNCH=1
+// it comes at the next launch instead, after the start event: as where the GPU stamps
+// an event before the context switch that the kernel then waits for.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +78,13 @@ CUresult cuStreamCreateWithPriority(CUstream*s,unsigned f,int p){*s=malloc(1);pt
 CUresult cuStreamDestroy_v2(CUstream s){free(s);return 0;}
 CUresult cuEventCreate(CUevent*e,unsigned f){ev_t*v=calloc(1,sizeof(ev_t));v->flags=f;*e=v;return 0;}
 CUresult cuEventDestroy_v2(CUevent e){free(e);return 0;}
+static void foreign_work(uint64_t n,int at_launch){const char*f=getenv("FAKE_FOREIGN"); if(!f||at_launch!=(getenv("FAKE_FOREIGN_AT_LAUNCH")!=0))return; if(remove(f)==0) busy_until=(busy_until>n?busy_until:n)+150000;}
 CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
   static long fail_after=-2; if(fail_after==-2){const char*e=getenv("FAKE_FAIL_AFTER");fail_after=e?atol(e):-1;}
   if(fail_after>=0 && (long)kernels>=fail_after) return getenv("FAKE_FAIL_CODE")?atoi(getenv("FAKE_FAIL_CODE")):719;
   if(!current) return 201;
   if(*(uint64_t*)params[0]==777777) return 719;
-  uint64_t ns=*(uint64_t*)params[0]; pthread_mutex_lock(&mu); uint64_t n=now_ns();
+  uint64_t ns=*(uint64_t*)params[0]; pthread_mutex_lock(&mu); uint64_t n=now_ns(); foreign_work(n,1);
   if(!first_launch) first_launch=n;
   uint64_t start= busy_until>n?busy_until:n; if(busy_until>n && busy_until-n>max_queue_ns) max_queue_ns=busy_until-n;
   busy_until=start+ns+3000+(ns==666666?2000000:0); busy_total+=ns; kernels++; last_end=busy_until;
@@ -90,8 +93,7 @@ CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigne
   if(pthread_equal(pthread_self(),opener)){ if(queued>max_by_opener) max_by_opener=queued; }
   else if(queued>max_by_others) max_by_others=queued;
   pthread_mutex_unlock(&mu); return 0;}
-static void foreign_work(uint64_t n){const char*f=getenv("FAKE_FOREIGN"); if(f&&remove(f)==0) busy_until=(busy_until>n?busy_until:n)+150000;}
-CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);uint64_t n=now_ns();foreign_work(n);((ev_t*)e)->done_at=busy_until>n?busy_until:n;pthread_mutex_unlock(&mu);return 0;}
+CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);uint64_t n=now_ns();foreign_work(n,0);((ev_t*)e)->done_at=busy_until>n?busy_until:n;pthread_mutex_unlock(&mu);return 0;}
 /* As the real driver: events created with CU_EVENT_DISABLE_TIMING (2) have no time. */
 CUresult cuEventElapsedTime(float*ms,CUevent a,CUevent b){if((((ev_t*)a)->flags|((ev_t*)b)->flags)&2)return 400;*ms=(float)(((double)((ev_t*)b)->done_at-(double)((ev_t*)a)->done_at)/1e6);return 0;}
 CUresult cuEventQuery(CUevent e){return now_ns()>=((ev_t*)e)->done_at?0:600;}
