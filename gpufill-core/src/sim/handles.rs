@@ -273,6 +273,15 @@ impl LoadSource for SimLoad {
     }
 }
 
+/// Whether a context opened at `opened_at` has broken by the model's now
+/// ([`super::SimConfig::context_breaks`]).
+fn context_broke(m: &Model, opened_at: Time) -> bool {
+    m.cfg
+        .context_breaks
+        .iter()
+        .any(|&t| opened_at < t && t <= m.now)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -627,13 +636,4 @@ mod tests {
             .count();
         assert!(shown >= 4, "{shown}");
     }
-}
-
-/// Whether a context opened at `opened_at` has broken by the model's now
-/// ([`super::SimConfig::context_breaks`]).
-fn context_broke(m: &Model, opened_at: Time) -> bool {
-    m.cfg
-        .context_breaks
-        .iter()
-        .any(|&t| opened_at < t && t <= m.now)
 }
