@@ -37,6 +37,7 @@ pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod hint;
+pub mod names;
 pub mod policy;
 pub mod ratelimit;
 pub mod reopen;

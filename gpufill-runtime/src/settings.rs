@@ -13,7 +13,6 @@
 //! [`Settings::retry_settings`], [`Settings::launcher_settings`].
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use gpufill_core::{
@@ -260,50 +259,9 @@ pub enum MpsChoice {
     Off,
 }
 
-/// A choice named by a word in the config and on the command line.
-macro_rules! named_choice {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            /// Every value, in the order the config lists them.
-            pub const ALL: &[$ty] = &[$($ty::$variant),+];
-
-            /// The name used in the config and on the command line.
-            pub fn as_str(self) -> &'static str {
-                match self { $($ty::$variant => $name),+ }
-            }
-        }
-
-        impl FromStr for $ty {
-            type Err = String;
-
-            fn from_str(name: &str) -> Result<Self, String> {
-                $ty::ALL.iter().copied().find(|c| c.as_str() == name).ok_or_else(|| {
-                    let names: Vec<String> = $ty::ALL.iter().map(|c| format!("{:?}", c.as_str())).collect();
-                    format!("expected {}, got {name:?}", or_list(&names))
-                })
-            }
-        }
-
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-named_choice!(Metric { Util => "util", Sm => "sm" });
-named_choice!(YieldPolicyChoice { Presence => "presence", Activity => "activity" });
-named_choice!(MpsChoice { Auto => "auto", On => "on", Off => "off" });
-
-/// `"a" or "b"`, `"a", "b" or "c"`.
-fn or_list(names: &[String]) -> String {
-    match names {
-        [] => String::new(),
-        [one] => one.clone(),
-        [init @ .., last] => format!("{} or {last}", init.join(", ")),
-    }
-}
+gpufill_core::named_choice!(Metric { Util => "util", Sm => "sm" });
+gpufill_core::named_choice!(YieldPolicyChoice { Presence => "presence", Activity => "activity" });
+gpufill_core::named_choice!(MpsChoice { Auto => "auto", On => "on", Off => "off" });
 
 /// Why settings were refused: the config key (`load.period_ms`) and the reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -806,7 +764,7 @@ mod tests {
 
     #[test]
     fn choices_parse_their_names_and_refuse_others_with_the_list() {
-        for m in Metric::ALL {
+        for m in &Metric::ALL {
             assert_eq!(m.as_str().parse::<Metric>(), Ok(*m));
         }
         assert_eq!(
