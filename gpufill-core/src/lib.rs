@@ -32,12 +32,14 @@
 
 #![forbid(unsafe_code)]
 
+// First, so that every module below may name `named_choice!` (textual scope).
+#[macro_use]
+pub mod names;
 pub mod backoff;
 pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod hint;
-pub mod names;
 pub mod policy;
 pub mod ratelimit;
 pub mod reopen;

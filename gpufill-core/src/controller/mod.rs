@@ -44,7 +44,7 @@ pub enum ControllerKind {
     Window,
 }
 
-crate::named_choice!(ControllerKind { Pi => "pi", Window => "window" });
+named_choice!(ControllerKind { Pi => "pi", Window => "window" });
 
 impl ControllerKind {
     /// A fresh controller of this kind with its default settings.
