@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 /// How long gpufill stays idle after a kernel of ours showed that someone nobody lists
-/// ran on an otherwise empty GPU ([`Seen::held_back`] with nobody listed: a graphics
+/// ran on an otherwise empty GPU ([`Seen::held_back`](crate::policy::Seen::held_back) with nobody listed: a graphics
 /// client, a process in another container, a newcomer about to be listed), unless a
-/// quiet sample ([`Seen::quiet_sample`]) ends it sooner.
+/// quiet sample ([`Seen::quiet_sample`](crate::policy::Seen::quiet_sample)) ends it sooner.
 pub const BURST_HOLD: Duration = Duration::from_millis(500);
 
 /// The longest [`live_hold`] grows to, in multiples of the idle grace.
@@ -46,7 +46,7 @@ pub enum Decision {
     /// Activity mode: everyone present has been quiet for the idle grace (or a hold
     /// has ended): ask the load source whether anyone ran on the GPU since our
     /// previous kernel ([`crate::LoadSource::probe`]) and hand the answer to
-    /// [`YieldPolicy::probed`], which decides.
+    /// [`YieldPolicy::probed`](crate::policy::YieldPolicy::probed), which decides.
     Probe,
     /// Someone else is here (their PIDs, or one without a PID), or left less than the
     /// grace ago (no PIDs, `unlisted` false).
@@ -95,7 +95,7 @@ pub enum YieldMode {
     Mps,
 }
 
-/// Settings of [`YieldPolicy`].
+/// Settings of [`YieldPolicy`](crate::policy::YieldPolicy).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct YieldSettings {
     /// The mode.

@@ -64,8 +64,8 @@ pub use seen::Seen;
 use timers::Timers;
 
 /// Decides, every tick, whether to yield to foreign processes: the rule of its mode
-/// ([`YieldPolicy::decide_seen`]), over the waits it keeps ([`Timers`]) and, in
-/// activity mode, what it knows of quiet holders ([`Holders`]).
+/// ([`YieldPolicy::decide_seen`]), over the waits it keeps (the grace, the idle graces,
+/// the burst hold) and, in activity mode, what it knows of quiet holders.
 #[derive(Clone, Debug, Default)]
 pub struct YieldPolicy {
     settings: YieldSettings,
