@@ -59,6 +59,7 @@ mod gpus;
 mod localtime;
 pub mod mps;
 mod open;
+mod opener;
 pub mod prometheus;
 mod select;
 mod settings;
@@ -66,12 +67,14 @@ mod settings;
 pub mod sim;
 mod snapshot;
 mod steering;
+mod worker;
 
-pub use agent::{Agent, AgentError, AgentOptions, NvmlCuda, Opener, labels_of};
+pub use agent::{Agent, AgentError, AgentOptions, labels_of};
 pub use gpm::{GpmError, check_all as check_gpm_all};
 pub use gpus::{GpuId, GpuSelector};
 pub use localtime::now as local_time_of_day;
 pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
+pub use opener::{NvmlCuda, Opener};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
@@ -85,6 +88,15 @@ pub use snapshot::{
     GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
 };
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
+pub use worker::WorkerError;
+
+/// The types of the lower crates that the items above name, so that an embedder needs
+/// no other dependency: what a snapshot's state is, the controller and kernel a
+/// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, and the
+/// errors an [`AgentError`] carries.
+pub use gpufill_core::{ControllerKind, State, Time, TimeOfDay};
+pub use gpufill_cuda::{CudaError, SpinKernel};
+pub use gpufill_nvml::ProbeError;
 
 /// The bounds of integer keys, shared with the binary's parser so its messages match;
 /// not part of the embedding API.

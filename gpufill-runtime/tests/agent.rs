@@ -32,7 +32,7 @@ fn an_update_is_checked_against_the_gpus_as_the_start_was() {
     let e = refused.err().expect("too wide at start");
     assert!(e.is_settings_error(), "{e}");
 
-    let mut agent = Agent::start(opener, gpus, with_width(8), AgentOptions::default()).unwrap();
+    let agent = Agent::start(opener, gpus, with_width(8), AgentOptions::default()).unwrap();
     let e = agent.update(too_wide.clone()).unwrap_err();
     assert_eq!(e.key, "load.width_blocks", "{e}");
     assert!(
