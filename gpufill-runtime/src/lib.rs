@@ -92,9 +92,9 @@ pub use worker::WorkerError;
 
 /// The types of the lower crates that the items above name, so that an embedder needs
 /// no other dependency: what a snapshot's state is, the controller and kernel a
-/// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, and the
-/// errors an [`AgentError`] carries.
-pub use gpufill_core::{ControllerKind, State, Time, TimeOfDay};
+/// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, the PID
+/// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
+pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
 pub use gpufill_nvml::ProbeError;
 
