@@ -7,9 +7,7 @@ use std::str::FromStr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use gpufill_core::ControllerKind;
-use gpufill_cuda::SpinKernel;
-use gpufill_runtime::{GpuId, GpuSelector, Metric};
+use gpufill_runtime::{ControllerKind, GpuId, GpuSelector, Metric, SpinKernel};
 
 use crate::config::Overrides;
 

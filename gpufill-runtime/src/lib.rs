@@ -80,10 +80,6 @@ pub use settings::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
     SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, power_model,
 };
-/// The range checks' wording, shared with the binary's file parser so its messages
-/// match; not part of the embedding API.
-#[doc(hidden)]
-pub use settings::{float_problem, int_problem, range_reason, seconds};
 pub use snapshot::{
     GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
 };
@@ -98,11 +94,13 @@ pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
 pub use gpufill_nvml::ProbeError;
 
-/// The bounds of integer keys, shared with the binary's parser so its messages match;
-/// not part of the embedding API.
-#[doc(hidden)]
-pub mod bounds {
-    pub use crate::settings::{
-        IDLE_AFTER_MAX_S, KERNEL_US, MAX_KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS,
-    };
+/// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
+/// values whose keys are the file's, read by the keys' own rules (so a file gets the
+/// same messages as [`Settings::validate`], at the value's place). For a file with
+/// tables of its reader's own beside the settings (the `gpufill` binary's `[metrics]`):
+/// [`file::KeyOf`] reads a key among both, [`file::Table::read_value`] a setting's
+/// value, [`file::TableOf`] the reader's table.
+#[cfg(feature = "serde")]
+pub mod file {
+    pub use crate::settings::file::{KeyOf, Table, TableOf};
 }
