@@ -42,7 +42,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     let endpoint = metrics::Endpoint::bind(config.metrics.addr())?;
     let agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
-    let process = metrics::this_process(gpufill_nvml::pid_view());
+    let process = metrics::this_process(gpufill_runtime::pid_view());
     endpoint.serve(agent.registry(), process)?;
     let registry = agent.registry();
     let mut systemd = Notifier::from_env();

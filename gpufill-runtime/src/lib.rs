@@ -92,7 +92,7 @@ pub use worker::WorkerError;
 /// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
 pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
-pub use gpufill_nvml::ProbeError;
+pub use gpufill_nvml::{ProbeError, pid_view};
 
 /// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
 /// values whose keys are the file's, read by the keys' own rules (so a file gets the

@@ -39,10 +39,10 @@ use crate::select::{Gpu, SelectError, choose};
 use crate::settings::{Metric, Settings};
 use crate::steering::Loop;
 
-pub use gpufill_core::sim::{
-    ForeignJob, ForeignReport, RequestReport, Requests, SimConfig, SimError, SimGpu, SimLoad,
-    SimProbe, SimReport, Spacing,
-};
+/// The simulator itself, all of it: the model ([`SimConfig`], [`ForeignJob`]), its
+/// handles ([`SimGpu`], [`SimProbe`], [`SimLoad`]), its reports, and the virtual-time
+/// runs of the loop ([`Simulation`], churn) that `gpufill simulate` makes.
+pub use gpufill_core::sim::*;
 
 /// Opens simulated GPUs, each a [`SimGpu`] built from its [`SimConfig`] (one for every
 /// GPU, or one of its own: [`SimOpener::with_gpu`]) with our kernels laid out as the
