@@ -18,29 +18,35 @@
 //!
 //! # Pieces
 //! - [`Settings`]: everything gpufill is told, one field per config key
-//!   (`yield.grace_s` is `settings.yielding.grace_s`); [`Settings::default`] is the
-//!   product's defaults, [`Settings::validate`] holds every rule.
+//!   (`yield.grace_s` is `settings.yielding.grace_s`), each defined once with its
+//!   default and rule; [`Settings::default`] is the product's defaults,
+//!   [`Settings::validate`] holds every rule; with the feature `serde`, a serde value
+//!   with the file's keys and messages (module `file`).
 //! - [`select()`] lists and selects GPUs (by index, UUID or all; MIG skipped) and matches
 //!   NVML to CUDA by UUID; [`open_gpu`] opens one for filling.
 //! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
-//!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`]), gives a
-//!   [`GpuSnapshot`] per GPU, stops and joins.
+//!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`], from any
+//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
+//!   each worker that failed ([`WorkerError`]).
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
 //! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
 //!   (here rather than in the binary so an embedder serves the same series from its
-//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`].
+//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`], and the
+//!   simulator itself. The types of the lower crates these name are re-exported here, so
+//!   an embedder of the agent needs no other crate.
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
 //!   feed-forward, `gpufill_core::controller::PiController`), run by
 //!   [`gpufill_core::FillLoop::step`].
-//! - **The yield rule**: [`gpufill_core::policy`] (`presence`, `activity`, MPS), asked
-//!   first at every step; it always wins over the controller.
+//! - **The yield rule**: [`gpufill_core::policy`] (`YieldPolicy::decide_seen`, a rule per
+//!   mode: `presence`, `activity`, MPS), asked first at every step; it always wins over
+//!   the controller.
 //! - **The kernel**: [`gpufill_cuda`] (a one-warp spin kernel on `%globaltimer`,
 //!   launched in bursts from the loop's own thread).
-//! - **A config key**: the [`Settings`] field of the same name, whose docs give its unit
-//!   and range; one of [`Settings::fill_settings`], [`Settings::yield_settings`],
+//! - **A config key**: the [`Settings`] field of the same name, whose docs give its
+//!   unit, default and rule (its one line is in `src/settings/defaults.rs`); one of [`Settings::fill_settings`], [`Settings::yield_settings`],
 //!   [`Settings::schedule`], [`Settings::launcher_settings`] turns it into the core's
 //!   setting. `yield.grace_s` is `settings.yielding.grace_s`, which
 //!   [`Settings::yield_settings`] makes [`gpufill_core::YieldSettings::grace`]; the whole
@@ -48,8 +54,8 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported here are the API;
-//! nothing here reads a file, installs a signal handler or a log subscriber, or exits
-//! the process. Logging goes through `tracing`.
+//! nothing here reads a configuration file, installs a signal handler or a log
+//! subscriber, or exits the process. Logging goes through `tracing`.
 
 mod agent;
 pub mod device_hint;
