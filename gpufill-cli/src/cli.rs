@@ -7,9 +7,7 @@ use std::str::FromStr;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use gpufill_core::ControllerKind;
-use gpufill_cuda::SpinKernel;
-use gpufill_runtime::{GpuId, GpuSelector, Metric};
+use gpufill_runtime::{ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay};
 
 use crate::config::Overrides;
 
@@ -224,8 +222,8 @@ pub struct SimulateArgs {
     pub realtime: bool,
     /// Local time of day at the start, HH:MM, for schedule windows (default: the
     /// host's local time).
-    #[arg(long, value_name = "HH:MM", value_parser = gpufill_core::TimeOfDay::parse)]
-    pub start_time: Option<gpufill_core::TimeOfDay>,
+    #[arg(long, value_name = "HH:MM", value_parser = TimeOfDay::parse)]
+    pub start_time: Option<TimeOfDay>,
 }
 
 /// The longest simulation, and so the latest time a `--foreign` job may name: 30 days.

@@ -37,7 +37,7 @@ pub fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
         metrics.listen.clone_from(&old.metrics.listen);
         kept.push("metrics.listen");
     }
-    (Config::from_settings(&settings, metrics), kept)
+    (Config { settings, metrics }, kept)
 }
 
 /// Loads `path` and lays `flags` over it, as at start.
@@ -252,14 +252,16 @@ impl Reloader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufill_cuda::SpinKernel;
-    use gpufill_runtime::{GpuSelector, Metric};
+    use gpufill_runtime::{GpuSelector, Metric, Settings, SpinKernel};
 
     #[test]
     fn live_keys_pass_and_restart_keys_keep_their_old_values() {
         let old = Config::default();
         let mut new = Config {
-            target_percent: 70.0,
+            settings: Settings {
+                target_percent: 70.0,
+                ..Settings::default()
+            },
             ..Config::default()
         };
         new.load.max_duty_percent = 80.0;

@@ -40,9 +40,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     let settings = config.to_settings();
     // Bound before any worker starts; a port that is taken does not stop the fill.
     let endpoint = metrics::Endpoint::bind(config.metrics.addr())?;
-    let mut agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
+    let agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
-    let process = metrics::this_process(gpufill_nvml::pid_view());
+    let process = metrics::this_process(gpufill_runtime::pid_view());
     endpoint.serve(agent.registry(), process)?;
     let registry = agent.registry();
     let mut systemd = Notifier::from_env();

@@ -12,12 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpufill_core::sim::{
-    Arrivals, Churn, ChurnReport, ForeignJob, LongRunStats, Period, SimConfig, SimGpu, Simulation,
-    tracking,
+use gpufill_core::{FillSettings, Tick, Utilization};
+use gpufill_runtime::sim::{
+    Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, LongRunStats,
+    MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
 };
-use gpufill_core::{State, Tick, Time, TimeOfDay};
-use gpufill_runtime::{DayClock, GpuLabels, Metric, Registry, Settings, Steering};
+use gpufill_runtime::{
+    DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
+};
 
 use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs};
 use crate::config::Config;
@@ -41,7 +43,7 @@ fn sim_labels() -> GpuLabels {
 const STDOUT: &str = "cannot write to standard output";
 
 /// The most random foreign jobs a simulated hour may bring: the simulator's own limit.
-pub const MAX_ARRIVALS_PER_HOUR: f64 = gpufill_core::sim::MAX_RANDOM_JOBS_PER_HOUR;
+pub const MAX_ARRIVALS_PER_HOUR: f64 = MAX_RANDOM_JOBS_PER_HOUR;
 
 fn check_args(args: &SimulateArgs) -> Result<(), UsageError> {
     let fail = |m: String| Err(UsageError(anyhow::anyhow!(m)));
@@ -116,7 +118,7 @@ impl Setup {
         let settings = config.to_settings();
         let sim_cfg = sim_config(args, &settings);
         let sm = settings.metric == Metric::Sm;
-        let fill_settings = gpufill_core::FillSettings {
+        let fill_settings = FillSettings {
             shaping: settings.shaping(sim_cfg.sm_count),
             ..settings.fill_settings()
         };
@@ -135,9 +137,9 @@ impl Setup {
             .unwrap_or(TimeOfDay::MIDNIGHT);
         let (registry, mut publishers) = Registry::new(vec![sim_labels()]);
         let view = if args.pid_namespace {
-            gpufill_core::PidView::Namespace
+            PidView::Namespace
         } else {
-            gpufill_core::PidView::Host
+            PidView::Host
         };
         let process = crate::metrics::this_process(view);
         crate::metrics::start_endpoint(config.metrics.addr(), registry, process)?;
@@ -423,7 +425,7 @@ fn write_long_run(
     Ok(())
 }
 
-fn percent(u: Option<gpufill_core::Utilization>) -> String {
+fn percent(u: Option<Utilization>) -> String {
     u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
 }
 
@@ -485,7 +487,7 @@ fn write_width_summary(
     let from = Time::ZERO + settle.unwrap_or_default();
     let filling: Vec<u32> = ticks
         .iter()
-        .filter(|t| t.at >= from && t.state == gpufill_core::State::Filling)
+        .filter(|t| t.at >= from && t.state == State::Filling)
         .map(|t| t.width.get())
         .collect();
     let changes = filling.windows(2).filter(|w| w[0] != w[1]).count();
@@ -511,14 +513,11 @@ fn summarize(
     let (from, target) = ticks
         .iter()
         .take_while(|t| t.at < until)
-        .fold(
-            None,
-            |last: Option<(Time, gpufill_core::Utilization)>, t| match last {
-                Some((_, target)) if target == t.target => last,
-                _ => Some((t.at, t.target)),
-            },
-        )
-        .unwrap_or((Time::ZERO, gpufill_core::Utilization::ZERO));
+        .fold(None, |last: Option<(Time, Utilization)>, t| match last {
+            Some((_, target)) if target == t.target => last,
+            _ => Some((t.at, t.target)),
+        })
+        .unwrap_or((Time::ZERO, Utilization::ZERO));
     let t = tracking(ticks, from, until, target, 2.0);
     writeln!(out)?;
     if from > Time::ZERO {
@@ -570,7 +569,7 @@ fn summarize(
 fn write_service(
     out: &mut dyn Write,
     spec: &ServiceSpec,
-    job: &gpufill_core::sim::ForeignReport,
+    job: &ForeignReport,
 ) -> std::io::Result<()> {
     let what = match spec.requests {
         ServiceRequests::Bursts { every_s, burst_s } => {
@@ -639,12 +638,15 @@ mod tests {
         let [bursts, isolated] = &cfg.foreign[..] else {
             panic!("{:?}", cfg.foreign);
         };
-        assert_eq!(bursts.requests, Some(gpufill_core::sim::Requests::InBursts));
+        assert_eq!(
+            bursts.requests,
+            Some(gpufill_runtime::sim::Requests::InBursts)
+        );
         assert_eq!(bursts.windows.len(), 10);
         assert_eq!(isolated.request, Duration::from_micros(500));
         assert!(matches!(
             isolated.requests,
-            Some(gpufill_core::sim::Requests::Rate { per_s, .. }) if per_s == 20.0
+            Some(gpufill_runtime::sim::Requests::Rate { per_s, .. }) if per_s == 20.0
         ));
     }
 }

@@ -7,6 +7,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use gpufill_nvml::{GpuInfo, Nvml};
+use gpufill_runtime::PidView;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -19,7 +20,7 @@ pub fn run(out: &mut dyn Write) -> anyhow::Result<()> {
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
-    writeln!(out, "{}", view_line(gpufill_nvml::pid_view()))?;
+    writeln!(out, "{}", view_line(gpufill_runtime::pid_view()))?;
     for gpu in &gpus {
         write_gpu(out, gpu)?;
     }
@@ -71,12 +72,10 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
 }
 
 /// What the PID view means for the process lists below.
-fn view_line(view: gpufill_core::PidView) -> &'static str {
+fn view_line(view: PidView) -> &'static str {
     match view {
-        gpufill_core::PidView::Host => {
-            "PID view: host (NVML lists every compute process, with host PIDs)"
-        }
-        gpufill_core::PidView::Namespace => {
+        PidView::Host => "PID view: host (NVML lists every compute process, with host PIDs)",
+        PidView::Namespace => {
             "PID view: namespace (NVML lists only this PID namespace's processes; gpufill \
              sees the others by the device memory they hold and their utilization)"
         }

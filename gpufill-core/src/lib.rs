@@ -32,6 +32,9 @@
 
 #![forbid(unsafe_code)]
 
+// First, so that every module below may name `named_choice!` (textual scope).
+#[macro_use]
+pub mod names;
 pub mod backoff;
 pub mod controller;
 pub mod device;

@@ -27,9 +27,6 @@ pub enum SpinKernel {
 }
 
 impl SpinKernel {
-    /// Every kernel, in the order the config's names list them.
-    pub const ALL: [SpinKernel; 2] = [SpinKernel::Spin, SpinKernel::Sleep];
-
     /// The PTX entry name.
     pub fn entry(self) -> &'static str {
         match self {
@@ -38,32 +35,14 @@ impl SpinKernel {
         }
     }
 
-    /// The short name used in the config and on the command line: `spin` or `sleep`.
+    /// The short name used in the config and on the command line: `spin` or `sleep`
+    /// ([`SpinKernel::as_str`]).
     pub fn name(self) -> &'static str {
-        match self {
-            SpinKernel::Spin => "spin",
-            SpinKernel::Sleep => "sleep",
-        }
+        self.as_str()
     }
 }
 
-impl std::str::FromStr for SpinKernel {
-    type Err = String;
-
-    /// Parses [`SpinKernel::name`].
-    fn from_str(name: &str) -> Result<Self, String> {
-        SpinKernel::ALL
-            .into_iter()
-            .find(|k| k.name() == name)
-            .ok_or_else(|| format!("expected \"spin\" or \"sleep\", got {name:?}"))
-    }
-}
-
-impl std::fmt::Display for SpinKernel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+gpufill_core::named_choice!(SpinKernel { Spin => "spin", Sleep => "sleep" });
 
 #[cfg(test)]
 mod tests {

@@ -50,11 +50,11 @@ fn report(err: &dyn Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufill_runtime::{AgentError, NO_DRIVER};
+    use gpufill_runtime::{AgentError, NO_DRIVER, OpenError};
 
     #[test]
     fn a_missing_driver_is_reported_in_words() {
-        let text = report(&AgentError::NoDriver);
+        let text = report(&AgentError::from(OpenError::NoDriver));
         assert_eq!(text, format!("fill_gpu0: {NO_DRIVER}"));
         assert!(!text.contains("NoDriver"), "{text}");
     }

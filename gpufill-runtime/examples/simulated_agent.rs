@@ -1,53 +1,77 @@
-//! The same agent as `fill_gpu0`, on two simulated GPUs, for three seconds of wall
-//! time: a foreign job arrives on each after one second and gpufill yields to it.
-//! Runs anywhere (CI runs it): `cargo run -p gpufill-runtime --features sim --example simulated_agent`
-use std::time::Duration;
+//! An agent on two simulated GPUs, for four seconds of wall time, with nothing but
+//! `gpufill_runtime`: it fills both at 40 %, takes 60 % live, and yields on GPU 0 alone
+//! when a foreign job arrives there. Runs anywhere (CI runs it):
+//! `cargo run -p gpufill-runtime --features sim --example simulated_agent`
+use std::time::{Duration, Instant};
 
-use gpufill_core::State;
-use gpufill_core::sim::{ForeignJob, SimConfig};
-use gpufill_runtime::sim::SimOpener;
-use gpufill_runtime::{Agent, AgentOptions, DayClock, Settings};
+use gpufill_runtime::sim::{ForeignJob, SimConfig, SimOpener};
+use gpufill_runtime::{Agent, AgentOptions, DayClock, Settings, State, TimeOfDay};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let opener = SimOpener {
-        config: SimConfig {
-            foreign: vec![ForeignJob::compute_bound(1.0, 60.0, 0.3)],
-            ..SimConfig::default()
-        },
-    };
-    let gpus = opener.gpus(2);
+    let opener = SimOpener::new(SimConfig::default());
     let options = AgentOptions {
-        day_clock: DayClock::StartingAt(gpufill_core::TimeOfDay::MIDNIGHT),
-        duration: Some(Duration::from_secs(3)),
+        day_clock: DayClock::StartingAt(TimeOfDay::MIDNIGHT),
+        duration: Some(Duration::from_secs(4)),
         ..AgentOptions::default()
     };
     let settings = Settings {
         target_percent: 40.0,
         ..Settings::default()
     };
-    let agent = Agent::start(opener, gpus, settings, options)?;
-    let mut states = Vec::new();
+    let agent = Agent::start(opener.clone(), opener.gpus(2), settings.clone(), options)?;
+    let started = Instant::now();
+    let (mut updated, mut job_added) = (false, false);
+    let (mut filled, mut yielded) = (false, false);
     while !agent.is_finished() {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(250));
+        let t = started.elapsed().as_secs_f64();
+        if t > 1.0 && !updated {
+            // A new target, live: every worker takes it at its next tick.
+            agent.update(Settings {
+                target_percent: 60.0,
+                ..settings.clone()
+            })?;
+            updated = true;
+        }
+        if t > 2.0 && !job_added {
+            // Someone starts a job on GPU 0, on the simulated GPU's own clock.
+            if let Some(gpu) = opener.gpu(0) {
+                let now = gpu.now().as_secs_f64();
+                gpu.add_foreign(ForeignJob::compute_bound(now, now + 60.0, 0.3));
+                job_added = true;
+            }
+        }
         for s in agent.snapshots() {
             let util = s.util_percent.map_or("-".into(), |u| format!("{u:.0} %"));
+            let doing = match s.state {
+                Some(State::Filling) => {
+                    filled |= s.target_percent == 60.0;
+                    "filling"
+                }
+                Some(State::Yielding) => {
+                    yielded |= s.labels.index == 0;
+                    "yielding"
+                }
+                Some(other) => other.as_str(),
+                None => "starting",
+            };
             println!(
-                "GPU {} {:?}: util {util}, duty {:.0} %, {} foreign",
+                "{t:4.1} s  GPU {} {doing}: target {:.0} %, util {util}, duty {:.0} %, {} foreign",
                 s.labels.index,
-                s.state,
+                s.target_percent,
                 s.duty_ratio * 100.0,
                 s.foreign
             );
-            states.push(s.state);
         }
     }
     agent.join()?;
-    // What CI checks: it filled, then yielded to the job.
-    let filled = states.contains(&Some(State::Filling));
-    let yielded = states.contains(&Some(State::Yielding));
+    // What CI checks: it filled at the new target, then yielded to the job on GPU 0.
     if !(filled && yielded) {
-        return Err(format!("expected filling then yielding, saw {states:?}").into());
+        return Err(format!(
+            "expected filling at 60 % and yielding on GPU 0 (filled {filled}, yielded {yielded})"
+        )
+        .into());
     }
-    println!("ok: filled, then yielded to the foreign job");
+    println!("ok: filled at the target taken live, then yielded to the foreign job on GPU 0");
     Ok(())
 }

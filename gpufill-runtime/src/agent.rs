@@ -1,108 +1,32 @@
-//! [`Agent`]: one supervised worker thread per GPU, started, updated, watched and
-//! stopped from the caller's thread.
+//! [`Agent`]: one supervised worker thread per GPU ([`crate::worker`]), started,
+//! updated, watched and stopped from the caller's thread.
 //!
 //! Each worker opens its GPU through an [`Opener`] (the real one, [`NvmlCuda`], or the
-//! simulated GPU's, [`crate::sim::SimOpener`]), then ticks its fill loop on the system
-//! clock under a [`Supervisor`] that reopens a lost GPU with backoff. Around each step a
+//! simulated GPU's, `sim::SimOpener`), then ticks its fill loop on the system clock
+//! under a supervisor that reopens a lost GPU with backoff. Around each step a
 //! [`Steering`] takes in new settings, sets the scheduled target and publishes a
 //! [`GpuSnapshot`]. A worker that ends, by a stop, an error or a panic, says so in its
 //! snapshot at once (`worker_running` false) and logs why; [`Agent::join`] collects the
-//! errors.
+//! errors, each a [`WorkerError`].
 
-use std::cell::{Cell, RefCell};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
-use gpufill_core::{Clock, LoadSource, Probe, State, Supervisor, SystemClock, Time};
-use gpufill_nvml::{MetricProbe, Nvml};
-use tracing::{error, info, info_span, warn};
+use gpufill_core::{Clock, SystemClock};
+use gpufill_nvml::Nvml;
+use tracing::{error, info};
 
-use crate::device_hint::DeviceOpenHint;
-use crate::faultlog::{FaultLog, log_tick};
-use crate::open::{OpenError, RealLoop, open_gpu};
+use crate::open::OpenError;
+use crate::opener::{NvmlCuda, Opener};
 use crate::select::{Gpu, SelectError, select};
 use crate::settings::{Metric, Settings, SettingsError};
 use crate::snapshot::{GpuLabels, GpuSnapshot, Registry};
-use crate::steering::{DayClock, DeviceReadings, Loop, Steering};
-
-/// How an agent opens its GPUs and reads them for snapshots.
-pub trait Opener: Send + Sync + 'static {
-    /// The probe of an opened GPU.
-    type Probe: Probe + Send + 'static;
-    /// The load source of an opened GPU.
-    type Load: LoadSource + Send + 'static;
-    /// Why a GPU could not be opened.
-    type Error: std::error::Error + Send + Sync + 'static;
-
-    /// Opens `gpu` for filling with `settings`; `mps` says whether an MPS daemon runs.
-    ///
-    /// # Errors
-    /// Why it could not be opened.
-    fn open(
-        &self,
-        gpu: &Gpu,
-        settings: &Settings,
-        mps: bool,
-    ) -> Result<Loop<Self::Probe, Self::Load>, Self::Error>;
-
-    /// The slowly changing readings of a snapshot (our own GPU memory, board power),
-    /// asked at most once a second. The default knows none.
-    fn readings(&self, probe: &Self::Probe) -> DeviceReadings {
-        let _ = probe;
-        (None, None)
-    }
-
-    /// Whether the loop should watch the NVIDIA device files for newcomers between
-    /// ticks ([`crate::device_hint`]). The default does not: a simulated GPU has none.
-    fn watches_devices(&self) -> bool {
-        false
-    }
-
-    /// Waits, up to `limit`, until nothing of ours is queued or running on the GPU;
-    /// true when that is so. Called once, after the last step. The default has nothing
-    /// to wait for.
-    fn quiesce(&self, fill: &Loop<Self::Probe, Self::Load>, limit: Duration) -> bool {
-        let _ = (fill, limit);
-        true
-    }
-}
-
-/// The real GPUs: CUDA for the load, NVML for the probe ([`open_gpu`]).
-#[derive(Clone, Copy, Debug)]
-pub struct NvmlCuda {
-    /// The NVML session.
-    pub nvml: Nvml,
-}
-
-impl Opener for NvmlCuda {
-    type Probe = MetricProbe;
-    type Load = crate::open::RealLoad;
-    type Error = OpenError;
-
-    fn open(&self, gpu: &Gpu, settings: &Settings, mps: bool) -> Result<RealLoop, OpenError> {
-        open_gpu(self.nvml, gpu, settings, mps)
-    }
-
-    fn watches_devices(&self) -> bool {
-        true
-    }
-
-    fn readings(&self, probe: &MetricProbe) -> DeviceReadings {
-        // NVML's process list and power reading cost CPU: asked once a second at most.
-        let memory = probe.own_memory_bytes().ok().flatten();
-        (memory, probe.power_watts().ok())
-    }
-
-    fn quiesce(&self, fill: &RealLoop, limit: Duration) -> bool {
-        fill.load_source()
-            .current()
-            .is_none_or(|load| load.quiesce(limit))
-    }
-}
+use crate::steering::{DayClock, Steering};
+use crate::worker::{Job, WorkerError};
 
 /// How an agent runs, besides its [`Settings`].
 #[derive(Clone, Copy, Debug)]
@@ -136,9 +60,6 @@ pub enum AgentError {
     /// The settings are invalid.
     #[error("invalid settings: {0}")]
     Settings(#[from] SettingsError),
-    /// No NVIDIA driver.
-    #[error("{}", crate::open::NO_DRIVER)]
-    NoDriver,
     /// NVML could not start.
     #[error("cannot start NVML: {0}")]
     Nvml(#[from] gpufill_nvml::ProbeError),
@@ -148,7 +69,8 @@ pub enum AgentError {
     /// A GPU cannot give what the settings ask (GPM for `metric = "sm"`).
     #[error(transparent)]
     Gpm(#[from] crate::gpm::GpmError),
-    /// A GPU cannot be opened as the settings ask (a grid wider than it holds).
+    /// A GPU cannot be opened as the settings ask (a grid wider than it holds), or
+    /// this machine has no NVIDIA driver ([`OpenError::NoDriver`]).
     #[error(transparent)]
     Open(#[from] OpenError),
     /// A worker thread could not be started.
@@ -157,8 +79,8 @@ pub enum AgentError {
     /// Workers failed: each GPU's NVML index and why.
     #[error("{} of {total} GPU workers failed: {}", failed.len(), describe(failed))]
     Workers {
-        /// `(NVML index, reason)` of each failed worker.
-        failed: Vec<(u32, String)>,
+        /// `(NVML index, why)` of each failed worker.
+        failed: Vec<(u32, WorkerError)>,
         /// How many workers ran.
         total: usize,
     },
@@ -178,7 +100,7 @@ impl AgentError {
     }
 }
 
-fn describe(failed: &[(u32, String)]) -> String {
+fn describe(failed: &[(u32, WorkerError)]) -> String {
     let each: Vec<String> = failed
         .iter()
         .map(|(gpu, why)| format!("GPU {gpu}: {why}"))
@@ -188,7 +110,7 @@ fn describe(failed: &[(u32, String)]) -> String {
 
 struct Worker {
     index: u32,
-    handle: JoinHandle<Result<(), String>>,
+    handle: JoinHandle<Result<(), WorkerError>>,
 }
 
 /// Fills GPUs: one supervised worker thread per GPU.
@@ -210,7 +132,8 @@ pub struct Agent {
     updates: Vec<Sender<Arc<Settings>>>,
     registry: Arc<Registry>,
     stop: Arc<AtomicBool>,
-    settings: Settings,
+    /// The settings in force; behind a lock so that a shared agent takes updates.
+    settings: Mutex<Settings>,
     /// The GPUs filled, for the checks an update must pass as the start did.
     gpus: Vec<Gpu>,
 }
@@ -239,7 +162,7 @@ impl Agent {
     pub fn on_this_machine(settings: Settings, options: AgentOptions) -> Result<Agent, AgentError> {
         settings.validate()?;
         if !gpufill_cuda::driver_present() {
-            return Err(AgentError::NoDriver);
+            return Err(OpenError::NoDriver.into());
         }
         let nvml = Nvml::init()?;
         let gpus = select(nvml, &settings.gpus)?;
@@ -284,21 +207,21 @@ impl Agent {
             updates: Vec::new(),
             registry: Arc::clone(&registry),
             stop: Arc::clone(&stop),
-            settings,
+            settings: Mutex::new(settings.clone()),
             gpus: gpus.clone(),
         };
         for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
-            let steering = Steering::new(&agent.settings, options.mps, options.day_clock)
+            let steering = Steering::new(&settings, options.mps, options.day_clock)
                 .with_updates(rx)
                 .with_publisher(Some(
                     publisher
-                        .measuring_sm_activity(agent.settings.metric == Metric::Sm)
-                        .ticking_every(agent.settings.tick()),
+                        .measuring_sm_activity(settings.metric == Metric::Sm)
+                        .ticking_every(settings.tick()),
                 ));
             let job = Job {
                 gpu,
-                settings: agent.settings.clone(),
+                settings: settings.clone(),
                 mps: options.mps,
                 readings: options.device_readings,
                 deadline: options.duration.map(|d| clock.now() + d),
@@ -316,7 +239,7 @@ impl Agent {
                     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
                         job.run(&*opener, steering, &stop)
                     }))
-                    .unwrap_or_else(|_| Err("worker panicked".to_owned()));
+                    .unwrap_or(Err(WorkerError::Panicked));
                     // Said at once, not at join: the snapshot and the log show it now.
                     registry.mark_ended(slot);
                     if let Err(e) = &result {
@@ -340,17 +263,21 @@ impl Agent {
     }
 
     /// Takes new settings: each worker applies them at its next tick, without restarting
-    /// anything. Keys that need a restart ([`crate::settings::RESTART_KEYS`]) keep their
-    /// old values; their names are returned. They must pass the checks the start made,
+    /// anything. Keys that need a restart ([`crate::RESTART_KEYS`]) keep their old
+    /// values; their names are returned. They must pass the checks the start made,
     /// against the GPUs too: a reload that a reopened GPU could not meet would fail every
-    /// reopen after a GPU loss.
+    /// reopen after a GPU loss. Takes `&self`, as [`Agent::stop`] does: an agent shared
+    /// between threads (in an `Arc`) needs no lock of the caller's.
     ///
     /// # Errors
     /// [`SettingsError`] when `settings` is invalid or a GPU cannot meet it (a
     /// `load.width_blocks` wider than it holds at once); nothing changes then.
-    pub fn update(&mut self, settings: Settings) -> Result<Vec<&'static str>, SettingsError> {
+    pub fn update(&self, settings: Settings) -> Result<Vec<&'static str>, SettingsError> {
         settings.validate()?;
-        let (settings, kept) = self.settings.live_update(settings);
+        // Held to the end, so that two updates reach the workers in the order they
+        // take effect here.
+        let mut in_force = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+        let (settings, kept) = in_force.live_update(settings);
         check_fits(&self.gpus, &settings).map_err(|reason| SettingsError {
             key: "load.width_blocks",
             reason,
@@ -361,13 +288,16 @@ impl Agent {
             // A worker that has ended has dropped its receiver: nothing to update.
             let _ = tx.send(Arc::clone(&shared));
         }
-        self.settings = settings;
+        *in_force = settings;
         Ok(kept)
     }
 
-    /// The settings in force.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    /// The settings in force (a copy).
+    pub fn settings(&self) -> Settings {
+        self.settings
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Every GPU's latest snapshot, in the order the GPUs were given.
@@ -403,13 +333,10 @@ impl Agent {
     pub fn join(mut self) -> Result<(), AgentError> {
         let workers = std::mem::take(&mut self.workers);
         let total = workers.len();
-        let failed: Vec<(u32, String)> = workers
+        let failed: Vec<(u32, WorkerError)> = workers
             .into_iter()
             .filter_map(|w| {
-                let result = w
-                    .handle
-                    .join()
-                    .unwrap_or_else(|_| Err("worker panicked".to_owned()));
+                let result = w.handle.join().unwrap_or(Err(WorkerError::Panicked));
                 result.err().map(|e| (w.index, e))
             })
             .collect();
@@ -435,95 +362,5 @@ pub fn labels_of(gpu: &Gpu) -> GpuLabels {
         index: gpu.index,
         uuid: gpu.uuid.clone(),
         model: gpu.name.clone(),
-    }
-}
-
-/// What one worker needs besides its opener and steering.
-struct Job {
-    gpu: Gpu,
-    settings: Settings,
-    mps: bool,
-    readings: bool,
-    deadline: Option<Time>,
-    clock: SystemClock,
-}
-
-impl Job {
-    fn run<O: Opener>(
-        self,
-        opener: &O,
-        steering: Steering,
-        stop: &AtomicBool,
-    ) -> Result<(), String> {
-        let span = info_span!("gpu", gpu = self.gpu.index);
-        let _entered = span.enter();
-        let (gpu, mps, clock) = (&self.gpu, self.mps, &self.clock);
-        // A GPU that cannot be opened at start is an error; one lost later is reopened
-        // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
-        let first = opener
-            .open(gpu, &self.settings, mps)
-            .map_err(|e| format!("{e}"))?;
-        // Shared by the step (schedule, updates, snapshots) and the reopening, which
-        // builds the new loop from the last settings; never borrowed by both at once.
-        let steering = RefCell::new(steering);
-        let reopen = |_now: Time| {
-            info!("reopening the GPU");
-            let latest = steering.borrow().reloaded();
-            opener
-                .open(gpu, latest.as_deref().unwrap_or(&self.settings), mps)
-                .map_err(|e| format!("{e}"))
-        };
-        let mut supervisor = Supervisor::new(first, reopen, self.settings.retry_settings());
-        let mut faults = FaultLog::default();
-        let stepped = Cell::new(false);
-        let readings = self.readings;
-        let mut hint = if opener.watches_devices() {
-            DeviceOpenHint::new()
-        } else {
-            DeviceOpenHint::disabled()
-        };
-        let last = supervisor.run_watched(
-            clock,
-            self.settings.tick(),
-            &mut hint,
-            |fill, now| {
-                stepped.set(true);
-                steering.borrow_mut().step(fill, now, |probe| {
-                    if readings {
-                        opener.readings(probe)
-                    } else {
-                        (None, None)
-                    }
-                })
-            },
-            |step| {
-                // While no loop is open (a lost GPU waiting to be reopened) the
-                // supervisor's own stopped tick is what there is to publish.
-                if !stepped.replace(false) {
-                    steering
-                        .borrow_mut()
-                        .after_step(&step.tick, || (None, None));
-                }
-                log_tick(&step.tick, &mut faults);
-                faults.log(step);
-                !stop.load(Ordering::Relaxed) && self.deadline.is_none_or(|d| step.tick.at < d)
-            },
-        );
-        let stopping = clock.now();
-        let quiet = supervisor
-            .fill()
-            .is_none_or(|fill| opener.quiesce(fill, Duration::from_millis(100)));
-        if quiet {
-            let ms = (clock.now() - stopping).as_secs_f64() * 1e3;
-            info!(ms, "GPU idle: no kernel of ours queued or running");
-        } else {
-            warn!("kernels still queued 100 ms after stopping");
-        }
-        if last.tick.state == State::Stopped {
-            return Err(
-                "stopped filling: the GPU failed and was not reopened (see the log above)".into(),
-            );
-        }
-        Ok(())
     }
 }

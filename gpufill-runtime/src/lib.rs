@@ -18,29 +18,35 @@
 //!
 //! # Pieces
 //! - [`Settings`]: everything gpufill is told, one field per config key
-//!   (`yield.grace_s` is `settings.yielding.grace_s`); [`Settings::default`] is the
-//!   product's defaults, [`Settings::validate`] holds every rule.
+//!   (`yield.grace_s` is `settings.yielding.grace_s`), each defined once with its
+//!   default and rule; [`Settings::default`] is the product's defaults,
+//!   [`Settings::validate`] holds every rule; with the feature `serde`, a serde value
+//!   with the file's keys and messages (module `file`).
 //! - [`select()`] lists and selects GPUs (by index, UUID or all; MIG skipped) and matches
 //!   NVML to CUDA by UUID; [`open_gpu`] opens one for filling.
 //! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
-//!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`]), gives a
-//!   [`GpuSnapshot`] per GPU, stops and joins.
+//!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`], from any
+//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
+//!   each worker that failed ([`WorkerError`]).
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
 //! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
 //!   (here rather than in the binary so an embedder serves the same series from its
-//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`].
+//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`], and the
+//!   simulator itself. The types of the lower crates these name are re-exported here, so
+//!   an embedder of the agent needs no other crate.
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
 //!   feed-forward, `gpufill_core::controller::PiController`), run by
 //!   [`gpufill_core::FillLoop::step`].
-//! - **The yield rule**: [`gpufill_core::policy`] (`presence`, `activity`, MPS), asked
-//!   first at every step; it always wins over the controller.
+//! - **The yield rule**: [`gpufill_core::policy`] (`YieldPolicy::decide_seen`, a rule per
+//!   mode: `presence`, `activity`, MPS), asked first at every step; it always wins over
+//!   the controller.
 //! - **The kernel**: [`gpufill_cuda`] (a one-warp spin kernel on `%globaltimer`,
 //!   launched in bursts from the loop's own thread).
-//! - **A config key**: the [`Settings`] field of the same name, whose docs give its unit
-//!   and range; one of [`Settings::fill_settings`], [`Settings::yield_settings`],
+//! - **A config key**: the [`Settings`] field of the same name, whose docs give its
+//!   unit, default and rule (its one line is in `src/settings/defaults.rs`); one of [`Settings::fill_settings`], [`Settings::yield_settings`],
 //!   [`Settings::schedule`], [`Settings::launcher_settings`] turns it into the core's
 //!   setting. `yield.grace_s` is `settings.yielding.grace_s`, which
 //!   [`Settings::yield_settings`] makes [`gpufill_core::YieldSettings::grace`]; the whole
@@ -48,8 +54,8 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported here are the API;
-//! nothing here reads a file, installs a signal handler or a log subscriber, or exits
-//! the process. Logging goes through `tracing`.
+//! nothing here reads a configuration file, installs a signal handler or a log
+//! subscriber, or exits the process. Logging goes through `tracing`.
 
 mod agent;
 pub mod device_hint;
@@ -59,6 +65,7 @@ mod gpus;
 mod localtime;
 pub mod mps;
 mod open;
+mod opener;
 pub mod prometheus;
 mod select;
 mod settings;
@@ -66,31 +73,40 @@ mod settings;
 pub mod sim;
 mod snapshot;
 mod steering;
+mod worker;
 
-pub use agent::{Agent, AgentError, AgentOptions, NvmlCuda, Opener, labels_of};
+pub use agent::{Agent, AgentError, AgentOptions, labels_of};
 pub use gpm::{GpmError, check_all as check_gpm_all};
 pub use gpus::{GpuId, GpuSelector};
 pub use localtime::now as local_time_of_day;
 pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
+pub use opener::{NvmlCuda, Opener};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
     SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, power_model,
 };
-/// The range checks' wording, shared with the binary's file parser so its messages
-/// match; not part of the embedding API.
-#[doc(hidden)]
-pub use settings::{float_problem, int_problem, range_reason, seconds};
 pub use snapshot::{
     GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
 };
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
+pub use worker::WorkerError;
 
-/// The bounds of integer keys, shared with the binary's parser so its messages match;
-/// not part of the embedding API.
-#[doc(hidden)]
-pub mod bounds {
-    pub use crate::settings::{
-        IDLE_AFTER_MAX_S, KERNEL_US, MAX_KERNEL_US, PERIOD_MS, PID, TICK_MS, WIDTH_BLOCKS,
-    };
+/// The types of the lower crates that the items above name, so that an embedder needs
+/// no other dependency: what a snapshot's state is, the controller and kernel a
+/// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, the PID
+/// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
+pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
+pub use gpufill_cuda::{CudaError, SpinKernel};
+pub use gpufill_nvml::{ProbeError, pid_view};
+
+/// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
+/// values whose keys are the file's, read by the keys' own rules (so a file gets the
+/// same messages as [`Settings::validate`], at the value's place). For a file with
+/// tables of its reader's own beside the settings (the `gpufill` binary's `[metrics]`):
+/// [`file::KeyOf`] reads a key among both, [`file::Table::read_value`] a setting's
+/// value, [`file::TableOf`] the reader's table.
+#[cfg(feature = "serde")]
+pub mod file {
+    pub use crate::settings::file::{KeyOf, Table, TableOf};
 }

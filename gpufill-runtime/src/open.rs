@@ -17,7 +17,8 @@ pub const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (insta
 /// Why a GPU could not be opened for filling.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// libcuda is not there.
+    /// libcuda is not there: the one missing-driver error of the runtime (the agent's
+    /// start and every GPU's opening give this one).
     #[error("{NO_DRIVER}")]
     NoDriver,
     /// NVML failed while reading the process list or building the probe.
@@ -25,13 +26,24 @@ pub enum OpenError {
     Nvml(#[from] ProbeError),
     /// The CUDA context or the launcher could not be made.
     #[error("cannot open the CUDA context: {0}")]
-    Cuda(#[from] CudaError),
+    Cuda(CudaError),
     /// `metric = "sm"` cannot read GPM on this GPU.
     #[error(transparent)]
     Gpm(#[from] GpmError),
     /// `load.width_blocks` is wider than this GPU holds at once.
     #[error("load.width_blocks: {0}")]
     Width(String),
+}
+
+impl From<CudaError> for OpenError {
+    /// CUDA's own missing driver is the runtime's one [`OpenError::NoDriver`], with its
+    /// message.
+    fn from(e: CudaError) -> Self {
+        match e {
+            CudaError::NoDriver => OpenError::NoDriver,
+            e => OpenError::Cuda(e),
+        }
+    }
 }
 
 impl OpenError {

@@ -1,27 +1,87 @@
 //! The simulated GPU as an [`Opener`], so an [`crate::Agent`] runs on a machine with no
-//! GPU: in tests, in CI, and in the `simulated_agent` example.
+//! GPU: in tests, in CI, and in the `simulated_agent` example. Everything needed to
+//! build one is here: [`SimOpener`], the model [`SimConfig`], the foreign jobs
+//! [`ForeignJob`], and each opened GPU's [`SimGpu`] (add a job while the agent runs,
+//! read the [`SimReport`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use gpufill_runtime::sim::{ForeignJob, SimConfig, SimOpener};
+//! use gpufill_runtime::{Agent, AgentOptions, Settings};
+//!
+//! let opener = SimOpener::new(SimConfig::default());
+//! let agent = Agent::start(opener.clone(), opener.gpus(1), Settings::default(), AgentOptions::default())?;
+//! std::thread::sleep(Duration::from_millis(100));
+//! // GPU 0 as its worker opened it: a job arrives now and stays a minute.
+//! let gpu = opener.gpu(0).expect("opened");
+//! let now = gpu.now().as_secs_f64();
+//! gpu.add_foreign(ForeignJob::compute_bound(now, now + 60.0, 0.5));
+//! agent.stop();
+//! agent.join()?;
+//! println!("our kernels ran {:?}", gpu.report(gpu.now()).own_busy);
+//! # Ok::<(), gpufill_runtime::AgentError>(())
+//! ```
+//!
+//! The simulator itself stays in `gpufill-core` (behind its own `sim` feature): the
+//! core's scenario tests run the real loop on it in virtual time, and the core may
+//! depend on nothing above it. This module only re-exports it and opens it for agents.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use gpufill_core::sim::{SimConfig, SimError, SimGpu, SimLoad, SimProbe};
-use gpufill_core::{FillLoop, FillSettings, YieldPolicy};
+use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
+use gpufill_nvml::GpuInfo;
 
-use crate::agent::Opener;
-use crate::select::Gpu;
+use crate::gpus::GpuSelector;
+use crate::opener::Opener;
+use crate::select::{Gpu, SelectError, choose};
 use crate::settings::{Metric, Settings};
 use crate::steering::Loop;
 
-/// Opens simulated GPUs, each a fresh [`SimGpu`] built from one [`SimConfig`] with our
-/// kernels laid out as the settings say ([`SimOpener::sim_config`]). Time is the agent's
-/// clock: the simulated GPU runs at wall-clock speed.
+/// The simulator itself, all of it: the model ([`SimConfig`], [`ForeignJob`]), its
+/// handles ([`SimGpu`], [`SimProbe`], [`SimLoad`]), its reports, and the virtual-time
+/// runs of the loop ([`Simulation`], churn) that `gpufill simulate` makes.
+pub use gpufill_core::sim::*;
+
+/// Opens simulated GPUs, each a [`SimGpu`] built from its [`SimConfig`] (one for every
+/// GPU, or one of its own: [`SimOpener::with_gpu`]) with our kernels laid out as the
+/// settings say ([`SimOpener::sim_config`]). Time is the agent's clock: the simulated
+/// GPUs run at wall-clock speed from the agent's start.
+///
+/// Each GPU is made when its worker first opens it and kept: a worker that loses it
+/// opens the same device again (which fails while the model says it is lost), and
+/// [`SimOpener::gpu`] hands it out. Clones share the GPUs they open, so keep a clone
+/// to reach them; give each agent an opener of its own.
 #[derive(Clone, Debug, Default)]
 pub struct SimOpener {
-    /// The model every opened GPU follows.
-    pub config: SimConfig,
+    config: SimConfig,
+    per_gpu: BTreeMap<u32, SimConfig>,
+    opened: Arc<Mutex<BTreeMap<u32, SimGpu>>>,
 }
 
 impl SimOpener {
-    /// `n` simulated GPUs to give [`crate::Agent::start`], indexed from 0.
+    /// Every GPU follows `config`.
+    pub fn new(config: SimConfig) -> Self {
+        SimOpener {
+            config,
+            ..SimOpener::default()
+        }
+    }
+
+    /// GPU `index` follows `config` instead (a foreign job on that GPU alone, say).
+    pub fn with_gpu(mut self, index: u32, config: SimConfig) -> Self {
+        self.per_gpu.insert(index, config);
+        self
+    }
+
+    /// The model GPU `index` follows.
+    pub fn config(&self, index: u32) -> &SimConfig {
+        self.per_gpu.get(&index).unwrap_or(&self.config)
+    }
+
+    /// `n` simulated GPUs to give [`crate::Agent::start`], indexed from 0, with UUIDs
+    /// `GPU-00000000-0000-0000-0000-00000000000N`.
     pub fn gpus(&self, n: u32) -> Vec<Gpu> {
         (0..n)
             .map(|index| Gpu {
@@ -29,26 +89,72 @@ impl SimOpener {
                 uuid: format!("GPU-00000000-0000-0000-0000-{index:012}"),
                 name: "simulated GPU".to_owned(),
                 ordinal: index as usize,
-                sm_count: self.config.sm_count,
+                sm_count: self.config(index).sm_count,
                 max_resident_blocks: 0,
             })
             .collect()
     }
 
-    /// The model a GPU opened with `settings` follows: [`SimOpener::config`] with MPS on
-    /// where either asks for it, and our kernels laid out by `load.period_ms`,
+    /// The GPUs of a machine of `n` simulated GPUs that `selector` picks, by the rules
+    /// [`crate::select()`] applies to real ones (indices and UUIDs, in the order given).
+    ///
+    /// # Errors
+    /// [`SelectError::NoSuchGpu`] for a GPU the machine does not have.
+    pub fn select(&self, n: u32, selector: &GpuSelector) -> Result<Vec<Gpu>, SelectError> {
+        let gpus = self.gpus(n);
+        let listed: Vec<GpuInfo> = gpus.iter().map(listing).collect();
+        let selection = choose(&listed, selector)?;
+        Ok(selection
+            .chosen
+            .iter()
+            .filter_map(|info| gpus.iter().find(|g| g.index == info.index).cloned())
+            .collect())
+    }
+
+    /// Simulated GPU `index`, once its worker has opened it.
+    pub fn gpu(&self, index: u32) -> Option<SimGpu> {
+        self.opened().get(&index).cloned()
+    }
+
+    /// The model a GPU opened with `settings` follows: [`SimOpener::config`] of GPU 0
+    /// (every GPU's, unless [`SimOpener::with_gpu`] gave it its own) with MPS on where
+    /// either asks for it, and our kernels laid out by `load.period_ms`,
     /// `load.max_kernel_us` and `load.beside_kernel_us`, as the CUDA launcher lays them.
     pub fn sim_config(&self, settings: &Settings, mps: bool) -> SimConfig {
-        let load = &settings.load;
-        SimConfig {
-            mps: self.config.mps || mps,
-            ..self.config.clone()
-        }
-        .with_launch(
-            Duration::from_millis(load.period_ms),
-            Duration::from_micros(load.max_kernel_us),
-            Duration::from_micros(load.beside_kernel_us),
-        )
+        laid_out(&self.config, settings, mps)
+    }
+
+    fn opened(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, SimGpu>> {
+        self.opened.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `config` with MPS where asked and our kernels laid out as `settings` say.
+fn laid_out(config: &SimConfig, settings: &Settings, mps: bool) -> SimConfig {
+    let load = &settings.load;
+    SimConfig {
+        mps: config.mps || mps,
+        ..config.clone()
+    }
+    .with_launch(
+        Duration::from_millis(load.period_ms),
+        Duration::from_micros(load.max_kernel_us),
+        Duration::from_micros(load.beside_kernel_us),
+    )
+}
+
+/// How NVML would list a simulated GPU, for [`choose`].
+fn listing(gpu: &Gpu) -> GpuInfo {
+    GpuInfo {
+        index: gpu.index,
+        uuid: gpu.uuid.clone(),
+        name: gpu.name.clone(),
+        memory_used_bytes: 0,
+        memory_total_bytes: 0,
+        utilization_percent: None,
+        power_watts: None,
+        mig_enabled: false,
+        processes: Vec::new(),
     }
 }
 
@@ -62,15 +168,21 @@ impl Opener for SimOpener {
         gpu: &Gpu,
         settings: &Settings,
         mps: bool,
+        now: Time,
     ) -> Result<Loop<SimProbe, SimLoad>, SimError> {
-        let sim = SimGpu::new(self.sim_config(settings, mps));
+        let sim = self
+            .opened()
+            .entry(gpu.index)
+            .or_insert_with(|| SimGpu::new(laid_out(self.config(gpu.index), settings, mps)))
+            .clone();
+        let (probe, load) = sim.open(now)?;
         let probe = match settings.metric {
-            Metric::Util => sim.probe(),
+            Metric::Util => probe,
             Metric::Sm => sim.sm_probe(),
         };
         Ok(FillLoop::new(
             probe,
-            sim.load(),
+            load,
             settings.controller.build(),
             YieldPolicy::new(settings.yield_settings(mps)),
             FillSettings {
@@ -104,5 +216,46 @@ mod tests {
             None
         );
         assert!(!opener.sim_config(&settings, false).mps);
+    }
+
+    #[test]
+    fn a_gpu_is_opened_once_and_again_only_while_it_is_not_lost() {
+        let lost = SimConfig {
+            lost_at: Some(Time::from_secs_f64(1.0)),
+            recovers_at: Some(Time::from_secs_f64(2.0)),
+            ..SimConfig::default()
+        };
+        let opener = SimOpener::default().with_gpu(1, lost);
+        let gpus = opener.gpus(2);
+        let settings = Settings::default();
+        assert!(opener.gpu(1).is_none(), "made when first opened");
+        assert!(opener.open(&gpus[1], &settings, false, Time::ZERO).is_ok());
+        let first = opener.gpu(1).unwrap();
+        let at = |s: f64| Time::from_secs_f64(s);
+        assert_eq!(
+            opener.open(&gpus[1], &settings, false, at(1.5)).err(),
+            Some(SimError::Lost)
+        );
+        assert!(opener.open(&gpus[1], &settings, false, at(2.5)).is_ok());
+        // The same device all along: its clock went on.
+        assert_eq!(first.now(), at(2.5));
+        // GPU 0 follows the shared model, which is never lost.
+        assert!(opener.open(&gpus[0], &settings, false, at(1.5)).is_ok());
+    }
+
+    #[test]
+    fn selection_follows_the_rules_for_real_gpus() {
+        let opener = SimOpener::default();
+        let by = |flag: &str| opener.select(4, &GpuSelector::parse_flag(flag).unwrap());
+        let indices = |gpus: Vec<Gpu>| gpus.iter().map(|g| g.index).collect::<Vec<_>>();
+        assert_eq!(indices(by("all").unwrap()), [0, 1, 2, 3]);
+        assert_eq!(
+            indices(by("2,GPU-00000000-0000-0000-0000-000000000000").unwrap()),
+            [2, 0]
+        );
+        assert!(matches!(
+            by("4"),
+            Err(SelectError::NoSuchGpu { found: 4, .. })
+        ));
     }
 }

@@ -25,7 +25,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use gpufill_core::{State, Tick, Time, Utilization};
+use gpufill_core::{Tick, Utilization};
+use gpufill_runtime::{State, Time};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::BenchArgs;

@@ -5,8 +5,9 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use gpufill_core::sim::tracking;
-use gpufill_core::{State, Tick, Time, Utilization};
+use gpufill_core::{Tick, Utilization};
+use gpufill_runtime::sim::tracking;
+use gpufill_runtime::{State, Time};
 use serde::Serialize;
 
 /// Tolerance for "settled", in percentage points (as `scripts/gpu_bench.py`).

@@ -1,9 +1,13 @@
-//! The configuration file: TOML, with flags laid over it, resolved once into the
-//! runtime's [`Settings`] ([`Config::to_settings`]); nothing past this module sees a
-//! `Config`.
+//! The configuration file: TOML read straight into the runtime's [`Settings`], with the
+//! binary's own `[metrics]` table beside them, and flags laid over it.
+//!
+//! Every key but `metrics.listen` is defined once, in `gpufill-runtime` (its name,
+//! type, default, rule and doc: `gpufill-runtime/src/settings/defaults.rs`); this
+//! module knows none of them. It reads TOML, says where in the file a value is
+//! (`file:line:column: key: reason`), and holds the one key of the binary's own.
 //!
 //! Layering is defaults < file < flags: [`Config::default`] holds the defaults (the
-//! runtime's [`Settings::default`] plus the binary's `[metrics]`; the shipped
+//! runtime's [`Settings::default`] and no metrics endpoint; the shipped
 //! `gpufill.example.toml` lists them, and a test keeps the two equal), [`Config::load`]
 //! reads a file over them, and [`Config::apply`] lays the flags ([`Overrides`]) on top.
 //! Every rule lives in one place, [`Settings::validate`]: [`Config::validate`] calls it
@@ -19,186 +23,94 @@
 //! from the text (a default, a flag). Positions come from the spans the `toml` crate
 //! keeps; the dotted key is found by locating that span in the parsed document, as
 //! `toml::de::Error` does not expose its key path.
-//!
-//! The choices (`controller`, `metric`, `load.kernel`, `yield.policy`, `yield.mps`) are
-//! the runtime's and core's own enums, read by name through their `FromStr`
-//! (`named`): one enum per choice.
 
-mod de;
 mod error;
-mod named;
+mod metrics;
 mod overrides;
 #[cfg(test)]
 mod props;
-mod tables;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
+use std::sync::LazyLock;
 
-use gpufill_core::ControllerKind;
-use gpufill_cuda::SpinKernel;
-use gpufill_runtime::bounds::{KERNEL_US, MAX_KERNEL_US, PERIOD_MS, TICK_MS, WIDTH_BLOCKS};
-use gpufill_runtime::{
-    GpuSelector, LoadSettings, Metric, MpsChoice, ProbeSettings, Settings, YieldPolicyChoice,
-    YieldingSettings,
-};
-use serde::{Deserialize, Serialize};
+use gpufill_runtime::Settings;
+use gpufill_runtime::file::{KeyOf, Table, TableOf};
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::de::DeTable;
 
-use de::{int_in, number, pids, table};
 pub use error::{ConfigError, Position};
 use error::{key_at, span_of_key};
+pub use metrics::MetricsConfig;
 pub use overrides::Overrides;
-pub use tables::{MetricsConfig, ScheduleConfig, WindowConfig};
 
-// Integer bounds as const generics for the deserializer (so a file gets the message
-// with its position); the values are the runtime's ([`gpufill_runtime::bounds`]).
-const TICK_MS_MIN: u64 = TICK_MS.0;
-const TICK_MS_MAX: u64 = TICK_MS.1;
-const WIDTH_MIN: u64 = WIDTH_BLOCKS.0;
-const WIDTH_MAX: u64 = WIDTH_BLOCKS.1;
-const PERIOD_MS_MIN: u64 = PERIOD_MS.0;
-const PERIOD_MS_MAX: u64 = PERIOD_MS.1;
-const MAX_KERNEL_US_MIN: u64 = MAX_KERNEL_US.0;
-const MAX_KERNEL_US_MAX: u64 = MAX_KERNEL_US.1;
-// 0 (bursts beside holders) or KERNEL_US: the gap is the runtime's check.
-const KERNEL_US_MAX: u64 = KERNEL_US.1;
-
-/// The whole configuration, as in `gpufill.toml`. Every key is optional.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// The whole configuration, as in `gpufill.toml`: the runtime's settings (every key
+/// but one) and the binary's `[metrics]`. Every key is optional. It reads as the
+/// settings it holds (`config.load.period_ms`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
-    /// Utilization to hold, percent in `[0, 100]`.
-    #[serde(deserialize_with = "number")]
-    pub target_percent: f64,
-    /// Which GPUs to fill.
-    #[serde(with = "named::gpus")]
-    pub gpus: GpuSelector,
-    /// Which controller turns measured utilization into duty.
-    #[serde(with = "named::choice")]
-    pub controller: ControllerKind,
-    /// What is held at the target: NVML utilization, or GPM SM utilization.
-    #[serde(with = "named::choice")]
-    pub metric: Metric,
-    /// Loop tick in milliseconds, `1..=1000`: how often processes and utilization are
-    /// read, and when bursts may start (so it divides `load.period_ms`).
-    #[serde(deserialize_with = "int_in::<_, _, TICK_MS_MIN, TICK_MS_MAX>")]
-    pub tick_ms: u64,
-    /// The `[load]` table: the shape of our kernels.
-    #[serde(deserialize_with = "table")]
-    pub load: LoadConfig,
-    /// The `[yield]` table: when to stand aside.
-    #[serde(rename = "yield", deserialize_with = "table")]
-    pub yielding: YieldConfig,
-    /// The `[probe]` table: how measurement faults are handled.
-    #[serde(deserialize_with = "table")]
-    pub probe: ProbeConfig,
-    /// The `[schedule]` table: the idle rule and time-of-day windows.
-    #[serde(deserialize_with = "table")]
-    pub schedule: ScheduleConfig,
-    /// The `[metrics]` table: the Prometheus endpoint.
-    #[serde(deserialize_with = "table")]
+    /// Every key but `[metrics]`.
+    pub settings: Settings,
+    /// The `[metrics]` table: the Prometheus endpoint, which only the binary has.
     pub metrics: MetricsConfig,
 }
 
-impl Default for Config {
-    /// The runtime's defaults, and no metrics endpoint.
-    fn default() -> Self {
-        Config::from_settings(&Settings::default(), MetricsConfig::default())
+impl Deref for Config {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        &self.settings
     }
 }
 
-/// The `[load]` table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct LoadConfig {
-    /// One-warp blocks per kernel, `1..=65535`: our share of the SMs.
-    #[serde(deserialize_with = "int_in::<_, _, WIDTH_MIN, WIDTH_MAX>")]
-    pub width_blocks: u32,
-    /// Upper bound of our own time share, percent in `[0, 100]`.
-    #[serde(deserialize_with = "number")]
-    pub max_duty_percent: f64,
-    /// Launch period in milliseconds, `1..=1000`, a multiple of `tick_ms`.
-    #[serde(deserialize_with = "int_in::<_, _, PERIOD_MS_MIN, PERIOD_MS_MAX>")]
-    pub period_ms: u64,
-    /// Longest single kernel in microseconds, `10..=1000000`.
-    #[serde(deserialize_with = "int_in::<_, _, MAX_KERNEL_US_MIN, MAX_KERNEL_US_MAX>")]
-    pub max_kernel_us: u64,
-    /// Beside a dormant holder: 0 for bursts, or one kernel of this many microseconds in
-    /// flight at a time, `10..=100000` and at most the period.
-    #[serde(deserialize_with = "int_in::<_, _, 0, KERNEL_US_MAX>")]
-    pub beside_kernel_us: u64,
-    /// The spin kernel: `spin` (busy-wait) or `sleep` (busy-wait with nanosleep).
-    #[serde(with = "named::choice")]
-    pub kernel: SpinKernel,
-}
-
-impl Default for LoadConfig {
-    fn default() -> Self {
-        Config::default().load
+impl DerefMut for Config {
+    fn deref_mut(&mut self) -> &mut Settings {
+        &mut self.settings
     }
 }
 
-/// The `[yield]` table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct YieldConfig {
-    /// Which yield policy decides when to stand aside.
-    #[serde(with = "named::choice")]
-    pub policy: YieldPolicyChoice,
-    /// MPS co-residence: `auto` (when an MPS control daemon runs), `on` or `off`. Under
-    /// MPS gpufill never yields; it fills only the gap others leave.
-    #[serde(with = "named::choice")]
-    pub mps: MpsChoice,
-    /// Seconds to stay idle after the last foreign process has gone, `[0, 86400]`.
-    #[serde(deserialize_with = "number")]
-    pub grace_s: f64,
-    /// `activity` only: seconds a listed process must have run no kernel before
-    /// gpufill fills beside it, `[0, 86400]`.
-    #[serde(deserialize_with = "number")]
-    pub idle_grace_s: f64,
-    /// PIDs that never count as foreign.
-    #[serde(deserialize_with = "pids")]
-    pub ignore_pids: Vec<u32>,
-    /// Process names (last path component) that never count as foreign.
-    pub ignore_names: Vec<String>,
-    /// Drop the CUDA context after yielding for `release_after_s`, so a yielding
-    /// gpufill holds no GPU memory; it is created again on resume.
-    pub release_context: bool,
-    /// Seconds of yielding before the context is dropped, `[0, 86400]`.
-    #[serde(deserialize_with = "number")]
-    pub release_after_s: f64,
-}
+/// The file's top-level keys: the settings', then `metrics`.
+static KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| [Settings::KEYS, &["metrics"]].concat());
 
-impl Default for YieldConfig {
-    fn default() -> Self {
-        Config::default().yielding
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Config, D::Error> {
+        struct Keys;
+        impl<'de> Visitor<'de> for Keys {
+            type Value = Config;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct Config")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
+                let mut config = Config::default();
+                while let Some(key) = map.next_key_seed(KeyOf(&KEYS))? {
+                    if key == "metrics" {
+                        config.metrics = map.next_value_seed(TableOf::new())?;
+                    } else {
+                        config.settings.read_value(key, &mut map)?;
+                    }
+                }
+                Ok(config)
+            }
+        }
+        d.deserialize_struct("Config", &KEYS, Keys)
     }
 }
 
-/// The `[probe]` table.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ProbeConfig {
-    /// Seconds a failing probe is trusted (the last load held) before the loop idles,
-    /// `[0, 3600]`.
-    #[serde(deserialize_with = "number")]
-    pub fault_hold_s: f64,
-    /// Seconds before the first attempt to reopen a lost GPU, `[0.01, 3600]`; doubles
-    /// after every failed attempt.
-    #[serde(deserialize_with = "number")]
-    pub retry_initial_s: f64,
-    /// The longest wait between attempts to reopen a lost GPU, `[retry_initial_s, 86400]`.
-    #[serde(deserialize_with = "number")]
-    pub retry_max_s: f64,
-}
-
-impl Default for ProbeConfig {
-    fn default() -> Self {
-        Config::default().probe
+impl Serialize for Config {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_struct("Config", KEYS.len())?;
+        self.settings.write_fields(&mut out)?;
+        out.serialize_field("metrics", &self.metrics)?;
+        out.end()
     }
 }
+
 impl Config {
     /// Parses and validates a configuration from TOML text. `origin` is the file the
     /// text came from, named in errors.
@@ -279,7 +191,7 @@ impl Config {
         origin: Option<&Path>,
         set_by_user: impl Fn(&str) -> bool,
     ) -> Result<(), ConfigError> {
-        if let Err(e) = self.to_settings().validate() {
+        if let Err(e) = self.settings.validate() {
             let e = match &e.other {
                 Some((other, _)) if !set_by_user(e.key) && set_by_user(other) => {
                     let other = *other;
@@ -297,75 +209,7 @@ impl Config {
 
     /// The runtime's settings: every key but `[metrics]`, which only the binary has.
     pub fn to_settings(&self) -> Settings {
-        let (load, y, probe) = (&self.load, &self.yielding, &self.probe);
-        Settings {
-            target_percent: self.target_percent,
-            gpus: self.gpus.clone(),
-            controller: self.controller,
-            metric: self.metric,
-            tick_ms: self.tick_ms,
-            load: LoadSettings {
-                width_blocks: load.width_blocks,
-                max_duty_percent: load.max_duty_percent,
-                period_ms: load.period_ms,
-                max_kernel_us: load.max_kernel_us,
-                beside_kernel_us: load.beside_kernel_us,
-                kernel: load.kernel,
-            },
-            yielding: YieldingSettings {
-                policy: y.policy,
-                mps: y.mps,
-                grace_s: y.grace_s,
-                idle_grace_s: y.idle_grace_s,
-                ignore_pids: y.ignore_pids.clone(),
-                ignore_names: y.ignore_names.clone(),
-                release_context: y.release_context,
-                release_after_s: y.release_after_s,
-            },
-            probe: ProbeSettings {
-                fault_hold_s: probe.fault_hold_s,
-                retry_initial_s: probe.retry_initial_s,
-                retry_max_s: probe.retry_max_s,
-            },
-            schedule: self.schedule.to_settings(),
-        }
-    }
-
-    /// The configuration that gives `settings`, with `metrics`.
-    pub fn from_settings(settings: &Settings, metrics: MetricsConfig) -> Config {
-        let (load, y, probe) = (&settings.load, &settings.yielding, &settings.probe);
-        Config {
-            target_percent: settings.target_percent,
-            gpus: settings.gpus.clone(),
-            controller: settings.controller,
-            metric: settings.metric,
-            tick_ms: settings.tick_ms,
-            load: LoadConfig {
-                width_blocks: load.width_blocks,
-                max_duty_percent: load.max_duty_percent,
-                period_ms: load.period_ms,
-                max_kernel_us: load.max_kernel_us,
-                beside_kernel_us: load.beside_kernel_us,
-                kernel: load.kernel,
-            },
-            yielding: YieldConfig {
-                policy: y.policy,
-                mps: y.mps,
-                grace_s: y.grace_s,
-                idle_grace_s: y.idle_grace_s,
-                ignore_pids: y.ignore_pids.clone(),
-                ignore_names: y.ignore_names.clone(),
-                release_context: y.release_context,
-                release_after_s: y.release_after_s,
-            },
-            probe: ProbeConfig {
-                fault_hold_s: probe.fault_hold_s,
-                retry_initial_s: probe.retry_initial_s,
-                retry_max_s: probe.retry_max_s,
-            },
-            schedule: ScheduleConfig::from_settings(&settings.schedule),
-            metrics,
-        }
+        self.settings.clone()
     }
 
     /// The settings as TOML, every key present, for `gpufill config check` to print.

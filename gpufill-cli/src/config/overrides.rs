@@ -2,9 +2,7 @@
 //! [`overrides!`] is the one place that says which flag sets which key: it defines the
 //! struct, [`Overrides::apply`] and [`Overrides::flag_for_key`].
 
-use gpufill_core::ControllerKind;
-use gpufill_cuda::SpinKernel;
-use gpufill_runtime::{GpuSelector, Metric};
+use gpufill_runtime::{ControllerKind, GpuSelector, Metric, SpinKernel};
 
 use super::Config;
 

@@ -3,40 +3,28 @@
 //! names its key, never a panic.
 
 use std::path::Path;
+use std::sync::LazyLock;
 
 use proptest::prelude::*;
 
 use super::*;
 
-/// Every key the parser knows, as `(table, key)`; "" is the top level.
-const KEYS: &[(&str, &str)] = &[
-    ("", "target_percent"),
-    ("", "gpus"),
-    ("", "controller"),
-    ("", "tick_ms"),
-    ("", "metric"),
-    ("load", "kernel"),
-    ("schedule", "idle_after_s"),
-    ("schedule", "idle_target_percent"),
-    ("metrics", "listen"),
-    ("load", "width_blocks"),
-    ("load", "max_duty_percent"),
-    ("load", "period_ms"),
-    ("load", "max_kernel_us"),
-    ("load", "beside_kernel_us"),
-    ("yield", "policy"),
-    ("yield", "mps"),
-    ("yield", "grace_s"),
-    ("yield", "idle_grace_s"),
-    ("yield", "ignore_pids"),
-    ("yield", "ignore_names"),
-    ("yield", "release_context"),
-    ("yield", "release_after_s"),
-    ("probe", "fault_hold_s"),
-    ("probe", "retry_initial_s"),
-    ("probe", "retry_max_s"),
-    ("probe", "no_such_key"),
-];
+/// Every key the parser knows, as `(table, key)` ("" is the top level): those the
+/// defaults render (the runtime's settings and `[metrics]`), and one it does not know.
+static KEYS: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
+    let rendered: toml::Table = toml::from_str(&Config::default().to_toml_string()).unwrap();
+    let mut keys = Vec::new();
+    for (name, value) in rendered {
+        match value {
+            toml::Value::Table(table) => {
+                keys.extend(table.keys().map(|key| (name.clone(), key.clone())));
+            }
+            _ => keys.push((String::new(), name)),
+        }
+    }
+    keys.push(("probe".to_owned(), "no_such_key".to_owned()));
+    keys
+});
 
 fn value() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -62,14 +50,14 @@ fn document() -> impl Strategy<Value = String> {
         let mut top = String::new();
         let mut tables: Vec<(&str, String)> = Vec::new();
         for (i, v) in entries {
-            let (table, key) = KEYS[i];
+            let (table, key) = &KEYS[i];
             let line = format!("{key} = {v}\n");
             if table.is_empty() {
                 top.push_str(&line);
-            } else if let Some((_, body)) = tables.iter_mut().find(|(t, _)| *t == table) {
+            } else if let Some((_, body)) = tables.iter_mut().find(|(t, _)| t == table) {
                 body.push_str(&line);
             } else {
-                tables.push((table, line));
+                tables.push((table.as_str(), line));
             }
         }
         for (table, body) in tables {

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpufill_core::{Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings};
-use gpufill_runtime::GpuId;
+use gpufill_runtime::{
+    ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay, WindowSettings,
+    YieldPolicyChoice,
+};
 
 use super::*;
 
@@ -22,7 +25,7 @@ fn error(text: &str) -> ConfigError {
 }
 
 fn gpus(text: &str) -> Result<GpuSelector, ConfigError> {
-    parse(&format!("gpus = {text}")).map(|config| config.gpus)
+    parse(&format!("gpus = {text}")).map(|config| config.settings.gpus)
 }
 
 fn list(ids: &[GpuId]) -> GpuSelector {
@@ -71,9 +74,9 @@ fn rendered_settings_parse_back_equal() {
     config.probe.fault_hold_s = 0.0;
     config.yielding.ignore_pids = vec![1, 4242];
     config.schedule.idle_after_s = 600.0;
-    config.schedule.window = vec![WindowConfig {
-        start: "22:00".to_owned(),
-        end: "06:00".to_owned(),
+    config.schedule.windows = vec![WindowSettings {
+        start: TimeOfDay::parse("22:00").unwrap(),
+        end: TimeOfDay::parse("06:00").unwrap(),
         target_percent: 0.0,
     }];
     for config in [Config::default(), config] {
@@ -575,7 +578,10 @@ fn settings_resolve_into_core_types() {
 #[test]
 fn resolving_an_unvalidated_config_clamps_instead_of_panicking() {
     let mut config = Config {
-        target_percent: f64::NAN,
+        settings: Settings {
+            target_percent: f64::NAN,
+            ..Settings::default()
+        },
         ..Config::default()
     };
     config.load.width_blocks = 0;
@@ -769,7 +775,6 @@ target_percent = 0
 
 #[test]
 fn a_schedule_resolves_with_windows_first_then_the_idle_rule_then_the_target() {
-    use gpufill_core::TimeOfDay;
     let schedule = parse(ORIGINAL_RULE_AND_A_WINDOW)
         .unwrap()
         .to_settings()

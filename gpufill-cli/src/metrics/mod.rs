@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gpufill_core::{Backoff, PidView};
+use gpufill_core::Backoff;
+use gpufill_runtime::PidView;
 pub use gpufill_runtime::prometheus::Process;
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
 use tracing::{info, warn};

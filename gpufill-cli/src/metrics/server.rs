@@ -155,7 +155,7 @@ pub fn health_of(snapshots: &[GpuSnapshot], now: Instant) -> Health {
 /// # Errors
 /// The bind error (address in use, not an address of this host, no permission).
 pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> io::Result<SocketAddr> {
-    let process = super::this_process(gpufill_core::PidView::Host);
+    let process = super::this_process(gpufill_runtime::PidView::Host);
     let exposition = Arc::new(RegistryExposition::new(registry, process));
     serve(addr, exposition, ServerSettings::default())
 }

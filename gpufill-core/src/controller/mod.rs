@@ -44,42 +44,15 @@ pub enum ControllerKind {
     Window,
 }
 
+named_choice!(ControllerKind { Pi => "pi", Window => "window" });
+
 impl ControllerKind {
-    /// Every kind, in the order the config's names list them.
-    pub const ALL: [ControllerKind; 2] = [ControllerKind::Pi, ControllerKind::Window];
-
-    /// The name used in the config and on the command line: `pi` or `window`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ControllerKind::Pi => "pi",
-            ControllerKind::Window => "window",
-        }
-    }
-
     /// A fresh controller of this kind with its default settings.
     pub fn build(self) -> Box<dyn Controller + Send> {
         match self {
             ControllerKind::Pi => Box::new(PiController::default()),
             ControllerKind::Window => Box::new(WindowRule::default()),
         }
-    }
-}
-
-impl std::str::FromStr for ControllerKind {
-    type Err = String;
-
-    /// Parses [`ControllerKind::as_str`].
-    fn from_str(name: &str) -> Result<Self, String> {
-        ControllerKind::ALL
-            .into_iter()
-            .find(|k| k.as_str() == name)
-            .ok_or_else(|| format!("expected \"pi\" or \"window\", got {name:?}"))
-    }
-}
-
-impl std::fmt::Display for ControllerKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

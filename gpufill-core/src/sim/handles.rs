@@ -98,6 +98,12 @@ impl SimGpu {
         self.lock().active.len()
     }
 
+    /// The model's time: where the loop (or [`SimGpu::open`], [`SimGpu::report`]) last
+    /// advanced it. A job added at this time arrives now.
+    pub fn now(&self) -> Time {
+        self.lock().now
+    }
+
     /// Runs the simulation up to `t` and reports.
     pub fn report(&self, t: Time) -> SimReport {
         let mut m = self.lock();

@@ -303,22 +303,23 @@ struct GatedOpener {
 }
 
 impl gpufill_runtime::Opener for GatedOpener {
-    type Probe = gpufill_core::sim::SimProbe;
-    type Load = gpufill_core::sim::SimLoad;
-    type Error = gpufill_core::sim::SimError;
+    type Probe = gpufill_runtime::sim::SimProbe;
+    type Load = gpufill_runtime::sim::SimLoad;
+    type Error = gpufill_runtime::sim::SimError;
 
     fn open(
         &self,
         gpu: &gpufill_runtime::Gpu,
         settings: &gpufill_runtime::Settings,
         mps: bool,
+        now: gpufill_runtime::Time,
     ) -> Result<gpufill_runtime::Loop<Self::Probe, Self::Load>, Self::Error> {
         let (open, turn) = &*self.gate;
         let mut go = open.lock().unwrap();
         while !*go {
             go = turn.wait(go).unwrap();
         }
-        self.inner.open(gpu, settings, mps)
+        self.inner.open(gpu, settings, mps, now)
     }
 }
 

@@ -1,0 +1,37 @@
+//! The `[metrics]` table: the one key of the binary's own.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The `[metrics]` table: the Prometheus endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `IP:PORT` to serve `/metrics` on, e.g. `127.0.0.1:9401`; empty: no endpoint.
+    pub listen: String,
+}
+
+impl MetricsConfig {
+    /// The address to listen on; `None` when off. Call on a validated configuration.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        parse_listen(&self.listen).ok().flatten()
+    }
+
+    pub(super) fn problem(&self) -> Option<(&'static str, String)> {
+        parse_listen(&self.listen)
+            .err()
+            .map(|reason| ("metrics.listen", reason))
+    }
+}
+
+fn parse_listen(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse().map(Some).map_err(|_| {
+        format!(
+            "expected IP:PORT, e.g. 127.0.0.1:9401 or [::]:9401 (port 0: any free port), got {s:?}"
+        )
+    })
+}

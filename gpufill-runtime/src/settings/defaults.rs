@@ -1,0 +1,168 @@
+//! Every key of gpufill's settings, each written once: its doc, its type, its default
+//! and its rule ([`super::rules`]). The file's keys, the runtime's fields and the
+//! product's defaults are these lines; the shipped `gpufill.example.toml` lists the
+//! defaults (a test in `gpufill-cli` keeps the two equal).
+
+use gpufill_core::ControllerKind;
+use gpufill_cuda::SpinKernel;
+
+use super::rules::{Gpus, Named, Names, Pids, Plain, Range, Table, Windows, ZeroOr};
+use super::window::WindowSettings;
+use crate::gpus::GpuSelector;
+
+settings_table! {
+    /// Everything a running gpufill is told. Build it with `..Settings::default()` and
+    /// check it with [`Settings::validate`].
+    ///
+    /// ```
+    /// use gpufill_runtime::Settings;
+    ///
+    /// let mut settings = Settings { target_percent: 40.0, ..Settings::default() };
+    /// assert!(settings.validate().is_ok());
+    /// settings.tick_ms = 40; // 50 ms bursts cannot start on 40 ms ticks
+    /// let e = settings.validate().unwrap_err();
+    /// assert_eq!(e.key, "load.period_ms");
+    /// ```
+    pub struct Settings in "" {
+        /// Utilization to hold, percent.
+        pub target_percent: f64 = 50.0, Range(0.0, 100.0);
+        /// Which GPUs to fill: `"all"`, or NVML indices and UUIDs.
+        pub gpus: GpuSelector = GpuSelector::All, Gpus;
+        /// Which controller turns measured utilization into duty.
+        pub controller: ControllerKind = ControllerKind::Pi, Named;
+        /// What is held at the target.
+        pub metric: Metric = Metric::Util, Named;
+        /// Loop tick in milliseconds: how often processes and utilization are read, and
+        /// when bursts may start (so it divides `load.period_ms`).
+        pub tick_ms: u64 = 50, Range(1, 1000);
+        /// The shape of our kernels (`[load]`).
+        pub load: LoadSettings = LoadSettings::default(), Table;
+        /// When to stand aside (`[yield]`).
+        pub yielding as "yield": YieldingSettings = YieldingSettings::default(), Table;
+        /// How measurement faults and lost GPUs are handled (`[probe]`).
+        pub probe: ProbeSettings = ProbeSettings::default(), Table;
+        /// The idle rule and time-of-day windows (`[schedule]`).
+        pub schedule: ScheduleSettings = ScheduleSettings::default(), Table;
+    }
+}
+
+settings_table! {
+    /// `[load]`: the shape of our kernels.
+    pub struct LoadSettings in "load." {
+        /// One-warp blocks per kernel: our share of the SMs.
+        pub width_blocks: u32 = 1, Range(1, 65535);
+        /// Upper bound of our own time share, percent.
+        pub max_duty_percent: f64 = 100.0, Range(0.0, 100.0);
+        /// Launch period in milliseconds, a multiple of `tick_ms`.
+        pub period_ms: u64 = 50, Range(1, 1000);
+        /// Longest single kernel in microseconds. The default, the period, makes each
+        /// burst one kernel (the least CPU); a time slice, not our kernel's length,
+        /// bounds what another context waits for it (docs/benchmarks.md, "Live
+        /// services").
+        pub max_kernel_us: u64 = 50_000, Range(10, 1_000_000);
+        /// Beside a dormant holder of the GPU: 0 (the default) fills with the same
+        /// bursts as on a GPU of our own, so the holder's first request after a dormant
+        /// spell waits at most a time slice; a length (at most the period) keeps one
+        /// kernel of that many microseconds in flight at a time instead, so that request
+        /// waits at most that long, for a wake-up per kernel (its CPU:
+        /// docs/benchmarks.md, "Live services").
+        pub beside_kernel_us: u64 = 0, ZeroOr(10, 100_000);
+        /// The spin kernel.
+        pub kernel: SpinKernel = SpinKernel::Sleep, Named;
+    }
+}
+
+settings_table! {
+    /// `[yield]`: when to stand aside.
+    pub struct YieldingSettings in "yield." {
+        /// Which yield policy decides when to stand aside.
+        pub policy: YieldPolicyChoice = YieldPolicyChoice::Activity, Named;
+        /// MPS co-residence: under MPS gpufill never yields; it fills only the gap
+        /// others leave.
+        pub mps: MpsChoice = MpsChoice::Auto, Named;
+        /// Seconds to stay idle after the last foreign process has gone.
+        pub grace_s: f64 = 5.0, Range(0.0, 86400.0);
+        /// `activity` only: seconds a listed process must have run no kernel before
+        /// gpufill fills beside it.
+        pub idle_grace_s: f64 = 30.0, Range(0.0, 86400.0);
+        /// PIDs that never count as foreign.
+        pub ignore_pids: Vec<u32> = Vec::new(), Pids;
+        /// Process names (last path component) that never count as foreign.
+        pub ignore_names: Vec<String> = Vec::new(), Names;
+        /// Drop the CUDA context after yielding for `release_after_s`, so a yielding
+        /// gpufill holds no GPU memory; it is created again on resume.
+        pub release_context: bool = false, Plain;
+        /// Seconds of yielding before the context is dropped.
+        pub release_after_s: f64 = 60.0, Range(0.0, 86400.0);
+    }
+}
+
+settings_table! {
+    /// `[probe]`: faults of the measurement, and lost GPUs.
+    pub struct ProbeSettings in "probe." {
+        /// Seconds a failing probe is trusted (the last load held) before the loop
+        /// idles.
+        pub fault_hold_s: f64 = 2.0, Range(0.0, 3600.0);
+        /// Seconds before the first attempt to reopen a lost GPU; doubles after every
+        /// failed attempt.
+        pub retry_initial_s: f64 = 1.0, Range(0.01, 3600.0);
+        /// The longest wait between attempts to reopen a lost GPU; at least
+        /// `retry_initial_s`.
+        pub retry_max_s: f64 = 300.0, Range(0.01, 86400.0);
+    }
+}
+
+settings_table! {
+    /// `[schedule]`: the idle rule and daily windows. Precedence: a matching window (the
+    /// first listed), then the idle rule, then `target_percent`.
+    pub struct ScheduleSettings in "schedule." {
+        /// Seconds without foreign processes after which `idle_target_percent` holds; 0
+        /// turns the idle rule off. At most 30 days.
+        pub idle_after_s: f64 = 0.0, Range(0.0, 2_592_000.0);
+        /// The target after `idle_after_s` without foreign processes, percent.
+        pub idle_target_percent: f64 = 60.0, Range(0.0, 100.0);
+        /// Daily windows in local time with their own target (`[[schedule.window]]`).
+        pub windows as "window": Vec<WindowSettings> = Vec::new(), Windows;
+    }
+}
+
+/// What the loop holds at the target (`metric`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// NVML's utilization (share of time with a kernel resident): duty at a fixed width.
+    #[default]
+    Util,
+    /// GPM's SM utilization (share of SMs busy; Hopper or later): width and duty.
+    Sm,
+}
+
+/// The yield policy (`yield.policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum YieldPolicyChoice {
+    /// `"presence"`: idle while any other compute process is on the GPU, even one that
+    /// only holds a context. Its newcomers' first kernels and a holder's next kernel
+    /// never meet ours, but a GPU held all day by a quiet service stays idle.
+    Presence,
+    /// `"activity"` (the default): idle while another process works, and until a
+    /// newcomer has been quiet for `idle_grace_s`; then fill beside it once a probe
+    /// finds it dormant, holding off at its first sign of life
+    /// (docs/benchmarks.md, "Beside a mostly-idle service").
+    #[default]
+    Activity,
+}
+
+/// MPS co-residence (`yield.mps`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MpsChoice {
+    /// MPS mode when an MPS control daemon is found at start.
+    #[default]
+    Auto,
+    /// Always MPS mode (never yield).
+    On,
+    /// Never MPS mode: the yield policy applies even under MPS.
+    Off,
+}
+
+gpufill_core::named_choice!(Metric { Util => "util", Sm => "sm" });
+gpufill_core::named_choice!(YieldPolicyChoice { Presence => "presence", Activity => "activity" });
+gpufill_core::named_choice!(MpsChoice { Auto => "auto", On => "on", Off => "off" });

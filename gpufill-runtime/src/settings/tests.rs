@@ -1,0 +1,141 @@
+//! Tests of the settings: defaults, rules, relations, conversions, live updates.
+
+use std::time::Duration;
+
+use gpufill_core::{PowerModel, Shaping, TimeOfDay, YieldMode};
+use gpufill_cuda::{LauncherSettings, SpinKernel};
+
+use super::*;
+
+#[test]
+fn the_defaults_are_valid_and_the_product_defaults() {
+    let s = Settings::default();
+    assert_eq!(s.validate(), Ok(()));
+    assert_eq!(s.tick(), Duration::from_millis(50));
+    assert_eq!(s.launcher_settings().kernel, SpinKernel::Sleep);
+    assert_eq!(s.launcher_settings().period, Duration::from_millis(50));
+    // The launcher's own defaults agree with the product's.
+    assert_eq!(LauncherSettings::default().kernel, s.load.kernel);
+    assert_eq!(LauncherSettings::default(), s.launcher_settings());
+}
+
+#[test]
+fn bursts_beside_holders_unless_a_beside_kernel_is_set() {
+    let mut s = Settings::default();
+    assert_eq!(s.launcher_settings().beside_kernel, None);
+    s.load.beside_kernel_us = 250;
+    assert_eq!(
+        s.launcher_settings().beside_kernel,
+        Some(Duration::from_micros(250))
+    );
+    s.load.beside_kernel_us = 5;
+    assert_eq!(s.validate().unwrap_err().key, "load.beside_kernel_us");
+    // The longest kernel may exceed the period: a burst is never longer than its
+    // on-time.
+    let mut long = Settings::default();
+    long.load.max_kernel_us = 1_000_000;
+    assert_eq!(long.validate(), Ok(()));
+    long.load.max_kernel_us = 1_000_001;
+    assert_eq!(long.validate().unwrap_err().key, "load.max_kernel_us");
+}
+
+#[test]
+fn cross_key_rules_name_the_key_to_change() {
+    let tick = Settings {
+        tick_ms: 40,
+        ..Settings::default()
+    };
+    assert_eq!(tick.validate().unwrap_err().key, "load.period_ms");
+    let mut kernel = Settings::default();
+    kernel.load.period_ms = 1;
+    kernel.tick_ms = 1;
+    kernel.load.beside_kernel_us = 2000;
+    assert_eq!(kernel.validate().unwrap_err().key, "load.beside_kernel_us");
+    let mut retry = Settings::default();
+    retry.probe.retry_initial_s = 500.0;
+    let e = retry.validate().unwrap_err();
+    assert_eq!(e.key, "probe.retry_max_s");
+    assert_eq!(e.reason, "must be between 500 and 86400, got 300");
+    // Seen from the key the user set.
+    let e = e.blaming("probe.retry_initial_s");
+    assert_eq!(e.key, "probe.retry_initial_s");
+    assert_eq!(e.reason, "must be at most probe.retry_max_s (300), got 500");
+    let tick = tick.validate().unwrap_err().blaming("tick_ms");
+    assert_eq!(
+        tick.reason,
+        "must divide load.period_ms (50 ms): bursts start only at ticks, got 40"
+    );
+}
+
+#[test]
+fn a_window_must_not_be_empty() {
+    let mut s = Settings::default();
+    let at = TimeOfDay::parse("22:00").unwrap();
+    s.schedule.windows.push(WindowSettings {
+        start: at,
+        end: at,
+        target_percent: 0.0,
+    });
+    assert_eq!(s.validate().unwrap_err().key, "schedule.window");
+}
+
+#[test]
+fn choices_parse_their_names_and_refuse_others_with_the_list() {
+    for m in &Metric::ALL {
+        assert_eq!(m.as_str().parse::<Metric>(), Ok(*m));
+    }
+    assert_eq!(
+        "SM".parse::<Metric>(),
+        Err("expected \"util\" or \"sm\", got \"SM\"".to_owned())
+    );
+    assert_eq!(
+        "x".parse::<MpsChoice>(),
+        Err("expected \"auto\", \"on\" or \"off\", got \"x\"".to_owned())
+    );
+}
+
+#[test]
+fn a_live_update_keeps_restart_keys_and_says_which() {
+    let old = Settings::default();
+    let mut new = Settings {
+        target_percent: 30.0,
+        tick_ms: 25,
+        ..Settings::default()
+    };
+    new.load.kernel = SpinKernel::Spin;
+    let (applied, kept) = old.live_update(new);
+    assert_eq!(applied.target_percent, 30.0);
+    assert_eq!(applied.tick_ms, 50);
+    assert_eq!(applied.load.kernel, SpinKernel::Sleep);
+    assert_eq!(kept, vec!["tick_ms", "load.kernel"]);
+}
+
+#[test]
+fn mps_auto_follows_the_daemon_and_wins_over_the_policy() {
+    let s = Settings::default();
+    assert_eq!(s.yield_settings(true).mode, YieldMode::Mps);
+    assert_eq!(
+        s.yield_settings(false).mode,
+        YieldMode::Activity {
+            idle_grace: Duration::from_secs(30)
+        }
+    );
+    let mut off = Settings::default();
+    off.yielding.mps = MpsChoice::Off;
+    off.yielding.policy = YieldPolicyChoice::Presence;
+    assert_eq!(off.yield_settings(true).mode, YieldMode::Presence);
+}
+
+#[test]
+fn sm_shaping_uses_the_device_sm_count_and_the_kernel_power() {
+    let mut s = Settings::default();
+    assert_eq!(s.shaping(132), Shaping::Fixed);
+    s.metric = Metric::Sm;
+    match s.shaping(78) {
+        Shaping::Sm(sm) => {
+            assert_eq!(sm.sm_count, 78);
+            assert_eq!(sm.model, PowerModel::H200_SPIN_SLEEP);
+        }
+        other => panic!("{other:?}"),
+    }
+}
