@@ -13,11 +13,13 @@ pub const BURST_HOLD: Duration = Duration::from_millis(500);
 pub const LIVE_HOLD_MAX_FACTOR: u32 = 8;
 
 /// How long gpufill holds off a holder that showed life before probing it again: the
-/// idle grace after the first sign, and twice as long after each probe in a row that
-/// found it still working (`lates` probes), up to [`LIVE_HOLD_MAX_FACTOR`] idle graces.
-/// A live service is probed ever more rarely (each probe can cost its next request one
-/// context switch), a notebook that ran a cell is filled beside one idle grace after
-/// its cell ended.
+/// idle grace after the first sign, the idle grace again after the first probe that
+/// found it still working, then twice as long after each further one in a row (`lates`
+/// probes in a row), up to [`LIVE_HOLD_MAX_FACTOR`] idle graces. A live service is
+/// probed ever more rarely (each probe can cost its next request one context switch).
+/// A notebook's cell keeps running after the kernel of ours that saw its start, so the
+/// first probe finds it too: it is filled beside again two idle graces after the cell
+/// began (longer if the cell outlasts them).
 pub fn live_hold(idle_grace: Duration, lates: u32) -> Duration {
     let factor = 1u32 << lates.saturating_sub(1).min(LIVE_HOLD_MAX_FACTOR.ilog2());
     idle_grace.saturating_mul(factor)
