@@ -177,7 +177,8 @@ pub trait LoadSource {
 
     /// Whether, since the last call, a kernel of ours showed that another context ran
     /// on the GPU: without MPS the GPU time-slices between contexts, so our first kernel
-    /// after anyone else's work starts a context switch late (about 130 us on an H100),
+    /// after anyone else's work starts a context switch late (docs/benchmarks.md, "Live
+    /// services"),
     /// one launched while their work runs starts later still, and one of ours that
     /// their work preempts is cut short (the spin kernels end at a jump of the GPU
     /// clock). The loop asks at every step: beside quiet holders it is their first sign

@@ -170,9 +170,9 @@ pub struct Tick {
     /// quiet processes in activity mode and under MPS); a presence the list does not
     /// show counts as one.
     pub foreign: usize,
-    /// Whether this step probed the GPU before filling beside quiet holders
-    /// ([`crate::LoadSource::probe`]), and if so whether the probe found that someone
-    /// had run since our previous kernel.
+    /// What a probe of the GPU in this step found ([`crate::LoadSource::probe`]):
+    /// whether someone had run since our previous kernel. `None` when no probe ran, or
+    /// when the load source could not tell (then NVML's word stands).
     pub probed: Option<bool>,
     /// Changes in this step.
     pub events: Vec<Event>,
@@ -602,7 +602,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 Some(true)
             }
         };
-        tick.probed = Some(found.unwrap_or(false));
+        tick.probed = found;
         self.policy.probed(now, found)
     }
 

@@ -13,8 +13,8 @@ use crate::time::{Clock, Time};
 /// How often the process list is read after a hint, while kernels of ours may run.
 pub const WATCH_EVERY: Duration = Duration::from_millis(2);
 
-/// How long after a hint the list is read every [`WATCH_EVERY`]. A CUDA process on an
-/// H100 was listed about 60 ms after it opened the device files (docs/benchmarks.md,
+/// How long after a hint the list is read every [`WATCH_EVERY`]: a few times how long a
+/// CUDA process on an H100 took from opening the device files to its listing (docs/benchmarks.md,
 /// "Live services"); a process that only opens them (nvidia-smi, a framework probing the
 /// devices at import) costs one window.
 pub const WATCH_WINDOW: Duration = Duration::from_millis(250);

@@ -274,3 +274,40 @@ fn a_hint_while_not_filling_reads_nothing_more() {
     let (_, reads) = first_yield_with(&mut hint, until);
     assert_eq!(reads, plain_reads);
 }
+
+#[test]
+fn a_load_source_that_cannot_probe_leaves_the_tick_saying_so() {
+    use gpufill_core::YieldMode;
+    // NoLoad cannot probe: the policy fills beside the quiet process on NVML's word, and
+    // the tick must not claim that a probe found nobody.
+    fn always(_: Time) -> bool {
+        true
+    }
+    let probe = CountingProbe {
+        reads: Rc::new(RefCell::new(Vec::new())),
+        listed: always,
+    };
+    let settings = YieldSettings {
+        mode: YieldMode::Activity {
+            idle_grace: Duration::from_millis(100),
+        },
+        ..YieldSettings::default()
+    };
+    let mut fill = FillLoop::new(
+        probe,
+        NoLoad,
+        ControllerKind::Pi.build(),
+        YieldPolicy::new(settings),
+        FillSettings::default(),
+    );
+    let mut now = Time::ZERO;
+    let beside = loop {
+        let tick = fill.step(now);
+        if tick.state == State::Filling {
+            break tick;
+        }
+        assert!(now < Time::from_secs_f64(1.0), "never filled beside");
+        now += Duration::from_millis(10);
+    };
+    assert_eq!(beside.probed, None, "{beside:?}");
+}

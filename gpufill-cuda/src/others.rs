@@ -3,10 +3,10 @@
 //! [`LoadSource::probe`](gpufill_core::LoadSource::probe)).
 //!
 //! Without MPS the GPU time-slices between contexts, and a switch from one context to
-//! another takes time. Measured on an H100 (docs/benchmarks.md, "Live services"):
-//! - our first kernel after any kernel of another context starts about 130 us late
-//!   (136 us median), however long ago that work ran; with nobody else our starts
-//!   varied by less than 50 us;
+//! another takes time (measured on an H100: docs/benchmarks.md, "Live services"):
+//! - our first kernel after any kernel of another context starts a context switch late,
+//!   however long ago that work ran, well beyond how much our starts vary with nobody
+//!   else;
 //! - a kernel of ours running when another context's work arrives is preempted at the
 //!   end of a time slice; the spin kernel then ends at once (it sees its clock jump) and
 //!   is shorter than asked.
@@ -16,7 +16,7 @@
 //! GPU time of the start event less the host time of the launch) is compared with the
 //! recent ones ([`StartChain`]); its **length** with what was asked. Either one off by
 //! more than [`LATE_START`] or [`CUT_SHORT`] says that someone else ran. GPU and host
-//! clocks drift apart (about 20 ppm on the H100), so start offsets are compared only
+//! clocks drift apart, so start offsets are compared only
 //! within a chain of launches less than [`CHAIN_GAP`] apart. After a longer gap a
 //! [`probe`] pairs two tiny kernels instead: the second starts on time, so the first one's
 //! start against it says whether anyone ran since our previous kernel.
@@ -32,7 +32,7 @@ use crate::error::CudaError;
 use crate::spin::{NEVER_YIELD, launch_spin};
 
 /// A start this much later than the chain's recent starts follows another context's
-/// work: a context switch (about 130 us on an H100) against at most 46 us of spread
+/// work: a context switch, against the spread of our starts
 /// with nobody else.
 pub(crate) const LATE_START: Duration = Duration::from_micros(60);
 
@@ -41,11 +41,11 @@ pub(crate) const LATE_START: Duration = Duration::from_micros(60);
 pub(crate) const CUT_SHORT: Duration = Duration::from_micros(50);
 
 /// What each kernel of a group may add to its run beyond what it asked (a launch behind
-/// the last; tens of microseconds at most with nobody else on the H100).
+/// the last, with nobody else).
 const PER_KERNEL_SLACK: Duration = Duration::from_micros(5);
 
 /// Start offsets are compared only between launches less than this apart (the clocks
-/// drift about 20 us a second apart on an H100).
+/// drift apart).
 pub(crate) const CHAIN_GAP: Duration = Duration::from_secs(1);
 
 /// How many recent start offsets the baseline is drawn from: their lower quartile (the
@@ -55,8 +55,8 @@ pub(crate) const CHAIN_GAP: Duration = Duration::from_secs(1);
 const BASELINE_LEN: usize = 8;
 
 /// The first kernel of a probe pair starting this much later against the second than
-/// the pair's usual spread (-14 to -36 us on an H100 with nobody else; +94 us and more
-/// after another context's work) says that someone ran since our previous kernel.
+/// the pair's usual spread with nobody else (it starts earlier than the second then;
+/// a context switch later after another context's work) says that someone ran since our previous kernel.
 pub(crate) const PROBE_LATE: Duration = Duration::from_micros(30);
 
 /// The length of each kernel of a probe.
@@ -136,12 +136,18 @@ impl StartChain {
         self.last_host = Some(host);
     }
 
-    /// The lower quartile of the recent offsets.
+    /// The lower quartile of the recent offsets (sorted on the stack: no allocation
+    /// per burst).
     fn baseline(&self) -> f64 {
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        let mut sorted = [0.0; BASELINE_LEN];
+        let n = self.recent.len().min(BASELINE_LEN);
+        for (slot, v) in sorted.iter_mut().zip(&self.recent) {
+            *slot = *v;
+        }
+        let sorted = &mut sorted[..n];
         sorted.sort_by(f64::total_cmp);
         sorted
-            .get((sorted.len().saturating_sub(1)) / 4)
+            .get(n.saturating_sub(1) / 4)
             .copied()
             .unwrap_or(self.offset)
     }

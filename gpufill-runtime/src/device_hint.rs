@@ -1,6 +1,6 @@
 //! The newcomer hint of a real GPU ([`gpufill_core::Hint`]): every CUDA process opens
 //! `/dev/nvidiactl` and `/dev/nvidia-uvm` as its driver starts, before NVML lists it
-//! (on an H100 the first open came 60 ms before the listing: docs/benchmarks.md, "Live
+//! (on an H100 the first open came before the listing: docs/benchmarks.md, "Live
 //! services"). An inotify watch on those files wakes the loop between ticks, and the
 //! loop then reads the process list every few milliseconds for a short window
 //! ([`gpufill_core::Supervisor::run_watched`]), so a newcomer is yielded to within
