@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{between, busy_in_the_next_second, holds, quick, wait_for, watch};
+use common::{between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
 use gpufill_runtime::sim::{ForeignJob, SimConfig, SimError, SimLoad, SimOpener, SimProbe};
 use gpufill_runtime::{
     Agent, AgentError, AgentOptions, Gpu, Loop, Metric, Opener, Settings, State, Time, WorkerError,
@@ -108,13 +108,7 @@ fn it_starts_a_worker_per_gpu_and_each_fills_at_the_target() {
 #[test]
 fn a_live_update_takes_effect_at_the_next_tick_and_keeps_the_restart_keys() {
     let opener = SimOpener::default();
-    let agent = Agent::start(
-        opener.clone(),
-        opener.gpus(1),
-        quick(40.0),
-        AgentOptions::default(),
-    )
-    .unwrap();
+    let agent = started(&opener, 1, 40.0);
     assert!(all_hold(&agent, 40.0), "{:#?}", agent.snapshots());
     let worker_since = agent.snapshots()[0].started;
     let mut new = quick(70.0);
@@ -140,15 +134,7 @@ fn a_live_update_takes_effect_at_the_next_tick_and_keeps_the_restart_keys() {
 #[test]
 fn a_shared_agent_takes_updates_from_another_thread() {
     let opener = SimOpener::default();
-    let agent = Arc::new(
-        Agent::start(
-            opener.clone(),
-            opener.gpus(1),
-            quick(40.0),
-            AgentOptions::default(),
-        )
-        .unwrap(),
-    );
+    let agent = Arc::new(started(&opener, 1, 40.0));
     let updater = Arc::clone(&agent);
     std::thread::spawn(move || updater.update(quick(60.0)))
         .join()
@@ -166,13 +152,7 @@ fn snapshots_follow_a_yield_to_a_foreign_job_and_the_fill_after_it() {
         foreign: vec![job.clone()],
         ..SimConfig::default()
     });
-    let agent = Agent::start(
-        opener.clone(),
-        opener.gpus(1),
-        quick(40.0),
-        AgentOptions::default(),
-    )
-    .unwrap();
+    let agent = started(&opener, 1, 40.0);
     let seen = watch(&agent, &opener, 5.0);
     let gpu = &seen[0];
     // Filling at the target before the job.
@@ -207,13 +187,7 @@ fn snapshots_follow_a_yield_to_a_foreign_job_and_the_fill_after_it() {
 #[test]
 fn stop_leaves_every_gpu_idle_and_join_returns_once_all_workers_ended() {
     let opener = SimOpener::default();
-    let agent = Agent::start(
-        opener.clone(),
-        opener.gpus(2),
-        quick(50.0),
-        AgentOptions::default(),
-    )
-    .unwrap();
+    let agent = started(&opener, 2, 50.0);
     assert!(all_hold(&agent, 50.0), "{:#?}", agent.snapshots());
     let registry = agent.registry();
     agent.stop();
@@ -234,13 +208,7 @@ fn stop_leaves_every_gpu_idle_and_join_returns_once_all_workers_ended() {
 #[test]
 fn an_agent_dropped_without_join_stops_its_workers() {
     let opener = SimOpener::default();
-    let agent = Agent::start(
-        opener.clone(),
-        opener.gpus(2),
-        quick(50.0),
-        AgentOptions::default(),
-    )
-    .unwrap();
+    let agent = started(&opener, 2, 50.0);
     assert!(all_hold(&agent, 50.0), "{:#?}", agent.snapshots());
     let registry = agent.registry();
     drop(agent);
@@ -268,13 +236,7 @@ fn join_names_each_gpu_whose_worker_failed_and_why() {
     let opener = SimOpener::default()
         .with_gpu(1, lost_at(0.0))
         .with_gpu(2, lost_at(0.3));
-    let agent = Agent::start(
-        opener.clone(),
-        opener.gpus(3),
-        quick(40.0),
-        AgentOptions::default(),
-    )
-    .unwrap();
+    let agent = started(&opener, 3, 40.0);
     let failed = wait_for(SETTLE, || {
         let s = agent.snapshots();
         let done = holds(&s[0], 40.0, 3.0)

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Seen, between, busy_in_the_next_second, holds, quick, wait_for, watch};
+use common::{Seen, between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
 use gpufill_runtime::prometheus::{self, Process};
 use gpufill_runtime::sim::{ForeignJob, SimConfig, SimOpener};
 use gpufill_runtime::{Agent, AgentOptions, GpuSelector, PidView, State};
@@ -29,13 +29,7 @@ fn with(jobs: Vec<ForeignJob>) -> SimConfig {
 }
 
 fn start(opener: &SimOpener, n: u32) -> Agent {
-    Agent::start(
-        opener.clone(),
-        opener.gpus(n),
-        quick(TARGET),
-        AgentOptions::default(),
-    )
-    .unwrap()
+    started(opener, n, TARGET)
 }
 
 /// Stops `agent`, joins it, and checks that no GPU runs a kernel of ours afterwards.

@@ -27,53 +27,29 @@ type RestartKey = (
     fn(&Settings, &mut Settings),
 );
 
+/// A [`RestartKey`] for the field at `path` (`load.period_ms`): its name is the path.
+macro_rules! restart_key {
+    ($($field:ident).+) => {
+        (
+            stringify!($($field).+),
+            |a, b| a.$($field).+ != b.$($field).+,
+            #[allow(clippy::clone_on_copy)]
+            |o, n| n.$($field).+ = o.$($field).+.clone(),
+        )
+    };
+}
+
 /// The keys a running agent cannot change: they shape threads, the launcher or the
 /// probe, which are set up once per GPU. Every other key takes effect at each worker's
 /// next tick. (`metrics.listen`, the binary's own key, needs a restart too.)
 pub const RESTART_KEYS: &[RestartKey] = &[
-    (
-        "gpus",
-        |a, b| a.gpus != b.gpus,
-        |o, n| n.gpus = o.gpus.clone(),
-    ),
-    (
-        "tick_ms",
-        |a, b| a.tick_ms != b.tick_ms,
-        |o, n| n.tick_ms = o.tick_ms,
-    ),
-    (
-        "load.period_ms",
-        |a, b| a.load.period_ms != b.load.period_ms,
-        |o, n| n.load.period_ms = o.load.period_ms,
-    ),
-    (
-        "load.max_kernel_us",
-        |a, b| a.load.max_kernel_us != b.load.max_kernel_us,
-        |o, n| n.load.max_kernel_us = o.load.max_kernel_us,
-    ),
-    (
-        "load.beside_kernel_us",
-        |a, b| a.load.beside_kernel_us != b.load.beside_kernel_us,
-        |o, n| n.load.beside_kernel_us = o.load.beside_kernel_us,
-    ),
-    (
-        "probe.retry_initial_s",
-        |a, b| a.probe.retry_initial_s != b.probe.retry_initial_s,
-        |o, n| n.probe.retry_initial_s = o.probe.retry_initial_s,
-    ),
-    (
-        "probe.retry_max_s",
-        |a, b| a.probe.retry_max_s != b.probe.retry_max_s,
-        |o, n| n.probe.retry_max_s = o.probe.retry_max_s,
-    ),
-    (
-        "metric",
-        |a, b| a.metric != b.metric,
-        |o, n| n.metric = o.metric,
-    ),
-    (
-        "load.kernel",
-        |a, b| a.load.kernel != b.load.kernel,
-        |o, n| n.load.kernel = o.load.kernel,
-    ),
+    restart_key!(gpus),
+    restart_key!(tick_ms),
+    restart_key!(load.period_ms),
+    restart_key!(load.max_kernel_us),
+    restart_key!(load.beside_kernel_us),
+    restart_key!(probe.retry_initial_s),
+    restart_key!(probe.retry_max_s),
+    restart_key!(metric),
+    restart_key!(load.kernel),
 ];

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use gpufill_runtime::sim::SimOpener;
-use gpufill_runtime::{Agent, GpuSnapshot, Settings, State};
+use gpufill_runtime::{Agent, AgentOptions, GpuSnapshot, Settings, State};
 
 /// The product's defaults, with waits short enough for a test: a newcomer is yielded to
 /// for 1 s of quiet (`yield.idle_grace_s`), and for 0.5 s after it leaves.
@@ -18,6 +18,18 @@ pub fn quick(target_percent: f64) -> Settings {
     settings.yielding.idle_grace_s = 1.0;
     settings.yielding.grace_s = 0.5;
     settings
+}
+
+/// An agent over the first `gpus` simulated GPUs of `opener`, at `target_percent` with
+/// the [`quick`] settings.
+pub fn started(opener: &SimOpener, gpus: u32, target_percent: f64) -> Agent {
+    Agent::start(
+        opener.clone(),
+        opener.gpus(gpus),
+        quick(target_percent),
+        AgentOptions::default(),
+    )
+    .unwrap()
 }
 
 /// Polls `f` every 10 ms until it gives a value, for at most `limit`.
