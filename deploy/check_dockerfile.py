@@ -87,6 +87,9 @@ def problems(text):
     if copy_all is None or deps is None or deps > copy_all:
         found.append("no dependency layer: `RUN stub-crates.sh && cargo build ...` must come before `COPY . .`")
         return found
+    args_before = [a for word, a in build[1:deps] if word == "ARG"]
+    if args_before:
+        found.append(f"ARG {', '.join(args_before)} before the dependency build: a new value rebuilds it")
     copied = " ".join(args for word, args in build[:deps] if word == "COPY")
     for path in ["Cargo.toml", "Cargo.lock", STUB_SCRIPT] + [f"{m}/Cargo.toml" for m in members()]:
         if not re.search(rf"(^|\s){re.escape(path)}(\s|$)", copied):
@@ -155,6 +158,7 @@ def breakages(text):
         "a hand-written VERSION": text.replace("\nARG VERSION\n", "\nARG VERSION=0.1.0\n", 1),
         "COPY . . before the dependency build": text.replace("COPY Cargo.toml Cargo.lock ./", "COPY . .", 1),
         "a member's manifest not copied": text.replace("COPY gpufill-nvml/Cargo.toml gpufill-nvml/\n", ""),
+        "an ARG above the dependency build": text.replace("SHELL [", "ARG REVISION\nSHELL [", 1),
     }
 
 

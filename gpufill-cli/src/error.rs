@@ -12,16 +12,11 @@ pub const USAGE_EXIT: u8 = 2;
 #[error(transparent)]
 pub struct UsageError(#[from] pub anyhow::Error);
 
-/// How an error of gpufill's reads on stderr: `gpufill: ` and the chain of causes,
-/// each after a colon.
-pub fn error_text(err: &anyhow::Error) -> String {
-    format!("gpufill: {err:#}")
-}
-
-/// How a flag error found by clap reads on stderr: as [`error_text`] does (`gpufill: `
-/// where clap writes `error: `), then clap's tips, usage line and hint. `None` where
-/// clap prints help or the version rather than an error (`--help`, `--version`, no
-/// subcommand): `clap::Error::exit` prints those as clap does.
+/// How a flag error found by clap reads after `gpufill: ` (where clap writes
+/// `error: `; the binary writes every error with [`crate::logging::last_word`]): clap's
+/// message, tips, usage line and hint. `None` where clap prints help or the version
+/// rather than an error (`--help`, `--version`, no subcommand): `clap::Error::exit`
+/// prints those as clap does.
 pub fn flag_error_text(err: &clap::Error) -> Option<String> {
     if matches!(
         err.kind(),
@@ -34,7 +29,7 @@ pub fn flag_error_text(err: &clap::Error) -> Option<String> {
     // Plain text (`Display` of clap's styled string drops the colours).
     let rendered = err.render().to_string();
     let message = rendered.strip_prefix("error: ").unwrap_or(&rendered);
-    Some(format!("gpufill: {}", message.trim_end()))
+    Some(message.trim_end().to_owned())
 }
 
 #[cfg(test)]
@@ -52,7 +47,7 @@ mod tests {
     fn a_flag_error_reads_like_gpufills_own() {
         let text = flag_error_text(&parse_error(&["gpufill", "run", "--target", "abc"])).unwrap();
         assert!(
-            text.starts_with("gpufill: invalid value 'abc' for '--target <PCT>'"),
+            text.starts_with("invalid value 'abc' for '--target <PCT>'"),
             "{text}"
         );
         assert!(!text.contains("error:"), "{text}");
@@ -60,15 +55,13 @@ mod tests {
             text.ends_with("For more information, try '--help'."),
             "{text}"
         );
-        let own = error_text(&anyhow::anyhow!("cannot read").context("/etc/x.toml"));
-        assert_eq!(own, "gpufill: /etc/x.toml: cannot read");
     }
 
     #[test]
     fn an_unknown_flag_keeps_clap_s_usage_line() {
         let text = flag_error_text(&parse_error(&["gpufill", "run", "--frob"])).unwrap();
         assert!(
-            text.starts_with("gpufill: unexpected argument '--frob' found"),
+            text.starts_with("unexpected argument '--frob' found"),
             "{text}"
         );
         assert!(text.contains("Usage: gpufill run [OPTIONS]"), "{text}");

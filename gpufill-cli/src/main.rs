@@ -2,7 +2,6 @@
 //! failures onto exit codes (0 ok or stopped by a signal, 1 runtime failure, 2 usage
 //! or config error).
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -22,8 +21,7 @@ fn main() -> ExitCode {
         // clap's errors read as gpufill's own, with the same exit status 2.
         Err(e) => match flag_error_text(&e) {
             Some(text) => {
-                // Never eprintln!: a closed stderr would panic (exit 101).
-                let _ = writeln!(std::io::stderr().lock(), "{text}");
+                gpufill_cli::logging::last_word(&text);
                 return ExitCode::from(USAGE_EXIT);
             }
             None => e.exit(),

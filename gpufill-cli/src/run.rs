@@ -90,7 +90,7 @@ fn log_health_changes(known: &mut Vec<(u32, String)>, now: Vec<(u32, String)>) {
     *known = now;
 }
 
-fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
+pub(crate) fn register_stop(flag: &Arc<AtomicBool>) -> anyhow::Result<()> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(flag))
             .context("cannot install signal handlers")?;

@@ -16,6 +16,7 @@ use gpufill_core::{FillSettings, Tick, Utilization};
 use gpufill_runtime::sim::{
     Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, LongRunStats,
     MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
+    with_launch_settings,
 };
 use gpufill_runtime::{
     DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
@@ -111,10 +112,7 @@ impl Setup {
     /// the CSV file cannot be created.
     pub fn new(args: &SimulateArgs, config: &Config) -> anyhow::Result<Setup> {
         let stop = Arc::new(AtomicBool::new(false));
-        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(signal, Arc::clone(&stop))
-                .context("cannot install signal handlers")?;
-        }
+        crate::run::register_stop(&stop)?;
         let settings = config.to_settings();
         let sim_cfg = sim_config(args, &settings);
         let sm = settings.metric == Metric::Sm;
@@ -232,24 +230,22 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
             Duration::from_secs_f64(request_ms / 1e3),
         ),
     });
-    let cfg = SimConfig {
-        sample_period: Duration::from_millis(args.sample_ms),
-        mps: args.mps,
-        foreign: args
-            .foreign
-            .iter()
-            .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
-            .chain(services)
-            .collect(),
-        // As the H100 showed it: a service's bursts shorter than this never appear
-        // in its per-process samples.
-        process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
-        ..SimConfig::default()
-    }
-    .with_launch(
-        Duration::from_millis(settings.load.period_ms),
-        Duration::from_micros(settings.load.max_kernel_us),
-        Duration::from_micros(settings.load.beside_kernel_us),
+    let cfg = with_launch_settings(
+        SimConfig {
+            sample_period: Duration::from_millis(args.sample_ms),
+            mps: args.mps,
+            foreign: args
+                .foreign
+                .iter()
+                .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
+                .chain(services)
+                .collect(),
+            // As the H100 showed it: a service's bursts shorter than this never appear
+            // in its per-process samples.
+            process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
+            ..SimConfig::default()
+        },
+        settings,
     );
     // The view from inside a PID namespace of our own (issue 14).
     if args.pid_namespace {
@@ -612,20 +608,6 @@ mod tests {
             Command::Simulate(args) => args,
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn the_simulated_gpu_lays_our_kernels_out_as_the_load_settings_say() {
-        let mut settings = Config::default().to_settings();
-        settings.load.period_ms = 100;
-        settings.load.max_kernel_us = 3000;
-        settings.load.beside_kernel_us = 250;
-        let cfg = sim_config(&args(&[]), &settings);
-        assert_eq!(cfg.period, Duration::from_millis(100));
-        assert_eq!(cfg.max_kernel, Duration::from_millis(3));
-        assert_eq!(cfg.one_in_flight_kernel, Some(Duration::from_micros(250)));
-        settings.load.beside_kernel_us = 0;
-        assert_eq!(sim_config(&args(&[]), &settings).one_in_flight_kernel, None);
     }
 
     #[test]

@@ -131,12 +131,20 @@ impl SimOpener {
 
 /// `config` with MPS where asked and our kernels laid out as `settings` say.
 fn laid_out(config: &SimConfig, settings: &Settings, mps: bool) -> SimConfig {
+    with_launch_settings(
+        SimConfig {
+            mps: config.mps || mps,
+            ..config.clone()
+        },
+        settings,
+    )
+}
+
+/// `config` with our kernels laid out as `settings` say (`load.period_ms`,
+/// `load.max_kernel_us`, `load.beside_kernel_us`), as the CUDA launcher lays them out.
+pub fn with_launch_settings(config: SimConfig, settings: &Settings) -> SimConfig {
     let load = &settings.load;
-    SimConfig {
-        mps: config.mps || mps,
-        ..config.clone()
-    }
-    .with_launch(
+    config.with_launch(
         Duration::from_millis(load.period_ms),
         Duration::from_micros(load.max_kernel_us),
         Duration::from_micros(load.beside_kernel_us),
