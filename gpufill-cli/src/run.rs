@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock};
+use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock, Liveness, down_of};
 use tracing::{error, info, warn};
 
 use crate::cli::RunArgs;
@@ -55,9 +55,9 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
             agent.stop();
         }
         // READY=1 once every worker has ticked; the watchdog only while all tick.
-        let now = Instant::now();
-        systemd.keep_alive(registry.unhealthy(now).is_empty());
-        log_health_changes(&mut known_sick, registry.down(now));
+        let lives = registry.liveness(Instant::now());
+        systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
+        log_health_changes(&mut known_sick, down_of(lives));
         if let Some(new) = reloader.poll() {
             // Validated by the reloader, restart keys already kept; the agent checks the
             // GPUs too (a grid wider than one holds).

@@ -87,7 +87,7 @@ pub use settings::{
     SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, power_model,
 };
 pub use snapshot::{
-    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
+    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, down_of, stall_after,
 };
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 pub use worker::WorkerError;

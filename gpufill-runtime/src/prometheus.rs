@@ -11,7 +11,7 @@ use std::time::{Instant, UNIX_EPOCH};
 
 use gpufill_core::{PidView, State};
 
-use crate::snapshot::GpuSnapshot;
+use crate::snapshot::{GpuSnapshot, Liveness};
 
 /// The `Content-Type` of the rendered text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -33,7 +33,7 @@ const SERIES: &[(&str, &str, &str, Value)] = &[
         "gauge",
         "1 while the GPU's worker runs and ticks; 0 before its first tick, and once it has ended or stalled (no tick for ten ticks, at least 5 s).",
         |s| {
-            Some(if s.unhealthy(Instant::now()).is_none() {
+            Some(if s.liveness(Instant::now()) == Liveness::Ticking {
                 1.0
             } else {
                 0.0

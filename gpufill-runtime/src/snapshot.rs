@@ -162,6 +162,17 @@ impl GpuSnapshot {
     }
 }
 
+/// The workers that are down among `lives` ([`Registry::liveness`]), with why.
+pub fn down_of(lives: Vec<(u32, Liveness)>) -> Vec<(u32, String)> {
+    lives
+        .into_iter()
+        .filter_map(|(index, l)| match l {
+            Liveness::Down(why) => Some((index, why)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// How long a worker may go without a tick before it counts as stalled: ten ticks, and
 /// at least 5 s (opening a CUDA context takes a small fraction of that: docs/benchmarks.md,
 /// section "Hardware tests (run B)"; and a reopen after a lost GPU ticks on, so only a
@@ -213,16 +224,19 @@ impl Registry {
             .collect()
     }
 
+    /// Every worker's [`Liveness`] at `now`, by NVML index: one pass over the snapshots
+    /// for whoever needs both whether all tick and which are down.
+    pub fn liveness(&self, now: Instant) -> Vec<(u32, Liveness)> {
+        self.snapshots()
+            .iter()
+            .map(|s| (s.labels.index, s.liveness(now)))
+            .collect()
+    }
+
     /// The GPUs whose workers are down at `now` ([`Liveness::Down`]: ended, stalled, or
     /// no first tick within the allowance), as `(NVML index, reason)`.
     pub fn down(&self, now: Instant) -> Vec<(u32, String)> {
-        self.snapshots()
-            .iter()
-            .filter_map(|s| match s.liveness(now) {
-                Liveness::Down(why) => Some((s.labels.index, why)),
-                _ => None,
-            })
-            .collect()
+        down_of(self.liveness(now))
     }
 
     /// A copy of every snapshot, each lock held only to clone.
