@@ -71,6 +71,9 @@ pub struct YieldPolicy {
     settings: YieldSettings,
     timers: Timers,
     holders: Holders,
+    /// When anyone (ignored ones included) was last listed: work our kernels show up to
+    /// [`BURST_HOLD`] later (a burst or two) may have been theirs.
+    last_listed: Option<Time>,
 }
 
 impl YieldPolicy {
@@ -80,6 +83,7 @@ impl YieldPolicy {
             settings,
             timers: Timers::default(),
             holders: Holders::default(),
+            last_listed: None,
         }
     }
 
@@ -138,11 +142,15 @@ impl YieldPolicy {
     /// Decides from everything `seen` shows, unlisted processes included, by the rule
     /// of the mode in force.
     pub fn decide_seen(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
-        match self.settings.mode {
+        let decision = match self.settings.mode {
             YieldMode::Presence => self.decide_presence(now, seen),
             YieldMode::Activity { idle_grace } => self.decide_activity(now, seen, idle_grace),
             YieldMode::Mps => self.decide_mps(now, seen),
+        };
+        if !seen.listed.is_empty() {
+            self.last_listed = Some(now);
         }
+        decision
     }
 
     /// The answer to a [`Decision::Probe`]: whether another context ran on the GPU since
@@ -240,7 +248,10 @@ impl YieldPolicy {
 
     /// Nobody who counts is there: the grace if one is owed, else fill, unless a kernel
     /// of ours has just shown someone the list does not (then idle for [`BURST_HOLD`],
-    /// or until a quiet sample).
+    /// or until a quiet sample). With anyone listed, ignored ones included, now or less
+    /// than [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so
+    /// it does not count: an ignored process (a monitoring agent, another gpufill) never
+    /// pauses us.
     fn nobody_there(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
         self.holders.forget();
         if self.timers.in_grace(now, self.settings.grace) {
@@ -249,10 +260,15 @@ impl YieldPolicy {
                 unlisted: false,
             };
         }
-        if self
-            .timers
-            .burst_hold(now, seen.held_back, seen.quiet_sample)
-        {
+        if self.timers.burst_hold(
+            now,
+            seen.held_back
+                && seen.listed.is_empty()
+                && self
+                    .last_listed
+                    .is_none_or(|at| now.saturating_since(at) >= BURST_HOLD),
+            seen.quiet_sample,
+        ) {
             return Decision::Pause {
                 pids: Vec::new(),
                 unlisted: true,
