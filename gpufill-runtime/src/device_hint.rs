@@ -4,9 +4,9 @@
 //! services"). An inotify watch on those files wakes the loop between ticks, and the
 //! loop then reads the process list every few milliseconds for a short window
 //! ([`gpufill_core::Supervisor::run_watched`]), so a newcomer is yielded to within
-//! milliseconds of its listing instead of up to a tick later, while an idle watch costs
+//! milliseconds of its listing instead of up to a tick later, while an idle watch wakes
 //! nothing. Processes that only open the files (nvidia-smi, a framework probing the
-//! devices at import) cost one window each.
+//! devices at import) cost one window each (not measured).
 //!
 //! Where the files cannot be watched (not Linux, no such file, inotify refused) the hint
 //! never fires and the loop reads the list once a tick, as before. Inside a container
@@ -27,7 +27,7 @@ pub struct DeviceOpenHint {
 impl DeviceOpenHint {
     /// A watch on [`DEVICE_FILES`] (those that exist); one that never fires when none
     /// can be watched.
-    pub fn new() -> Self {
+    pub fn on_device_files() -> Self {
         Self::on(&DEVICE_FILES)
     }
 
@@ -64,12 +64,6 @@ impl DeviceOpenHint {
         {
             false
         }
-    }
-}
-
-impl Default for DeviceOpenHint {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

@@ -28,7 +28,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
 use gpufill_nvml::GpuInfo;
@@ -116,10 +115,10 @@ impl SimOpener {
         self.opened().get(&index).cloned()
     }
 
-    /// The model a GPU opened with `settings` follows: [`SimOpener::config`] of GPU 0
-    /// (every GPU's, unless [`SimOpener::with_gpu`] gave it its own) with MPS on where
-    /// either asks for it, and our kernels laid out by `load.period_ms`,
-    /// `load.max_kernel_us` and `load.beside_kernel_us`, as the CUDA launcher lays them.
+    /// The model a GPU without one of its own ([`SimOpener::with_gpu`]) follows once
+    /// opened with `settings`: the opener's shared model with MPS on where either asks
+    /// for it, and our kernels laid out by `load.period_ms`, `load.max_kernel_us` and
+    /// `load.beside_kernel_us`, as the CUDA launcher lays them.
     pub fn sim_config(&self, settings: &Settings, mps: bool) -> SimConfig {
         laid_out(&self.config, settings, mps)
     }
@@ -141,14 +140,11 @@ fn laid_out(config: &SimConfig, settings: &Settings, mps: bool) -> SimConfig {
 }
 
 /// `config` with our kernels laid out as `settings` say (`load.period_ms`,
-/// `load.max_kernel_us`, `load.beside_kernel_us`), as the CUDA launcher lays them out.
+/// `load.max_kernel_us`, `load.beside_kernel_us`), from the CUDA launcher's own
+/// settings ([`Settings::launcher_settings`]).
 pub fn with_launch_settings(config: SimConfig, settings: &Settings) -> SimConfig {
-    let load = &settings.load;
-    config.with_launch(
-        Duration::from_millis(load.period_ms),
-        Duration::from_micros(load.max_kernel_us),
-        Duration::from_micros(load.beside_kernel_us),
-    )
+    let launch = settings.launcher_settings();
+    config.with_launch(launch.period, launch.max_kernel, launch.beside_kernel)
 }
 
 /// How NVML would list a simulated GPU, for [`choose`].
@@ -204,6 +200,7 @@ impl Opener for SimOpener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn opened_gpus_lay_our_kernels_out_as_the_settings_say() {

@@ -70,7 +70,7 @@ impl Job {
         let stepped = Cell::new(false);
         let readings = self.readings;
         let mut hint = if opener.watches_devices() {
-            DeviceOpenHint::new()
+            DeviceOpenHint::on_device_files()
         } else {
             DeviceOpenHint::disabled()
         };

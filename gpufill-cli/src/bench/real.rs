@@ -95,7 +95,7 @@ impl RealRig {
             clock,
             tick: settings.tick(),
             next: clock.now(),
-            hint: DeviceOpenHint::new(),
+            hint: DeviceOpenHint::on_device_files(),
             watch_until: None,
             nvml,
             target,

@@ -37,20 +37,17 @@ pub struct SimConfig {
     /// while our kernel runs waits at most the rest of the slice it is in
     /// (`kernels.rs`).
     pub time_slice: Duration,
-    /// What a context switch costs the context switched to (130 us on an H100: our
-    /// first kernel after another context's work starts 130 to 141 us late, p50 136 us,
-    /// and a request arriving after our kernel pays about 0.1 ms).
+    /// What a context switch costs the context switched to (130 us, from how late our
+    /// first kernel after another context's work started on an H100).
     ///
-    /// With these two, one 25 ms kernel a burst at 50 % duty beside isolated requests of
-    /// 0.87 ms at 20 a second (Poisson) costs them in the model p50 +15 %, p99 about
-    /// 3 ms, as measured on the H100 (p50 +15 %, p99 3.0 ms), and a mean +0.47 ms
-    /// against the measured +0.33 ms; one 500 us kernel in flight p50 +0.13 ms against
-    /// +0.2 ms. The model is on the pessimistic side.
+    /// How well these two parameters reproduce the H100's requests beside our kernels,
+    /// one way and the other: docs/benchmarks.md, "Live services", the simulated GPU
+    /// against the H100.
     pub context_switch: Duration,
     /// How recent our previous kernel must be for a kernel's late start to show (1 s):
     /// the launcher judges a start against the offsets of its last kernels, and the GPU
-    /// clock drifts about 20 ppm against the host's, so lateness is compared only within
-    /// about a second. After a longer idle gap only a probe (two kernels compared with
+    /// clock drifts against the host's, so lateness is compared only within about a
+    /// second. After a longer idle gap only a probe (two kernels compared with
     /// each other) tells whether anyone ran; a kernel preempted while it runs shows
     /// whatever came before it.
     pub late_start_window: Duration,
@@ -130,19 +127,18 @@ impl SimConfig {
     }
 
     /// Our kernels laid out as the launcher's settings say: `period`, the longest kernel
-    /// of a burst, and the kernel in flight beside quiet holders (zero: bursts there
-    /// too), as `load.period_ms`, `load.max_kernel_us` and `load.beside_kernel_us` give
-    /// them.
+    /// of a burst, and the kernel in flight beside quiet holders (`None`: bursts there
+    /// too), as the CUDA launcher's `LauncherSettings` give them.
     pub fn with_launch(
         self,
         period: Duration,
         max_kernel: Duration,
-        beside_kernel: Duration,
+        beside_kernel: Option<Duration>,
     ) -> Self {
         SimConfig {
             period,
             max_kernel,
-            one_in_flight_kernel: (!beside_kernel.is_zero()).then_some(beside_kernel),
+            one_in_flight_kernel: beside_kernel,
             ..self
         }
     }

@@ -16,7 +16,7 @@
 //! Without MPS the GPU time-slices between contexts. A request that arrives while a
 //! kernel of ours runs waits for the rest of it, but at most for the rest of the time
 //! slice it is in (slices of [`SimConfig::time_slice`], 2 ms, counted from the kernel's
-//! start: requests beside one 25 ms kernel waited at most 2 to 2.5 ms), plus a context
+//! start; docs/benchmarks.md, "Live services"), plus a context
 //! switch ([`SimConfig::context_switch`], 130 us: the lateness of the first kernel after
 //! another context's). Our spin kernel then ends early (it ends at a jump of the GPU
 //! clock), so later requests do not meet it. A request that arrives when our context

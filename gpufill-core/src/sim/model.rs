@@ -704,7 +704,7 @@ mod tests {
         let cfg = SimConfig::default().with_launch(
             Duration::from_millis(50),
             Duration::from_millis(2),
-            Duration::ZERO,
+            None,
         );
         assert_eq!(
             (cfg.max_kernel, cfg.one_in_flight_kernel),
@@ -713,7 +713,7 @@ mod tests {
         let beside = SimConfig::default().with_launch(
             Duration::from_millis(100),
             Duration::from_millis(100),
-            Duration::from_micros(250),
+            Some(Duration::from_micros(250)),
         );
         assert_eq!(beside.period, Duration::from_millis(100));
         assert_eq!(

@@ -154,8 +154,6 @@ impl Histogram {
     }
 }
 
-/// A service's requests as they are served: which comes next, the one being served, and
-/// the tally.
 /// What a stream needs of its job, apart from `ForeignJob` (which holds the stream).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Serving<'a> {
@@ -171,6 +169,8 @@ pub(super) struct Serving<'a> {
     pub windows: &'a [(Time, Time)],
 }
 
+/// A service's requests as they are served: which comes next, the one being served, and
+/// the tally.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Stream {
     /// The next request, once known.
