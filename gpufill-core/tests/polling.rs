@@ -51,6 +51,20 @@ impl LoadSource for NoLoad {
     }
 }
 
+/// The loop over `probe` with no load source, a PI controller and `settings`.
+fn pi_loop<P: Probe>(
+    probe: P,
+    settings: YieldSettings,
+) -> FillLoop<P, NoLoad, impl gpufill_core::Controller> {
+    FillLoop::new(
+        probe,
+        NoLoad,
+        ControllerKind::Pi.build(),
+        YieldPolicy::new(settings),
+        FillSettings::default(),
+    )
+}
+
 #[test]
 fn the_list_is_read_every_tick_while_filling_and_every_100_ms_while_yielding() {
     let reads = Rc::new(RefCell::new(Vec::new()));
@@ -62,13 +76,7 @@ fn the_list_is_read_every_tick_while_filling_and_every_100_ms_while_yielding() {
         grace: Duration::from_secs(1),
         ..YieldSettings::default()
     };
-    let mut fill = FillLoop::new(
-        probe,
-        NoLoad,
-        ControllerKind::Pi.build(),
-        YieldPolicy::new(settings),
-        FillSettings::default(),
-    );
+    let mut fill = pi_loop(probe, settings);
     let tick = Duration::from_millis(10);
     let mut states = Vec::new();
     let mut now = Time::ZERO;
@@ -170,13 +178,7 @@ fn after_a_step_that_overran_the_loop_does_not_catch_up_with_back_to_back_ticks(
         slow_at: Time::from_millis(500),
         slow_for: Duration::from_millis(180),
     };
-    let mut fill = FillLoop::new(
-        probe,
-        NoLoad,
-        ControllerKind::Pi.build(),
-        YieldPolicy::new(YieldSettings::default()),
-        FillSettings::default(),
-    );
+    let mut fill = pi_loop(probe, YieldSettings::default());
     let tick = Duration::from_millis(50);
     fill.run(&clock, tick, |t| t.at < Time::from_millis(1000));
     let reads = &fill.probe().reads;
@@ -206,13 +208,7 @@ fn first_yield_with(hint: &mut impl gpufill_core::Hint, until: Time) -> (Time, u
         reads: Rc::clone(&reads),
         listed: from_1013_ms,
     };
-    let fill = FillLoop::new(
-        probe,
-        NoLoad,
-        ControllerKind::Pi.build(),
-        YieldPolicy::new(YieldSettings::default()),
-        FillSettings::default(),
-    );
+    let fill = pi_loop(probe, YieldSettings::default());
     let mut supervisor = Supervisor::new(
         fill,
         |_| -> Result<FillLoop<CountingProbe, NoLoad, _>, Infallible> { unreachable!() },
@@ -293,13 +289,7 @@ fn a_load_source_that_cannot_probe_leaves_the_tick_saying_so() {
         },
         ..YieldSettings::default()
     };
-    let mut fill = FillLoop::new(
-        probe,
-        NoLoad,
-        ControllerKind::Pi.build(),
-        YieldPolicy::new(settings),
-        FillSettings::default(),
-    );
+    let mut fill = pi_loop(probe, settings);
     let mut now = Time::ZERO;
     let beside = loop {
         let tick = fill.step(now);
