@@ -12,14 +12,23 @@ Parts (`--parts`, comma-separated):
   held during the spells, the probes and pauses.
 - `ab`: live services (isolated sub-millisecond requests at 20/s and 2/s, GPU-bound
   matmul requests at 5/s, a launch-bound GPT-2 service at 5/s), alone / with gpufill
-  interleaved (`--pairs` pairs): p50, mean, p90, p99 by phase; requests that came right
-  after a probe of gpufill's.
+  interleaved (`--pairs` pairs): p50, mean, p90, p99 by phase. Training jobs
+  (`resnet50-train`, `gpt2-train`: steps back to back, each synchronised) the same way:
+  their mean step time is the inverse of their throughput.
+
+`--gpu N` runs everything on NVML GPU N (the workloads through CUDA_VISIBLE_DEVICES, set to
+its UUID), so two runs can share a host of several GPUs. `--mps` starts an MPS control
+daemon for the run (pipe and log directories under /tmp, this run's own), so the
+workloads and gpufill are its clients; `--skip S` leaves each phase's first S seconds out
+of its statistics (gpufill's start and stop included in both kinds of phase).
 
 gpufill runs with the defaults except `yield.idle_grace_s = --grace` (default 4, instead
 of 30, to fit the runs: it only scales when gpufill probes; see benchmarks.md).
 
 Usage on the GPU machine (build here with scripts/build-carry.sh, carry `carry`):
   python3 scripts/live_service_bench.py --out "$OUT" --parts hw,yield,cpu,wake
+  python3 scripts/live_service_bench.py --out "$OUT" --gpu 1 --mps --parts ab --pairs 5 \
+      --phase 10 --skip 1 --ab "resnet50-train,gpt2-train"
 Prints a short table; details go to $OUT/live-bench.json and the gpufill logs.
 """
 import argparse
@@ -36,12 +45,12 @@ from live_lib import pct, schedstat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PORT = 9418
+PORT = 9418  # plus the GPU's index
 
 
 def scrape():
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=1) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT + GPU[0]}/metrics", timeout=1) as r:
             text = r.read().decode()
     except Exception:
         return {}
@@ -56,6 +65,18 @@ def scrape():
             except ValueError:
                 pass
     return out
+
+
+GPU = [0]  # the NVML index this run uses (--gpu)
+
+
+def gpu_env(index):
+    """The environment of a workload on NVML GPU `index` (CUDA orders GPUs otherwise)."""
+    import pynvml
+    pynvml.nvmlInit()
+    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+    pynvml.nvmlShutdown()
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=uuid.decode() if isinstance(uuid, bytes) else uuid)
 
 
 def cpu_between(a, b, secs):
@@ -79,8 +100,8 @@ class Gpufill:
             f.write(f"[yield]\nidle_grace_s = {self.a.grace}\n")
         self.logf = open(self.log, "a")
         env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info,gpufill_runtime=debug")
-        self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", "0", "--config", conf,
-                                   "--metrics", f"127.0.0.1:{PORT}", *self.extra],
+        self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", str(self.a.gpu), "--config", conf,
+                                   "--metrics", f"127.0.0.1:{PORT + self.a.gpu}", *self.extra],
                                   stdout=self.logf, stderr=self.logf, env=env)
         for _ in range(100):
             if scrape():
@@ -105,6 +126,7 @@ def worker(argv):
     p.add_argument("--plan")
     p.add_argument("--model", default="mlp")
     p.add_argument("--out")
+    p.add_argument("--nvml-index", type=int, default=0)
     a = p.parse_args(argv)
     plan = json.loads(a.plan)
     dev = torch.device("cuda")
@@ -126,6 +148,8 @@ def worker(argv):
             for _ in range(10):
                 m @ m
             torch.cuda.synchronize()
+    elif a.model.endswith("-train"):
+        request = training_step(a.model, dev)
     else:
         from transformers import GPT2Config, GPT2LMHeadModel
         net = GPT2LMHeadModel(GPT2Config()).to(dev).eval()
@@ -139,7 +163,7 @@ def worker(argv):
         request()
     torch.cuda.synchronize()
     pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    h = pynvml.nvmlDeviceGetHandleByIndex(a.nvml_index)
     import random
     rng = random.Random(7)
     print("ready", flush=True)
@@ -162,6 +186,11 @@ def worker(argv):
                 t0 = time.monotonic()
                 request()
                 reqs.append((t0, time.monotonic(), i))
+        elif seg["kind"] == "train":
+            while time.monotonic() < end:
+                t0 = time.monotonic()
+                request()
+                reqs.append((t0, time.monotonic(), i))
         elif seg["kind"] == "busy":
             while time.monotonic() < end:
                 for _ in range(20):
@@ -180,12 +209,43 @@ def worker(argv):
         json.dump({"reqs": reqs, "util": util}, f)
 
 
+def training_step(model, dev):
+    """One synchronised step of ResNet-50 (batch 64) or GPT-2 (8 x 512) training on
+    synthetic data, bf16 autocast, AdamW: coresidence_bench.py's training jobs."""
+    import torch
+    if model == "resnet50-train":
+        import torchvision
+        net = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
+        x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (64,), device=dev)
+
+        def loss():
+            return torch.nn.functional.cross_entropy(net(x), y)
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        net = GPT2LMHeadModel(GPT2Config()).to(dev)
+        ids = torch.randint(0, 50257, (8, 512), device=dev)
+
+        def loss():
+            return net(ids, labels=ids).loss
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            l_ = loss()
+        l_.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+    return step
+
+
 def start_worker(a, plan, model, lead=1.0):
     """Starts a workload process; once it is warm, its plan starts `lead` s later."""
     out = os.path.join(a.work, f"work-{time.monotonic():.0f}.json")
     p = subprocess.Popen([sys.executable, __file__, "--worker", "--plan", json.dumps(plan),
-                          "--model", model, "--out", out],
-                         stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+                          "--model", model, "--out", out, "--nvml-index", str(a.gpu)],
+                         stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=a.env)
     line = p.stdout.readline()
     if "ready" not in line:
         raise RuntimeError("worker failed")
@@ -236,7 +296,7 @@ def part_cpu(a, res):
     plan = [{"kind": "idle", "secs": 24}, {"kind": "requests", "secs": 24, "rate": 20},
             {"kind": "busy", "secs": 16}]
     out = {}
-    with Gpufill(a, os.path.join(a.out, "gpufill-cpu.log")) as g:
+    with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-cpu.log")) as g:
         time.sleep(3)
         s0, t0 = schedstat(g.p.pid), time.monotonic()
         time.sleep(10)
@@ -278,7 +338,7 @@ def part_wake(a, res):
     for mode in ("alone", "with"):
         p, path, start = start_worker(a, plan, "mlp")
         if mode == "with":
-            with Gpufill(a, os.path.join(a.out, "gpufill-wake.log")) as g:
+            with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-wake.log")) as g:
                 work = finish_worker(p, path)
             m = g.last
         else:
@@ -304,22 +364,24 @@ def part_wake(a, res):
 
 
 def part_ab(a, res):
-    workloads = [("mlp", 20.0), ("mlp", 2.0), ("matmul", 5.0), ("gpt2", 5.0)]
+    workloads = [("mlp", 20.0), ("mlp", 2.0), ("matmul", 5.0), ("gpt2", 5.0),
+                 ("resnet50-train", None), ("gpt2-train", None)]
     names = a.ab.split(",") if a.ab else None
     out = {}
     for model, rate in workloads:
-        name = f"{model}@{rate:g}/s"
+        name = f"{model}@{rate:g}/s" if rate else model
         if names and name not in names:
             continue
         phases = 2 * a.pairs + 1
-        plan = [{"kind": "requests", "secs": a.phase, "rate": rate} for _ in range(phases)]
+        plan = [{"kind": "requests", "secs": a.phase, "rate": rate} if rate else
+                {"kind": "train", "secs": a.phase} for _ in range(phases)]
         p, path, start = start_worker(a, plan, model)
         runs = []
         for i in range(phases):
             p0 = start + i * a.phase
             time.sleep(max(0.0, p0 - time.monotonic()))
             if i % 2 == 1:
-                with Gpufill(a, os.path.join(a.out, f"gpufill-ab-{model}.log")) as g:
+                with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-ab-{name.replace('/', '')}.log")) as g:
                     time.sleep(max(0.0, p0 + a.phase - 0.3 - time.monotonic()))
                 runs.append(g.last)
             else:
@@ -327,7 +389,8 @@ def part_ab(a, res):
         work = finish_worker(p, path)
         stats = []
         for i in range(phases):
-            lat = [(r[1] - r[0]) * 1e3 for r in work["reqs"] if r[2] == i]
+            lat = [(r[1] - r[0]) * 1e3 for r in work["reqs"]
+                   if r[2] == i and r[0] >= start + i * a.phase + a.skip]
             stats.append({"n": len(lat), "p50": pct(lat, 50), "mean": statistics.mean(lat) if lat else float("nan"),
                           "p90": pct(lat, 90), "p99": pct(lat, 99), "metrics": runs[i]})
         ratios = {k: [] for k in ("p50", "mean", "p90")}
@@ -342,6 +405,7 @@ def part_ab(a, res):
         line += f" p99 {statistics.median(d99):+.3f} ms [{min(d99):+.3f}..{max(d99):+.3f}]"
         withs = [s["metrics"] or {} for s in stats[1::2]]
         line += f"; pauses {[round(m.get('gpufill_pauses_total', 0)) for m in withs]}"
+        line += f"; duty at end {[round(m.get('gpufill_duty_ratio', float('nan')), 2) for m in withs]}"
         line += f"; alone p50 {[round(s['p50'], 3) for s in stats[::2]]}"
         print(line, flush=True)
         out[name] = {"stats": stats, "ratios": ratios, "p99_diff_ms": d99}
@@ -363,18 +427,40 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--phase", type=float, default=15.0)
     ap.add_argument("--ab", default="")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--mps", action="store_true")
+    ap.add_argument("--skip", type=float, default=0.0)
     a = ap.parse_args()
-    a.work = "/tmp/live-bench"
+    GPU[0] = a.gpu
+    a.work = f"/tmp/live-bench-{a.gpu}"
     os.makedirs(a.work, exist_ok=True)
-    print(subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip(), flush=True)
-    res = {}
-    for part in a.parts.split(","):
-        t = time.monotonic()
-        {"hw": part_hw, "yield": part_yield, "cpu": part_cpu, "wake": part_wake, "ab": part_ab}[part](a, res)
-        print(f"[{part}: {time.monotonic() - t:.0f} s]", flush=True)
-    with open(os.path.join(a.out, "live-bench.json"), "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    os.makedirs(a.out, exist_ok=True)
+    a.env = gpu_env(a.gpu)
+    tag = a.tag = f"gpu{a.gpu}" + ("-mps" if a.mps else "")
+    if a.mps:
+        mps = {"CUDA_MPS_PIPE_DIRECTORY": f"/tmp/mps-pipe-{a.gpu}",
+               "CUDA_MPS_LOG_DIRECTORY": f"/tmp/mps-log-{a.gpu}"}
+        for d in mps.values():
+            os.makedirs(d, exist_ok=True)
+        os.environ.update(mps)  # gpufill's too
+        a.env.update(mps)
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True, env=a.env)
+        time.sleep(1)
+    print(tag, subprocess.run(["nvidia-smi", "-i", str(a.gpu), "--query-gpu=name,driver_version",
+                               "--format=csv,noheader"], capture_output=True, text=True).stdout.strip(),
+          flush=True)
+    res = {"args": {k: v for k, v in vars(a).items() if k != "env"}}
+    try:
+        for part in a.parts.split(","):
+            t = time.monotonic()
+            {"hw": part_hw, "yield": part_yield, "cpu": part_cpu, "wake": part_wake, "ab": part_ab}[part](a, res)
+            print(f"[{tag} {part}: {time.monotonic() - t:.0f} s]", flush=True)
+    finally:
+        if a.mps:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=a.env)
+            time.sleep(1)
+        with open(os.path.join(a.out, f"live-bench-{tag}.json"), "w") as f:
+            json.dump(res, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

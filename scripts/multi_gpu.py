@@ -1,104 +1,334 @@
 #!/usr/bin/env python3
-"""Many GPUs: `gpufill run --gpus all --target 50` on every GPU of the machine.
+"""Issue 25: the runtime's agent on every GPU of one host, on the GPU machine.
 
-Phases: 40 s all GPUs filling; 40 s with a foreign PyTorch job (bf16 matmul loop) on
-GPU 0 only; 30 s after it. Per GPU and phase: MAE of NVML's utilization samples
-against the target (the phase's first 3 s and, after the job, the 5 s grace left
-out), and gpufill's yield lines for that GPU. Expected: GPU 0 yields during the job
-and fills again after, every other GPU tracks 50 % throughout. CPU: gpufill's total
-CPU % of a core over the run, per GPU (total / GPUs), and per worker thread
-(`gpufill-gpuN`, which also launch the kernels, and the driver's threads).
+Part 1, `gpufill run` at the defaults (every GPU, target 50, `activity` policy), with
+`--metrics` only to read its per-GPU state:
+- `fill` (20 s): every GPU filling; per GPU the NVML utilization (mean, MAE against the
+  target, the first 3 s left out), gpufill's GPU memory (NVML's process list), the power
+  draw, and the CPU of the whole process.
+- `job` (25 s): a foreign PyTorch job (bf16 matmul loop) on `--job-gpu`: gpufill should
+  yield on that GPU alone and every other GPU hold the target as in `fill`.
+- `after` (20 s): the job gone; every GPU filling again (the first 8 s left out: the
+  grace after a process leaves is 5 s).
+- SIGTERM: seconds to exit, and whether any GPU still lists a process of ours or shows
+  utilization from 0.5 s after the exit on.
 
-Writes multi_gpu.json and gpufill.log to $OUT. Runs about 2 min. Usage:
+Part 2, `gpufill run --gpus 0,UUID-of-GPU-1` (one GPU by index, one by UUID) with
+`yield.idle_grace_s = --grace` (default 4, to fit the run): a quiet holder on GPU 0 (a
+context, one matmul, then nothing) and a live service on GPU 1 (isolated requests of a
+small bf16 MLP, Poisson, 20/s). The service runs alone 12 s, beside gpufill 24 s, alone
+12 s. Expected, as on one GPU (docs/benchmarks.md, "Live services"): GPU 0 filled beside
+the dormant holder after a grace and a probe; gpufill holding off GPU 1 after its first
+probe; the metrics carry both GPUs with their index and UUID labels, and no other GPU.
 
-    python3 scripts/multi_gpu.py carry/gpufill [--job-gpu 0]
+Prints a short table; writes multi_gpu.json and the gpufill logs to $OUT. About 2.5 min.
+
+    python3 scripts/multi_gpu.py carry/gpufill [--job-gpu 0] [--grace 4]
 """
 import argparse
 import json
 import os
 import re
+import statistics
+import subprocess
 import sys
+import threading
 import time
+import urllib.request
 
 import pynvml as N
 
-from robust_lib import Gpufill, fmt, mae, samples_since, torch_job
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_lib import pct  # noqa: E402
+from robust_lib import Gpufill, cuda_visible, fmt, mae, samples_since, torch_job  # noqa: E402
 
-PHASES = (("before", 40.0), ("job", 40.0), ("after", 30.0))
+PORT = 9425
+TARGET = 50.0  # the default target
+
+
+def scrape():
+    """({(metric, gpu index, state label or ""): value}, the text) of gpufill's series
+    that carry a `gpu` label; ({}, "") while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except Exception:
+        return {}, ""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"(gpufill_\w+)\{([^}]*)\}\s+(\S+)$", line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if "gpu" in labels:
+            out[(m.group(1), int(labels["gpu"]), labels.get("state", ""))] = float(m.group(3))
+    return out, text
+
+
+class Monitor:
+    """Every 0.5 s: NVML utilization samples, power and our GPU memory per GPU, and a
+    scrape of gpufill's metrics; all stamped with the wall clock."""
+
+    def __init__(self, hs, pid):
+        self.hs, self.pid = hs, pid
+        self.last = [int(time.time() * 1e6)] * len(hs)
+        self.util = [[] for _ in hs]
+        self.power = [[] for _ in hs]
+        self.memory = [[] for _ in hs]
+        self.metrics = []
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop:
+            now = time.time()
+            for i, h in enumerate(self.hs):
+                new = samples_since(h, self.last[i])
+                if new:
+                    self.last[i] = int(new[-1][0] * 1e6)
+                    self.util[i] += new
+                self.power[i].append((now, N.nvmlDeviceGetPowerUsage(h) / 1e3))
+                mine = [p.usedGpuMemory for p in N.nvmlDeviceGetComputeRunningProcesses(h)
+                        if p.pid == self.pid and p.usedGpuMemory is not None]
+                if mine:
+                    self.memory[i].append((now, mine[0] / 2**20))
+            m, _ = scrape()
+            if m:
+                self.metrics.append((now, m))
+            time.sleep(0.5)
+
+    def finish(self):
+        self.stop = True
+        self.thread.join()
+
+    def series(self, kind, i, lo, hi):
+        return [v for t, v in getattr(self, kind)[i] if lo <= t < hi]
+
+    def metric_at(self, name, i, t, state=""):
+        """The metric's last value scraped at or before wall time t."""
+        vals = [m.get((name, i, state)) for ts, m in self.metrics if ts <= t]
+        vals = [v for v in vals if v is not None]
+        return vals[-1] if vals else None
+
+    def state_share(self, i, lo, hi):
+        """The share of scrapes in [lo, hi) that found GPU i in each state."""
+        counts, n = {}, 0
+        for ts, m in self.metrics:
+            if lo <= ts < hi:
+                n += 1
+                for (name, gpu, state), v in m.items():
+                    if name == "gpufill_state" and gpu == i and v == 1:
+                        counts[state] = counts.get(state, 0) + 1
+        return {k: round(v / n, 2) for k, v in counts.items()} if n else {}
+
+
+def mean(xs):
+    return statistics.mean(xs) if xs else None
+
+
+def part_defaults(a, hs, out):
+    n = len(hs)
+    g = Gpufill(a.gpufill, ["--metrics", f"127.0.0.1:{PORT}"],
+                log_path=os.path.join(a.out, "gpufill-multi-defaults.log"),
+                env={"RUST_LOG": "gpufill=info"})
+    deadline = time.time() + 60
+    while time.time() < deadline and g.proc.poll() is None:
+        m, _ = scrape()
+        if sum(1 for i in range(n) if m.get(("gpufill_state", i, "filling")) == 1) == n:
+            break
+        time.sleep(0.1)
+    t_fill = time.time()
+    mon = Monitor(hs, g.pid)
+    cpu0, threads0 = g.cpu(), g.threads_cpu()
+    bounds, t = {}, t_fill
+    for name, secs in (("fill", 20.0), ("job", 25.0), ("after", 20.0)):
+        bounds[name] = (t, t + secs)
+        job = torch_job(a.job_gpu, secs - 2) if name == "job" else None
+        time.sleep(max(0.0, t + secs - time.time()))
+        if job:
+            job.wait()
+        if name == "fill":
+            cpu_fill = 100 * (g.cpu() - cpu0) / (time.time() - t_fill)
+        t += secs
+    t_end = time.time()
+    alive = g.proc.poll() is None
+    cpu = 100 * (g.cpu() - cpu0) / (t_end - t_fill) if alive else None
+    threads = {k: 100 * (v - threads0.get(k, 0.0)) / (t_end - t_fill)
+               for k, v in (g.threads_cpu() if alive else {}).items()}
+    code, stop_s = g.stop()
+    t_exit = time.time()
+    time.sleep(2.5)
+    mon.finish()
+    leftover = {i: [p.pid for p in N.nvmlDeviceGetComputeRunningProcesses(h)]
+                for i, h in enumerate(hs)}
+    rows = []
+    for i in range(n):
+        row = {"gpu": i}
+        for name, (lo, hi) in bounds.items():
+            skip = 3 + (5 if name == "after" else 0)
+            u = mon.series("util", i, lo + skip, hi)
+            row[f"util_{name}"] = mean(u)
+            row[f"mae_{name}"] = mae(u, TARGET)
+            row[f"power_{name}"] = mean(mon.series("power", i, lo + skip, hi))
+            row[f"states_{name}"] = mon.state_share(i, lo + skip, hi)
+            y0, y1 = (mon.metric_at("gpufill_yields_total", i, lo),
+                      mon.metric_at("gpufill_yields_total", i, hi))
+            row[f"yields_{name}"] = None if y0 is None or y1 is None else y1 - y0
+        row["memory_mib_max"] = max(mon.series("memory", i, t_fill, t_exit), default=None)
+        row["util_after_exit"] = mon.series("util", i, t_exit + 0.5, t_exit + 2.5)
+        row["listed_after_exit"] = leftover[i]
+        rows.append(row)
+    out["defaults"] = {"gpus": n, "job_gpu": a.job_gpu, "alive": alive, "exit_code": code,
+                       "sigterm_to_exit_s": stop_s, "cpu_pct_core_fill": cpu_fill,
+                       "cpu_pct_core_total": cpu, "cpu_pct_core_per_thread": threads,
+                       "per_gpu": rows}
+    print(f"== part 1: `gpufill run` at the defaults on {n} GPUs; a job on GPU {a.job_gpu} "
+          f"in phase 'job'")
+    print("gpu | util fill | MAE fill | util job | MAE job | yields job | states job | "
+          "MAE after | MiB | W fill | util after exit")
+    for r in rows:
+        print(f"{r['gpu']} | {fmt(r['util_fill'], 1)} | {fmt(r['mae_fill'])} | "
+              f"{fmt(r['util_job'], 1)} | {fmt(r['mae_job'])} | {fmt(r['yields_job'])} | "
+              f"{r['states_job']} | {fmt(r['mae_after'])} | {fmt(r['memory_mib_max'], 0)} | "
+              f"{fmt(r['power_fill'], 0)} | max {max(r['util_after_exit'], default=None)} "
+              f"listed {r['listed_after_exit']}")
+    print(f"CPU % of a core, whole process: {fmt(cpu_fill)} while filling ({fmt(cpu_fill / n)} "
+          f"per GPU), {fmt(cpu)} over the three phases; SIGTERM to exit {stop_s:.2f} s, "
+          f"exit code {code}, alive throughout {alive}", flush=True)
+    print("  per thread:", {k: round(v, 2) for k, v in sorted(threads.items()) if v > 0.01})
+
+
+HOLDER = """
+import sys, time, torch
+a = torch.randn(1024, 1024, device="cuda"); (a @ a).sum().item()
+print("ready", flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+SERVICE = """
+import json, random, sys, time, torch
+net = []
+for _ in range(6):
+    net += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
+net = torch.nn.Sequential(*net).to("cuda", torch.bfloat16).eval()
+x = torch.randn(1, 1024, dtype=torch.bfloat16).pin_memory()
+def request():
+    with torch.no_grad():
+        net(x.to("cuda", non_blocking=True)).cpu()
+for _ in range(50):
+    request()
+torch.cuda.synchronize()
+print("ready", flush=True)
+start, secs, rate = float(sys.stdin.readline()), float(sys.argv[1]), float(sys.argv[2])
+rng, t, out = random.Random(7), start, []
+while True:
+    t += rng.expovariate(rate)
+    if t >= start + secs:
+        break
+    while time.time() < t:
+        time.sleep(min(0.002, max(0.0, t - time.time())))
+    t0 = time.time(); request(); out.append((t0, time.time() - t0))
+print(json.dumps(out), flush=True)
+"""
+
+
+def part_holder_and_service(a, hs, out):
+    n = len(hs)
+    if n < 2:
+        print("== part 2 needs 2 GPUs")
+        return
+    uuid1 = cuda_visible(1)
+    conf = os.path.join(a.out, "multi-gpu-grace.toml")
+    with open(conf, "w") as f:
+        f.write(f"[yield]\nidle_grace_s = {a.grace}\n")
+    alone1, withs, alone2 = 12.0, 24.0, 12.0
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(alone1 + withs + alone2 + 30)],
+                              stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=cuda_visible(0)))
+    service = subprocess.Popen([sys.executable, "-c", SERVICE, str(alone1 + withs + alone2), "20"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ, CUDA_VISIBLE_DEVICES=uuid1))
+    for p in (holder, service):
+        if "ready" not in p.stdout.readline():
+            raise RuntimeError("a workload failed to start")
+    t0 = time.time() + 0.5
+    service.stdin.write(f"{t0}\n")
+    service.stdin.flush()
+    time.sleep(max(0.0, t0 + alone1 - time.time()))
+    t_with = time.time()
+    g = Gpufill(a.gpufill, ["--gpus", f"0,{uuid1}", "--config", conf, "--metrics",
+                            f"127.0.0.1:{PORT}"],
+                log_path=os.path.join(a.out, "gpufill-multi-holder-service.log"),
+                env={"RUST_LOG": "gpufill=info,gpufill_runtime=debug"})
+    mon = Monitor(hs, g.pid)
+    cpu0 = g.cpu()
+    time.sleep(max(0.0, t_with + withs - 0.5 - time.time()))
+    _, text = scrape()
+    cpu = 100 * (g.cpu() - cpu0) / (time.time() - t_with)
+    code, _ = g.stop()
+    t_stop = time.time()
+    mon.finish()
+    lat = json.loads(service.stdout.readline())
+    service.wait()
+    holder.kill()
+    holder.wait()
+    phases = {"alone before": (t0, t_with), "with gpufill": (t_with, t_stop),
+              "alone after": (t_stop + 0.5, t0 + alone1 + withs + alone2)}
+    svc = {}
+    for name, (lo, hi) in phases.items():
+        ms = [d * 1e3 for t, d in lat if lo <= t < hi]
+        svc[name] = {"n": len(ms), "p50": pct(ms, 50), "mean": mean(ms), "p99": pct(ms, 99)}
+    late = (t_stop - 10, t_stop)  # the last 10 s with gpufill
+    gpus = {}
+    for i in range(2):
+        gpus[i] = {"util_last_10s": mean(mon.series("util", i, *late)),
+                   "states_last_10s": mon.state_share(i, *late),
+                   "beside_at_end": mon.metric_at("gpufill_filling_beside", i, t_stop),
+                   "pauses_total": mon.metric_at("gpufill_pauses_total", i, t_stop),
+                   "yields_total": mon.metric_at("gpufill_yields_total", i, t_stop)}
+    labelled = sorted(set(re.findall(r'gpufill_worker_up\{gpu="(\d+)",UUID="([^"]+)"', text)))
+    expected = sorted({("0", cuda_visible(0)), ("1", uuid1)})
+    out["holder_and_service"] = {"service": svc, "gpus": gpus, "cpu_pct_core": cpu,
+                                 "exit_code": code, "worker_up_labels": labelled,
+                                 "labels_as_selected": labelled == expected}
+    print(f"== part 2: --gpus 0,{uuid1}, idle_grace_s {a.grace}: quiet holder on GPU 0, "
+          f"service at 20/s on GPU 1")
+    for i, r in gpus.items():
+        print(f"  GPU {i}: utilization over the last 10 s {fmt(r['util_last_10s'], 1)}, "
+              f"states {r['states_last_10s']}, filling beside {r['beside_at_end']}, "
+              f"pauses {r['pauses_total']}, yields {r['yields_total']}")
+    for name, s in svc.items():
+        print(f"  service {name:13} n={s['n']:3d} p50 {s['p50']:.3f} mean {fmt(s['mean'], 3)} "
+              f"p99 {s['p99']:.3f} ms")
+    print(f"  metrics' worker_up labels {labelled}: as selected {labelled == expected}; "
+          f"CPU {cpu:.2f} % of a core; exit code {code}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("gpufill", nargs="?", default="carry/gpufill")
     ap.add_argument("--job-gpu", type=int, default=0)
-    ap.add_argument("--target", type=float, default=50.0)
-    args = ap.parse_args()
-    out = os.environ.get("OUT", "bench-out")
-    os.makedirs(out, exist_ok=True)
+    ap.add_argument("--grace", type=float, default=4.0)
+    ap.add_argument("--parts", default="defaults,holder-service")
+    a = ap.parse_args()
+    a.out = os.environ.get("OUT", "bench-out")
+    os.makedirs(a.out, exist_ok=True)
     N.nvmlInit()
-    n = N.nvmlDeviceGetCount()
-    hs = [N.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
-    last = [max([0] + [int(t * 1e6) for t, _ in samples_since(h, 0)]) for h in hs]
-    g = Gpufill(args.gpufill, ["--gpus", "all", "--target", str(args.target)],
-                log_path=os.path.join(out, "gpufill.log"))
-    # One "filling" line per GPU.
-    deadline = time.time() + 60
-    while g.count("filling") < n and time.time() < deadline and g.proc.poll() is None:
-        time.sleep(0.1)
-    t_start, cpu0, threads0 = time.time(), g.cpu(), g.threads_cpu()
-    util = [[] for _ in hs]
-    bounds, job = {}, None
-    t = t_start
-    for name, seconds in PHASES:
-        bounds[name] = (t, t + seconds)
-        if name == "job":
-            job = torch_job(args.job_gpu, seconds - 2)
-        while time.time() < t + seconds and g.proc.poll() is None:
-            time.sleep(0.5)
-            for i, h in enumerate(hs):
-                new = samples_since(h, last[i])
-                if new:
-                    last[i] = int(new[-1][0] * 1e6)
-                    util[i] += new
-        if name == "job":
-            job.wait()
-        t += seconds
-    t_end = time.time()
-    alive = g.proc.poll() is None
-    cpu = 100 * (g.cpu() - cpu0) / (t_end - t_start) if alive else None
-    threads = {k: 100 * (v - threads0.get(k, 0.0)) / (t_end - t_start)
-               for k, v in (g.threads_cpu() if alive else {}).items()}
-    code, _ = g.stop()
-
-    def yields(i, lo, hi):
-        pat = re.compile(rf"gpu\{{gpu={i}\}}.*yielding")
-        return sum(1 for t, l in g.lines if lo <= t < hi and pat.search(l))
-
-    per_gpu = []
-    for i in range(n):
-        row = {"gpu": i}
-        for name, (lo, hi) in bounds.items():
-            skip = 3 + (5 if name == "after" else 0)
-            vals = [v for ts, v in util[i] if lo + skip <= ts < hi]
-            row[f"mae_{name}"] = mae(vals, args.target)
-            row[f"util_{name}"] = sum(vals) / len(vals) if vals else None
-            row[f"yields_{name}"] = yields(i, lo, hi)
-        per_gpu.append(row)
-    r = {"gpus": n, "alive_throughout": alive, "exit_code": code, "cpu_pct_core_total": cpu,
-         "cpu_pct_core_per_gpu": cpu / n if cpu is not None else None,
-         "cpu_pct_core_per_thread": threads, "per_gpu": per_gpu}
-    with open(os.path.join(out, "multi_gpu.json"), "w") as f:
-        json.dump(r, f, indent=1)
-    print(f"== {n} GPUs; job on GPU {args.job_gpu} during phase 'job'")
-    print("gpu mae_before mae_job util_job yields_job mae_after yields_after")
-    for row in per_gpu:
-        print(row["gpu"], fmt(row["mae_before"]), fmt(row["mae_job"]), fmt(row["util_job"], 1),
-              row["yields_job"], fmt(row["mae_after"]), row["yields_after"])
-    print(f"CPU % of a core: total {fmt(cpu)}, per GPU {fmt(r['cpu_pct_core_per_gpu'])}; "
-          f"alive {alive}, exit code {code}")
-    print("per thread:", {k: round(v, 2) for k, v in sorted(threads.items()) if v > 0.01})
-    N.nvmlShutdown()
-    return 0 if alive and code == 0 else 1
+    hs = [N.nvmlDeviceGetHandleByIndex(i) for i in range(N.nvmlDeviceGetCount())]
+    print(subprocess.run(["nvidia-smi", "--query-gpu=index,name,uuid,driver_version",
+                          "--format=csv,noheader"], capture_output=True, text=True).stdout,
+          flush=True)
+    out = {}
+    try:
+        for part in a.parts.split(","):
+            {"defaults": part_defaults, "holder-service": part_holder_and_service}[part](a, hs, out)
+    finally:
+        with open(os.path.join(a.out, "multi_gpu.json"), "w") as f:
+            json.dump(out, f, indent=1, default=str)
+        N.nvmlShutdown()
+    d = out.get("defaults", {})
+    return 0 if d.get("alive") and d.get("exit_code") == 0 else 1
 
 
 if __name__ == "__main__":
