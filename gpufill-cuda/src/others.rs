@@ -163,8 +163,14 @@ pub(crate) fn cut_short(asked: Duration, ran: Duration) -> bool {
 /// event was stamped before a context switch that its first kernel then waited for
 /// (where the GPU stamps an event without our context in place), or another context's
 /// work came between two of its kernels. Either way someone else ran.
-pub(crate) fn ran_long(asked: Duration, ran: Duration, kernels: u32) -> bool {
-    ran > asked + LATE_START + PER_KERNEL_SLACK * kernels
+///
+/// `host_gap` is the host's time from recording the start event to the first kernel's
+/// launch returning. On an idle GPU the start event is stamped at once and the kernel
+/// waits for the host's launch, so that gap counts into `ran` with nobody else there: a
+/// launch slowed by the host (a descheduled thread, a cold driver path) made every
+/// tenth to hundredth group look long on an idle H100. It is taken off first.
+pub(crate) fn ran_long(asked: Duration, ran: Duration, host_gap: Duration, kernels: u32) -> bool {
+    ran.saturating_sub(host_gap) > asked + LATE_START + PER_KERNEL_SLACK * kernels
 }
 
 /// What the timing of one group of our kernels shows.
@@ -190,8 +196,11 @@ pub(crate) struct OthersWatch {
     next: usize,
     chain: StartChain,
     /// The group launched last and not yet judged: its start event, host launch time,
-    /// the GPU time it asked for, and its kernels.
-    pending: Option<(usize, Instant, Duration, u32)>,
+    /// the GPU time it asked for, its kernels, and the host's time from recording its
+    /// start to its first launch returning.
+    pending: Option<(usize, Instant, Duration, u32, Duration)>,
+    /// When the start event of the group being launched was about to be recorded.
+    recording_at: Option<Instant>,
     /// The start event of the last group judged, for the next group's GPU time since.
     last_start: Option<usize>,
 }
@@ -214,6 +223,7 @@ impl OthersWatch {
             chain: StartChain::default(),
             pending: None,
             last_start: None,
+            recording_at: None,
         })
     }
 
@@ -222,15 +232,20 @@ impl OthersWatch {
     /// # Errors
     /// The failed `cuEventRecord`.
     pub(crate) fn before_launch(&mut self, stream: &CudaStream) -> Result<(), CudaError> {
+        self.recording_at = Some(Instant::now());
         self.starts[self.next]
             .record(stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))
     }
 
-    /// The group whose start was just recorded was launched at host time `at` as
-    /// `kernels` kernels asking for `asked` of GPU time in all.
+    /// The group whose start was just recorded was launched at host time `at` (its
+    /// first launch returned) as `kernels` kernels asking for `asked` of GPU time in all.
     pub(crate) fn launched(&mut self, at: Instant, asked: Duration, kernels: u32) {
-        self.pending = Some((self.next, at, asked, kernels));
+        let host_gap = self
+            .recording_at
+            .take()
+            .map_or(Duration::ZERO, |r| at.saturating_duration_since(r));
+        self.pending = Some((self.next, at, asked, kernels, host_gap));
         self.next = 1 - self.next;
     }
 
@@ -240,7 +255,7 @@ impl OthersWatch {
     /// # Errors
     /// A failed event query.
     pub(crate) fn judge(&mut self, end: &CudaEvent) -> Result<Option<Judged>, CudaError> {
-        let Some((start, at, asked, kernels)) = self.pending else {
+        let Some((start, at, asked, kernels, host_gap)) = self.pending else {
             return Ok(None);
         };
         if !end
@@ -266,7 +281,9 @@ impl OthersWatch {
         let verdict = self.chain.next(at, since.map(f64::from));
         let ran = Duration::from_secs_f64(f64::from(ran.max(0.0)) / 1e3);
         let judged = Judged {
-            late_start: verdict.late || verdict.previous_late || ran_long(asked, ran, kernels),
+            late_start: verdict.late
+                || verdict.previous_late
+                || ran_long(asked, ran, host_gap, kernels),
             cut_short: cut_short(asked, ran),
         };
         if judged.others() {
@@ -274,6 +291,7 @@ impl OthersWatch {
                 late_us = verdict.late_us,
                 ran_us = ran.as_secs_f64() * 1e6,
                 asked_us = asked.as_secs_f64() * 1e6,
+                host_gap_us = host_gap.as_secs_f64() * 1e6,
                 first_late = verdict.previous_late,
                 "our kernels' timing shows another context"
             );
@@ -305,12 +323,17 @@ pub(crate) fn probe(
     let ns = u64::try_from(PROBE_KERNEL.as_nanos()).unwrap_or(u64::MAX);
     let mut host = [Instant::now(); 2];
     let mut first_ran = Duration::ZERO;
+    let mut first_gap = Duration::ZERO;
     for (i, at) in host.iter_mut().enumerate() {
+        let recording = Instant::now();
         watch.starts[i]
             .record(stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
         launch_spin(stream, func, ns, NEVER_YIELD, 1)?;
         *at = Instant::now();
+        if i == 0 {
+            first_gap = at.saturating_duration_since(recording);
+        }
         end.record(stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
         if !wait_for(end, PROBE_WAIT)? {
@@ -326,9 +349,10 @@ pub(crate) fn probe(
     }
     // The first kernel ran a context switch long: its start event was stamped before
     // the switch it then waited for.
-    if ran_long(PROBE_KERNEL, first_ran, 1) {
+    if ran_long(PROBE_KERNEL, first_ran, first_gap, 1) {
         tracing::debug!(
             first_ran_us = first_ran.as_secs_f64() * 1e6,
+            host_gap_us = first_gap.as_secs_f64() * 1e6,
             "probe pair: first kernel long"
         );
         return Ok(true);
@@ -445,11 +469,22 @@ mod tests {
     #[test]
     fn a_group_runs_long_only_beyond_a_switch_margin_and_its_kernels_slack() {
         let asked = Duration::from_millis(25);
-        assert!(!ran_long(asked, asked + 40 * US, 1));
-        assert!(ran_long(asked, asked + 130 * US, 1));
+        let none = Duration::ZERO;
+        assert!(!ran_long(asked, asked + 40 * US, none, 1));
+        assert!(ran_long(asked, asked + 130 * US, none, 1));
         // Thirteen kernels may each add a little.
-        assert!(!ran_long(asked, asked + 100 * US, 13));
-        assert!(ran_long(asked, asked + 200 * US, 13));
+        assert!(!ran_long(asked, asked + 100 * US, none, 13));
+        assert!(ran_long(asked, asked + 200 * US, none, 13));
+    }
+
+    #[test]
+    fn the_hosts_launch_time_is_not_taken_for_a_switch() {
+        // The H100 case: the start event stamped at once on an idle GPU, the kernel
+        // launched 150 us later by a slow host; nobody else ran.
+        let asked = Duration::from_millis(25);
+        assert!(!ran_long(asked, asked + 160 * US, 150 * US, 1));
+        // A switch of 136 us after a launch of 15 us still shows.
+        assert!(ran_long(asked, asked + 151 * US, 15 * US, 1));
     }
 
     #[test]
