@@ -98,6 +98,8 @@ class Gpufill:
         conf = os.path.join(self.a.work, "gpufill.toml")
         with open(conf, "w") as f:
             f.write(f"[yield]\nidle_grace_s = {self.a.grace}\n")
+            if self.a.max_kernel_us:
+                f.write(f"[load]\nmax_kernel_us = {self.a.max_kernel_us}\n")
         self.logf = open(self.log, "a")
         env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info,gpufill_runtime=debug")
         self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", str(self.a.gpu), "--config", conf,
@@ -430,13 +432,16 @@ def main():
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--mps", action="store_true")
     ap.add_argument("--skip", type=float, default=0.0)
+    ap.add_argument("--max-kernel-us", type=int, default=0,
+                    help="gpufill's load.max_kernel_us (0: the default)")
     a = ap.parse_args()
     GPU[0] = a.gpu
     a.work = f"/tmp/live-bench-{a.gpu}"
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
     a.env = gpu_env(a.gpu)
-    tag = a.tag = f"gpu{a.gpu}" + ("-mps" if a.mps else "")
+    tag = a.tag = (f"gpu{a.gpu}" + ("-mps" if a.mps else "")
+                   + (f"-k{a.max_kernel_us}" if a.max_kernel_us else ""))
     if a.mps:
         mps = {"CUDA_MPS_PIPE_DIRECTORY": f"/tmp/mps-pipe-{a.gpu}",
                "CUDA_MPS_LOG_DIRECTORY": f"/tmp/mps-log-{a.gpu}"}

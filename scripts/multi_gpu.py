@@ -8,8 +8,8 @@ Part 1, `gpufill run` at the defaults (every GPU, target 50, `activity` policy),
   draw, and the CPU of the whole process.
 - `job` (25 s): a foreign PyTorch job (bf16 matmul loop) on `--job-gpu`: gpufill should
   yield on that GPU alone and every other GPU hold the target as in `fill`.
-- `after` (20 s): the job gone; every GPU filling again (the first 8 s left out: the
-  grace after a process leaves is 5 s).
+- `after` (20 s from the job's exit): every GPU filling again (the first 8 s left out:
+  the grace after a process leaves is 5 s).
 - SIGTERM: seconds to exit, and whether any GPU still lists a process of ours or shows
   utilization from 0.5 s after the exit on.
 
@@ -147,7 +147,11 @@ def part_defaults(a, hs, out):
         job = torch_job(a.job_gpu, secs - 2) if name == "job" else None
         time.sleep(max(0.0, t + secs - time.time()))
         if job:
+            # PyTorch's start makes the job outlive its phase by a few seconds: the
+            # phase ends when it exits.
             job.wait()
+            bounds[name] = (t, time.time())
+            t = time.time() - secs
         if name == "fill":
             cpu_fill = 100 * (g.cpu() - cpu0) / (time.time() - t_fill)
         t += secs
