@@ -14,8 +14,10 @@
 //! So every group of kernels we launch is bracketed by timing events: a start event
 //! recorded before it and the launcher's end event after it. Its **start offset** (the
 //! GPU time of the start event less the host time of the launch) is compared with the
-//! recent ones ([`StartChain`]); its **length** with what was asked. Either one off by
-//! more than [`LATE_START`] or [`CUT_SHORT`] says that someone else ran. GPU and host
+//! recent ones ([`StartChain`]); its **length**, less the host's time to launch it (on
+//! an idle GPU the start event is stamped before the kernel arrives), with what was
+//! asked. Either one off by more than [`LATE_START`] or [`CUT_SHORT`] says that someone
+//! else ran. GPU and host
 //! clocks drift apart, so start offsets are compared only
 //! within a chain of launches less than [`CHAIN_GAP`] apart. After a longer gap a
 //! [`probe`] pairs two tiny kernels instead: the second starts on time, so the first one's
