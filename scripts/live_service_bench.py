@@ -172,7 +172,25 @@ def worker(argv):
     start_at = float(sys.stdin.readline())
     while time.monotonic() < start_at:
         time.sleep(0.01)
-    wall0 = int(time.time() * 1e6)
+    # NVML keeps only the last few seconds of samples: read them every 3 s.
+    import threading
+    util, done = [], threading.Event()
+
+    def sample(since=[int(time.time() * 1e6)]):  # noqa: B006 (the last timestamp read)
+        try:
+            _, new = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since[0])
+        except pynvml.NVMLError:
+            return
+        for x in new:
+            if x.timeStamp > since[0]:
+                since[0] = x.timeStamp
+                util.append((x.timeStamp / 1e6 - time.time() + time.monotonic(), x.sampleValue.uiVal))
+
+    def sampler():
+        while not done.wait(3.0):
+            sample()
+    reader = threading.Thread(target=sampler, daemon=True)
+    reader.start()
     reqs, t = [], start_at
     for i, seg in enumerate(plan):
         end = t + seg["secs"]
@@ -201,12 +219,9 @@ def worker(argv):
         while time.monotonic() < end:
             time.sleep(min(0.05, end - time.monotonic()))
         t = end
-    try:
-        _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, wall0)
-        util = [(s.timeStamp / 1e6 - time.time() + time.monotonic(), s.sampleValue.uiVal)
-                for s in samples]
-    except pynvml.NVMLError:
-        util = []
+    done.set()
+    reader.join()
+    sample()
     with open(a.out, "w") as f:
         json.dump({"reqs": reqs, "util": util}, f)
 
