@@ -115,10 +115,19 @@ pub fn load_settled(path: &Path, flags: &Overrides, settle: Settle) -> Result<Co
 /// The text of `path` once two reads `settle.quiet` apart agree and its modification
 /// time is at least that old (a time in the future, after a clock step, counts as old).
 fn read_settled(path: &Path, settle: Settle) -> Result<String, Refused> {
+    settle_reads(path, settle, || crate::config::read_text(path))
+}
+
+/// [`read_settled`] over `read`, which gives the file's text and modification time.
+fn settle_reads(
+    path: &Path,
+    settle: Settle,
+    mut read: impl FnMut() -> Result<(String, Option<SystemTime>), ConfigError>,
+) -> Result<String, Refused> {
     let give_up = Instant::now() + settle.limit;
     let mut last: Option<(String, Option<SystemTime>)> = None;
     loop {
-        let read = crate::config::read_text(path)?;
+        let read = read()?;
         let quiet = read
             .1
             .and_then(|at| SystemTime::now().duration_since(at).ok())
@@ -365,25 +374,32 @@ mod tests {
 
     #[test]
     fn a_file_still_being_written_is_refused_once_the_limit_passes() {
-        let (_dir, path, _r) = reloader_on(FULL);
-        let writing = Arc::new(AtomicBool::new(true));
-        let writer = {
-            let (path, writing) = (path.clone(), Arc::clone(&writing));
-            std::thread::spawn(move || {
-                let mut n = 0u32;
-                while writing.load(Ordering::Relaxed) {
-                    n += 1;
-                    std::fs::write(&path, format!("{FULL}# {n}\n")).unwrap();
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })
-        };
+        // Every read finds new text, just written: a writer that never stops. (A writer
+        // thread made this depend on the scheduler: starved on a loaded machine, it left
+        // the file looking settled, sometimes empty.)
+        let path = Path::new("g.toml");
+        let mut n = 0u32;
         let t = Instant::now();
-        let e = load_settled(&path, &Overrides::default(), QUICK).unwrap_err();
-        writing.store(false, Ordering::Relaxed);
-        writer.join().unwrap();
+        let e = settle_reads(path, QUICK, || {
+            n += 1;
+            Ok((format!("{FULL}# {n}\n"), Some(SystemTime::now())))
+        })
+        .unwrap_err();
         assert!(matches!(e, Refused::Unsettled { .. }), "{e}");
         assert!(t.elapsed() >= QUICK.limit, "{:?}", t.elapsed());
+        assert!(n >= 2, "{n} reads");
+    }
+
+    #[test]
+    fn the_same_text_read_twice_a_quiet_apart_is_settled() {
+        let old = SystemTime::now() - Duration::from_secs(1);
+        let mut reads = 0u32;
+        let text = settle_reads(Path::new("g.toml"), QUICK, || {
+            reads += 1;
+            Ok((FULL.to_string(), Some(old)))
+        })
+        .unwrap();
+        assert_eq!((text.as_str(), reads), (FULL, 2));
     }
 
     #[test]
