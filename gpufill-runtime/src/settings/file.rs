@@ -256,7 +256,7 @@ fn int_in<'de, D: Deserializer<'de>>(range: Range<u64>, d: D) -> Result<u64, D::
             write!(f, "an integer between {} and {}", self.0.0, self.0.1)
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-            match self.0.int_problem(v) {
+            match self.0.problem_of(v) {
                 None => Ok(v),
                 Some(reason) => Err(E::custom(reason)),
             }
@@ -352,7 +352,7 @@ fn time_of_day<'de, D: Deserializer<'de>>(d: D) -> Result<TimeOfDay, D::Error> {
 
 fn window_target<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     let v = number(d)?;
-    match WINDOW_TARGET.float_problem(v) {
+    match WINDOW_TARGET.problem_of(v) {
         None => Ok(v),
         Some(reason) => Err(de::Error::custom(reason)),
     }

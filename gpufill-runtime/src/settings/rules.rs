@@ -59,17 +59,10 @@ pub(crate) fn range_reason(min: impl Display, max: impl Display, got: impl Displ
     format!("must be between {min} and {max}, got {got}")
 }
 
-impl Range<u64> {
-    /// The range message when `v` is outside the range.
-    pub(crate) fn int_problem(&self, v: u64) -> Option<String> {
-        (!(self.0..=self.1).contains(&v)).then(|| range_reason(self.0, self.1, v))
-    }
-}
-
-impl Range<f64> {
-    /// The range message when `v` is outside the range, NaN or infinite.
-    pub(crate) fn float_problem(&self, v: f64) -> Option<String> {
-        // `contains` is false for NaN; infinities fall outside any finite range.
+impl<N: PartialOrd + Display + Copy> Range<N> {
+    /// The range message when `v` is outside the range (a NaN is: `contains` is false
+    /// for it, and infinities fall outside any finite range).
+    pub(crate) fn problem_of(&self, v: N) -> Option<String> {
         (!(self.0..=self.1).contains(&v)).then(|| range_reason(self.0, self.1, v))
     }
 }
@@ -80,26 +73,26 @@ fn keyed(key: &'static str, reason: Option<String>) -> Option<(&'static str, Str
 
 impl Rule<u64> for Range<u64> {
     fn problem(&self, key: &'static str, v: &u64) -> Option<(&'static str, String)> {
-        keyed(key, self.int_problem(*v))
+        keyed(key, self.problem_of(*v))
     }
 }
 
 impl Rule<u32> for Range<u64> {
     fn problem(&self, key: &'static str, v: &u32) -> Option<(&'static str, String)> {
-        keyed(key, self.int_problem(u64::from(*v)))
+        keyed(key, self.problem_of(u64::from(*v)))
     }
 }
 
 impl Rule<f64> for Range<f64> {
     fn problem(&self, key: &'static str, v: &f64) -> Option<(&'static str, String)> {
-        keyed(key, self.float_problem(*v))
+        keyed(key, self.problem_of(*v))
     }
 }
 
 impl Rule<u64> for ZeroOr {
     fn problem(&self, key: &'static str, v: &u64) -> Option<(&'static str, String)> {
         let range = Range(self.0, self.1);
-        keyed(key, (*v != 0).then(|| range.int_problem(*v)).flatten())
+        keyed(key, (*v != 0).then(|| range.problem_of(*v)).flatten())
     }
 }
 
@@ -137,7 +130,7 @@ impl Rule<Vec<u32>> for Pids {
     fn problem(&self, key: &'static str, pids: &Vec<u32>) -> Option<(&'static str, String)> {
         keyed(
             key,
-            pids.iter().find_map(|&pid| PID.int_problem(u64::from(pid))),
+            pids.iter().find_map(|&pid| PID.problem_of(u64::from(pid))),
         )
     }
 }
@@ -162,7 +155,7 @@ impl Windows {
             return Some(Windows::empty(window));
         }
         WINDOW_TARGET
-            .float_problem(window.target_percent)
+            .problem_of(window.target_percent)
             .map(|r| format!("target_percent: {r}"))
     }
 
