@@ -225,12 +225,8 @@ impl YieldPolicy {
             .collect();
         if !pids.is_empty() {
             self.timers.start_grace(now);
-            return Decision::Yield {
-                pids,
-                unlisted: false,
-            };
         }
-        if self.timers.in_grace(now, self.settings.grace) {
+        if !pids.is_empty() || self.timers.in_grace(now, self.settings.grace) {
             return Decision::Yield {
                 pids,
                 unlisted: false,
