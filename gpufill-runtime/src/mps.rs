@@ -54,10 +54,28 @@ pub fn control_pipe_in(dir: &Path, euid: u32) -> bool {
 /// Why the endpoint `path` is not to be trusted by the user `euid`, or `None` when it
 /// is (see the module docs for the rules).
 pub fn untrusted_reason(path: &Path, euid: u32) -> Option<String> {
+    untrusted_from(path, euid, std::env::current_dir)
+}
+
+/// [`untrusted_reason`], a relative `path` taken from `cwd`: a working directory that
+/// cannot be read leaves the endpoint untrusted (it once made it trusted).
+fn untrusted_from(
+    path: &Path,
+    euid: u32,
+    cwd: impl FnOnce() -> std::io::Result<PathBuf>,
+) -> Option<String> {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
-        std::env::current_dir().ok()?.join(path)
+        match cwd() {
+            Ok(dir) => dir.join(path),
+            Err(e) => {
+                return Some(format!(
+                    "{}: relative, and the working directory is unknown: {e}",
+                    path.display()
+                ));
+            }
+        }
     };
     let mut walk = Walk {
         at: PathBuf::from("/"),
@@ -203,6 +221,22 @@ mod tests {
         assert!(control_pipe_in(dir.path(), owner));
         // Seen by another user: only root's pipe counts.
         assert_eq!(control_pipe_in(dir.path(), owner + 1), owner == 0);
+    }
+
+    #[test]
+    fn a_relative_endpoint_is_trusted_only_where_the_working_directory_is_known() {
+        let dir = tempfile::tempdir().unwrap();
+        mkfifo(&dir.path().join("control"));
+        let owner = std::fs::metadata(dir.path().join("control")).unwrap().uid();
+        let relative = Path::new("control");
+        assert_eq!(
+            untrusted_from(relative, owner, || Ok(dir.path().to_path_buf())),
+            None
+        );
+        let why = untrusted_from(relative, owner, || {
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+        });
+        assert!(why.is_some_and(|w| w.contains("working directory")));
     }
 
     #[test]
