@@ -41,7 +41,7 @@ import sys
 import time
 import urllib.request
 
-from live_lib import pct, schedstat
+from live_lib import pct, schedstat, switches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -79,15 +79,24 @@ def gpu_env(index):
     return dict(os.environ, CUDA_VISIBLE_DEVICES=uuid.decode() if isinstance(uuid, bytes) else uuid)
 
 
+def cpu_sample(pid):
+    return schedstat(pid), switches(pid)
+
+
 def cpu_between(a, b, secs):
-    """Percent of a core per thread name (tids merged), and wake-ups a second."""
-    share, wakes = {}, {}
-    for k, (run, n) in b.items():
-        r0, n0 = a.get(k, (0, 0))
+    """Percent of a core per thread name (tids merged), times scheduled a second, and
+    voluntary context switches a second (sleeps, a driver call's waits included)."""
+    share, wakes, sleeps = {}, {}, {}
+    (a_sched, a_sw), (b_sched, b_sw) = a, b
+    for k, (run, n) in b_sched.items():
+        r0, n0 = a_sched.get(k, (0, 0))
         name = k.split(":")[0]
         share[name] = share.get(name, 0) + (run - r0) / secs / 1e7
         wakes[name] = wakes.get(name, 0) + (n - n0) / secs
-    return share, wakes
+    for k, (vol, _) in b_sw.items():
+        name = k.split(":")[0]
+        sleeps[name] = sleeps.get(name, 0) + (vol - a_sw.get(k, (0, 0))[0]) / secs
+    return share, wakes, sleeps
 
 
 class Gpufill:
@@ -315,23 +324,24 @@ def part_cpu(a, res):
     out = {}
     with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-cpu.log")) as g:
         time.sleep(3)
-        s0, t0 = schedstat(g.p.pid), time.monotonic()
+        s0, t0 = cpu_sample(g.p.pid), time.monotonic()
         time.sleep(10)
-        out["idle GPU"] = (cpu_between(s0, schedstat(g.p.pid), time.monotonic() - t0), scrape())
+        out["idle GPU"] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0), scrape())
         p, path, start = start_worker(a, plan, "mlp")
         marks = {"beside a dormant holder": (start + 12, start + 23),
                  "beside a live service, holding off": (start + 34, start + 47),
                  "yielding to a busy job": (start + 52, start + 63)}
         for label, (b, e) in marks.items():
             time.sleep(max(0.0, b - time.monotonic()))
-            s0, t0 = schedstat(g.p.pid), time.monotonic()
+            s0, t0 = cpu_sample(g.p.pid), time.monotonic()
             time.sleep(max(0.0, e - time.monotonic()))
-            out[label] = (cpu_between(s0, schedstat(g.p.pid), time.monotonic() - t0), scrape())
+            out[label] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0), scrape())
         work = finish_worker(p, path)
-    print("gpufill CPU by state (% of one core: total; per thread) and its metrics then:")
-    for label, ((share, wakes), m) in out.items():
+    print("gpufill CPU by state (% of one core: total; per thread, with times scheduled and "
+          "voluntary switches a second) and its metrics then:")
+    for label, ((share, wakes, sleeps), m) in out.items():
         total = sum(share.values())
-        parts = ", ".join(f"{k} {v:.2f} ({wakes[k]:.0f}/s)" for k, v in
+        parts = ", ".join(f"{k} {v:.2f} ({wakes[k]:.0f}/s, {sleeps.get(k, 0):.0f} vol/s)" for k, v in
                           sorted(share.items(), key=lambda x: -x[1]) if v > 0.005)
         state = [k.split(".", 1)[1] for k, v in m.items() if k.startswith("gpufill_state.") and v == 1]
         print(f"  {label:38} {total:5.2f} %  [{parts}]  state={state} "
