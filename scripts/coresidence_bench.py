@@ -291,34 +291,12 @@ def w_train(argv):
     p.add_argument("--model")
     p.add_argument("--iters", type=int)
     a = p.parse_args(argv)
+    from live_service_bench import training_step
     dev = torch.device("cuda")
     # Autotuning picks algorithms by timing, differently from run to run: off, so each
     # run trains with the same kernels.
     torch.backends.cudnn.benchmark = False
-    if a.model == "resnet50":
-        import torchvision
-        model = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
-        x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-        y = torch.randint(0, 1000, (64,), device=dev)
-
-        def loss():
-            return torch.nn.functional.cross_entropy(model(x), y)
-    else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-        model = GPT2LMHeadModel(GPT2Config()).to(dev)
-        ids = torch.randint(0, 50257, (8, 512), device=dev)
-
-        def loss():
-            return model(ids, labels=ids).loss
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            l_ = loss()
-        l_.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    step = training_step(a.model, dev, sync=False)
     for _ in range(15):
         step()
     torch.cuda.synchronize()

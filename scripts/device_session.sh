@@ -21,11 +21,12 @@ for part in "$@"; do
   check)
     for b in carry/old/gpufill carry/gpufill; do
       [ -x "$b" ] || continue
+      log="$out/idle-$(basename "$(dirname "$b")").log"
       NO_COLOR=1 RUST_LOG=gpufill=info,gpufill_cuda=debug timeout 20 "$b" run --gpus 0 \
-        --duration 10 >"$out/idle-$(basename "$(dirname "$b")").log" 2>&1
-      echo "$b on an idle GPU for 10 s: $(grep -c 'paused' "$out/idle-$(basename "$(dirname "$b")").log") pauses," \
-        "$(grep -c 'shows another context' "$out/idle-$(basename "$(dirname "$b")").log") groups judged as another context's"
-      grep 'shows another context' "$out/idle-$(basename "$(dirname "$b")").log" | head -3 | cut -c1-300
+        --duration 10 >"$log" 2>&1
+      echo "$b on an idle GPU for 10 s: $(grep -c 'paused' "$log") pauses," \
+        "$(grep -c 'shows another context' "$log") groups judged as another context's"
+      grep 'shows another context' "$log" | head -3 | cut -c1-300
     done
     $lb --out "$out/gpu0" --gpu 0 --parts hw
     OUT="$out/smoke" timeout 120 bash scripts/smoke_run.sh carry/gpufill 2>&1 | grep -v "^gpufill_state" | tail -14

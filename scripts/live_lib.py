@@ -11,37 +11,38 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))]
 
 
-def schedstat(pid):
-    """Per thread ("name:tid"): (nanoseconds on a CPU, times scheduled), from schedstat."""
+def per_thread(pid, file, parse):
+    """Per thread ("name:tid"): `parse` of /proc/PID/task/TID/`file`'s text; threads
+    gone meanwhile, or whose file does not parse, are left out."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                run, _, slices = f.read().split()
-            out[f"{name}:{tid}"] = (int(run), int(slices))
-        except OSError:
+            with open(f"/proc/{pid}/task/{tid}/{file}") as f:
+                out[f"{name}:{tid}"] = parse(f.read())
+        except (OSError, KeyError, ValueError):
             continue
     return out
+
+
+def schedstat(pid):
+    """Per thread ("name:tid"): (nanoseconds on a CPU, times scheduled), from schedstat."""
+    def parse(text):
+        run, _, slices = text.split()
+        return int(run), int(slices)
+    return per_thread(pid, "schedstat", parse)
 
 
 def switches(pid):
     """Per thread ("name:tid"): (voluntary, involuntary) context switches, from status. A
     thread that sleeps (a tick's wait, or a driver call that waits for the GPU's
     firmware) switches voluntarily; one preempted, involuntarily."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            out[f"{name}:{tid}"] = (int(fields["voluntary_ctxt_switches"]),
-                                    int(fields["nonvoluntary_ctxt_switches"]))
-        except (OSError, KeyError, ValueError):
-            continue
-    return out
+    def parse(text):
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        return (int(fields["voluntary_ctxt_switches"]),
+                int(fields["nonvoluntary_ctxt_switches"]))
+    return per_thread(pid, "status", parse)
 
 
 def latency_line(name, width, lat):

@@ -207,12 +207,7 @@ def main():
         subprocess.run([BIN, "pace", PTX, str(k), str(g), str(a.phase - 0.6), out], check=True)
         spans.append((int(p0 * 1e9), int((p0 + a.phase) * 1e9), s, out))
     svc.wait()
-    reqs = []
-    with open(svc_out) as f:
-        next(f)
-        for line in f:
-            t0, t1 = line.strip().split(",")
-            reqs.append((int(t0), int(t1)))
+    reqs = read_requests(svc_out)
 
     print(f"\nservice ({a.rate}/s isolated requests) by phase: latency (ms), and requests a "
           "late start of ours revealed")
@@ -291,6 +286,13 @@ def main():
         json.dump(summary, f, indent=1)
     with tarfile.open(os.path.join(a.out, "live-probe.tar.gz"), "w:gz") as t:
         t.add(work, arcname="live-probe")
+
+
+def read_requests(path):
+    """The service's requests from its CSV (a header, then start,end in ns a line)."""
+    with open(path) as f:
+        next(f)
+        return [tuple(int(x) for x in line.strip().split(",")) for line in f]
 
 
 def read_rows(path):
@@ -443,12 +445,7 @@ def signals(a, work):
         subprocess.run([BIN, "burst", str(s[0]), str(s[1]), "0.5", "9.4", o], check=True)
         spans.append((p0, s, o))
     svc.wait()
-    reqs = []
-    with open(svc_out) as f:
-        next(f)
-        for line in f:
-            t0, t1 = line.strip().split(",")
-            reqs.append((int(t0), int(t1)))
+    reqs = read_requests(svc_out)
     rows, _ = read_rows(out)
     print("3a. after a gap beside a 1/s service: K1 late (us) by whether a request ran in the gap")
     prev_end = None
@@ -567,12 +564,7 @@ def long_kernels(a, work):
                        env=dict(os.environ, JUMP_NS=s[1]))
         spans.append((p0, s, o))
     svc.wait()
-    reqs = []
-    with open(svc_out) as f:
-        next(f)
-        for line in f:
-            t0, t1 = line.strip().split(",")
-            reqs.append((int(t0), int(t1)))
+    reqs = read_requests(svc_out)
     print("2. 20/s requests beside bursts: latency (ms); bursts ended early or started late")
     for p0, s, o in spans:
         inside = [r for r in reqs if p0 * 1e9 + 0.5e9 <= r[0] < (p0 + 7.8) * 1e9]

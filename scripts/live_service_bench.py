@@ -184,15 +184,17 @@ def worker(argv):
     # NVML keeps only the last few seconds of samples: read them every 3 s.
     import threading
     util, done = [], threading.Event()
+    newest = int(time.time() * 1e6)
 
-    def sample(since=[int(time.time() * 1e6)]):  # noqa: B006 (the last timestamp read)
+    def sample():
+        nonlocal newest
         try:
-            _, new = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since[0])
+            _, new = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, newest)
         except pynvml.NVMLError:
             return
         for x in new:
-            if x.timeStamp > since[0]:
-                since[0] = x.timeStamp
+            if x.timeStamp > newest:
+                newest = x.timeStamp
                 util.append((x.timeStamp / 1e6 - time.time() + time.monotonic(), x.sampleValue.uiVal))
 
     def sampler():
@@ -235,11 +237,12 @@ def worker(argv):
         json.dump({"reqs": reqs, "util": util}, f)
 
 
-def training_step(model, dev):
-    """One synchronised step of ResNet-50 (batch 64) or GPT-2 (8 x 512) training on
-    synthetic data, bf16 autocast, AdamW: coresidence_bench.py's training jobs."""
+def training_step(model, dev, sync=True):
+    """One step of ResNet-50 (`resnet50...`, batch 64) or GPT-2 (otherwise, 8 x 512)
+    training on synthetic data, bf16 autocast, AdamW, synchronised when `sync`: also
+    coresidence_bench.py's training jobs."""
     import torch
-    if model == "resnet50-train":
+    if model.startswith("resnet50"):
         import torchvision
         net = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
         x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
@@ -262,7 +265,8 @@ def training_step(model, dev):
         l_.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
+        if sync:
+            torch.cuda.synchronize()
     return step
 
 
