@@ -168,9 +168,10 @@ pub(crate) fn cut_short(asked: Duration, ran: Duration) -> bool {
 ///
 /// `host_gap` is the host's time from recording the start event to the first kernel's
 /// launch returning. On an idle GPU the start event is stamped at once and the kernel
-/// waits for the host's launch, so that gap counts into `ran` with nobody else there: a
-/// launch slowed by the host (a descheduled thread, a cold driver path) made every
-/// tenth to hundredth group look long on an idle H100. It is taken off first.
+/// waits for the host's launch, so that gap counts into `ran` with nobody else there. It
+/// is taken off first. (Without this, gpufill paused about every 1.5 s on an idle H100
+/// of one host; a slow launch is the likely cause, not shown by a measurement:
+/// docs/benchmarks.md, "Live services".)
 pub(crate) fn ran_long(asked: Duration, ran: Duration, host_gap: Duration, kernels: u32) -> bool {
     ran.saturating_sub(host_gap) > asked + LATE_START + PER_KERNEL_SLACK * kernels
 }
@@ -481,8 +482,8 @@ mod tests {
 
     #[test]
     fn the_hosts_launch_time_is_not_taken_for_a_switch() {
-        // The H100 case: the start event stamped at once on an idle GPU, the kernel
-        // launched 150 us later by a slow host; nobody else ran.
+        // The start event stamped at once on an idle GPU, the kernel launched 150 us
+        // later by a slow host; nobody else ran.
         let asked = Duration::from_millis(25);
         assert!(!ran_long(asked, asked + 160 * US, 150 * US, 1));
         // A switch of 136 us after a launch of 15 us still shows.
