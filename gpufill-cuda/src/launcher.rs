@@ -14,6 +14,7 @@ use gpufill_core::{
 
 use crate::device::handle;
 use crate::error::CudaError;
+use crate::graphs::KernelGraphs;
 use crate::others::{self, OthersWatch};
 use crate::pacing::{Launcher, Pacing};
 use crate::plan::{Burst, Pace, Pacer, backoff};
@@ -63,6 +64,12 @@ pub struct LauncherSettings {
     /// slice, at a wake-up per kernel (`duty / length` a second: several percent of a
     /// core at 500 us).
     pub beside_kernel: Option<Duration>,
+    /// Bursts as kernels of this length replayed from CUDA graphs ([`crate::graphs`]):
+    /// for MPS, where a GPU-bound client's block can wait for the SM our kernel holds
+    /// for as long as our kernel runs. `None` (the default): kernels of up to
+    /// `max_kernel`, each launched. Needs `own_stream` (the legacy default stream cannot
+    /// be captured); ignored without it.
+    pub graph_kernel: Option<Duration>,
     /// Launch on a lowest-priority non-blocking stream of our own (`true`), or on the
     /// context's default stream (`false`, to measure what the extra stream costs).
     pub own_stream: bool,
@@ -76,6 +83,7 @@ impl Default for LauncherSettings {
             period: Duration::from_millis(50),
             max_kernel: Duration::from_millis(50),
             beside_kernel: None,
+            graph_kernel: None,
             own_stream: true,
             kernel: SpinKernel::default(),
         }
@@ -112,6 +120,15 @@ impl LauncherSettings {
                 self.period, beside
             )));
         }
+        if let Some(graph) = self.graph_kernel
+            && !(Duration::from_micros(10)..=self.period).contains(&graph)
+        {
+            return Err(CudaError::Settings(format!(
+                "graph kernel (MPS kernel length) must be between 10 us and the period \
+                 ({:?}), got {:?}",
+                self.period, graph
+            )));
+        }
         Ok(())
     }
 }
@@ -136,6 +153,9 @@ pub struct LaunchStats {
     /// Kernels submitted one at a time by the pacing thread
     /// ([`LaunchShape::OneInFlight`]); also counted in `kernels_launched`.
     pub one_in_flight: u64,
+    /// Graph launches ([`LauncherSettings::graph_kernel`]); their kernels are counted in
+    /// `kernels_launched`.
+    pub graph_launches: u64,
     /// Periods that launched nothing though the duty asked for work: the previous burst
     /// was still running past its plan, or no call came in the whole period.
     pub skipped_periods: u64,
@@ -201,6 +221,9 @@ pub struct CudaLoad {
     yield_ns: u64,
     /// Judging a burst's timing failed once (warned once).
     timing_failed: bool,
+    /// With [`LauncherSettings::graph_kernel`] (and our own stream): the graphs bursts
+    /// are replayed from.
+    graphs: Option<KernelGraphs>,
     // Dropped in this order, after the thread is joined and the drain in `Drop::drop`:
     // the event (shared with the thread while it runs), the function (and its module),
     // the stream, then our hold on the context.
@@ -295,6 +318,10 @@ impl CudaLoad {
             cut_in_a_row: 0,
             yield_ns: u64::try_from(YIELD_JUMP.as_nanos()).unwrap_or(NEVER_YIELD),
             timing_failed: false,
+            graphs: settings
+                .graph_kernel
+                .filter(|_| settings.own_stream)
+                .map(KernelGraphs::new),
             event,
             func,
             stream,
@@ -389,10 +416,16 @@ impl CudaLoad {
     }
 
     /// Launches `burst` as back-to-back kernels of `width` one-warp blocks between our
-    /// start event and the end event (their timing: [`crate::others`]).
+    /// start event and the end event (their timing: [`crate::others`]); with graphs, as
+    /// the same on-time in kernels of the graphs' length.
     fn launch(&mut self, burst: Burst, width: u32) -> Result<(), CudaError> {
         // The previous burst has finished (the pacer saw to it): judge it first.
         self.judge_pending();
+        if let Some(mut graphs) = self.graphs.take() {
+            let outcome = self.launch_graphs(&mut graphs, burst, width);
+            self.graphs = Some(graphs);
+            return outcome;
+        }
         let ns = u64::try_from(burst.kernel.as_nanos()).unwrap_or(u64::MAX);
         self.watch.before_launch(&self.stream)?;
         let mut outcome = Ok(());
@@ -407,17 +440,7 @@ impl CudaLoad {
             launched += 1;
         }
         if let Some(at) = first_at {
-            self.pending = true;
-            self.stats.kernels_launched += u64::from(launched);
-            self.stats.bursts += 1;
-            let recorded = self
-                .event
-                .record(&self.stream)
-                .map_err(|e| CudaError::driver("cuEventRecord", e));
-            if recorded.is_ok() {
-                self.watch.launched(at, burst.kernel * launched, launched);
-            }
-            outcome = outcome.and(recorded);
+            outcome = outcome.and(self.launched(at, burst.kernel, launched));
         }
         tracing::trace!(
             kernels = launched,
@@ -425,6 +448,46 @@ impl CudaLoad {
             "burst"
         );
         outcome
+    }
+
+    /// [`CudaLoad::launch`] from `graphs`: captures what this burst needs first (before
+    /// the start event), then replays.
+    fn launch_graphs(
+        &mut self,
+        graphs: &mut KernelGraphs,
+        burst: Burst,
+        width: u32,
+    ) -> Result<(), CudaError> {
+        let count = graphs.kernels_for(burst.count, burst.kernel);
+        if count == 0 {
+            return Ok(());
+        }
+        graphs.prepare(&self.stream, &self.func, count, self.yield_ns, width)?;
+        self.watch.before_launch(&self.stream)?;
+        let replayed = graphs.launch(count);
+        self.stats.graph_launches += u64::from(replayed.graphs);
+        match replayed.first_returned {
+            Some(at) => replayed
+                .outcome
+                .and(self.launched(at, graphs.kernel(), replayed.kernels)),
+            None => replayed.outcome,
+        }
+    }
+
+    /// Counts a group of `launched` kernels of `kernel` whose first launch returned at
+    /// `at`, and records the end event behind it.
+    fn launched(&mut self, at: Instant, kernel: Duration, launched: u32) -> Result<(), CudaError> {
+        self.pending = true;
+        self.stats.kernels_launched += u64::from(launched);
+        self.stats.bursts += 1;
+        let recorded = self
+            .event
+            .record(&self.stream)
+            .map_err(|e| CudaError::driver("cuEventRecord", e));
+        if recorded.is_ok() {
+            self.watch.launched(at, kernel * launched, launched);
+        }
+        recorded
     }
 
     /// Judges the last burst once it has finished: counts it in `seen` when its timing

@@ -121,6 +121,7 @@
 
 mod device;
 mod error;
+mod graphs;
 mod launcher;
 mod others;
 mod pacing;

@@ -114,6 +114,7 @@ fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
         probes: b.probes - a.probes,
         probes_found: b.probes_found - a.probes_found,
         skipped_periods: b.skipped_periods - a.skipped_periods,
+        graph_launches: b.graph_launches - a.graph_launches,
     }
 }
 
@@ -221,6 +222,49 @@ fn half_duty_for_two_seconds_runs_a_hundred_bursts_of_five_kernels_at_either_tic
         );
         assert!(s.skipped_periods <= 2, "skipped: {}", s.skipped_periods);
     }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn graph_bursts_run_the_on_time_in_short_kernels_for_a_few_launches_a_burst() {
+    let _gpu = exclusive();
+    let settings = LauncherSettings {
+        graph_kernel: Some(50 * US),
+        ..LauncherSettings::default()
+    };
+    let (mut gpu, _) = open(settings);
+    let opened = gpu.memory_info().unwrap();
+    let before = gpu.stats();
+    let (wall, cpu) = drive(&mut gpu, load(0.5), 50 * MS, 2000 * MS);
+    let s = delta(before, gpu.stats());
+    let running = gpu.memory_info().unwrap();
+    // The last burst (25 ms of 50 us kernels) drains within its on-time.
+    let drained = stop_and_time(&mut gpu);
+    let graph_mib = mib(opened.free_bytes.saturating_sub(running.free_bytes));
+    println!(
+        "hw: graphs of 50 us kernels at duty 0.5 for {wall:.2?}: {} bursts, {} kernels ({:.1} a \
+         burst) in {} graph launches ({:.1} a burst), {} skipped; calling thread {cpu:.2} % of a \
+         core; device memory taken by the graphs {graph_mib:.1} MiB; idle {drained:.2?} after \
+         the idle load",
+        s.bursts,
+        s.kernels_launched,
+        s.kernels_launched as f64 / s.bursts.max(1) as f64,
+        s.graph_launches,
+        s.graph_launches as f64 / s.bursts.max(1) as f64,
+        s.skipped_periods,
+    );
+    assert!((36..=42).contains(&s.bursts), "bursts: {}", s.bursts);
+    // 25 ms of 50 us kernels a burst: 500, less a kernel when a tick comes early.
+    let per_burst = s.kernels_launched / s.bursts.max(1);
+    assert!(
+        (480..=510).contains(&per_burst),
+        "kernels a burst: {per_burst}"
+    );
+    // 500 = 256 + 128 + 64 + 32 + 16 + 4: six graph launches, not 500 kernel launches.
+    assert!(s.graph_launches <= 8 * s.bursts, "{s:?}");
+    assert!(s.skipped_periods <= 2, "skipped: {}", s.skipped_periods);
+    assert!(drained < 40 * MS, "idle after {drained:.2?}");
+    assert!(cpu < 5.0, "launching CPU {cpu:.2} % of a core");
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //   cc -shared -fPIC -O2 -o /tmp/fake/libcuda.so fake.c -lpthread
 //   FAKE_REPORT=1 LD_LIBRARY_PATH=/tmp/fake cargo test -p gpufill-cuda --test hardware -- --ignored --nocapture --test-threads=1
 //
-// FAKE_REPORT=1 prints, at exit, kernels, busy time, span and the longest queue seen.
+// FAKE_REPORT=1 prints, at exit, graph launches, kernels, busy time, span and the longest
+// queue seen. Stream capture records a thread's launches into a graph; launching the
+// graph queues them as launches would.
 //
 // Queue depth: at each launch the fake counts our kernels not yet finished, the new one
 // included, and keeps the largest count seen per stream (reset when a stream is created,
@@ -48,7 +50,8 @@ static __thread CUcontext current; static int ctx_obj;
 static uint64_t ends[RING]; static unsigned ring_next;
 static pthread_t opener; static unsigned max_by_opener, max_by_others;
 typedef struct { uint64_t done_at; unsigned flags; } ev_t;
-static void report(void){ if(getenv("FAKE_REPORT")) fprintf(stderr,"fake: kernels=%llu busy=%.1fms span=%.1fms max_queue=%.2fms retained=%d stack=%zu flags=%u\n",(unsigned long long)kernels,busy_total/1e6,(last_end-first_launch)/1e6,max_queue_ns/1e6,retained,stack,ctx_flags);}
+static unsigned long graph_launches;
+static void report(void){ if(getenv("FAKE_REPORT")) fprintf(stderr,"fake: graph_launches=%lu kernels=%llu busy=%.1fms span=%.1fms max_queue=%.2fms retained=%d stack=%zu flags=%u\n",graph_launches,(unsigned long long)kernels,busy_total/1e6,(last_end-first_launch)/1e6,max_queue_ns/1e6,retained,stack,ctx_flags);}
 __attribute__((constructor)) static void init_(void){ atexit(report); }
 CUresult cuInit(unsigned f){return 0;}
 CUresult cuDriverGetVersion(int*v){*v=13000;return 0;}
@@ -79,12 +82,13 @@ CUresult cuStreamDestroy_v2(CUstream s){free(s);return 0;}
 CUresult cuEventCreate(CUevent*e,unsigned f){ev_t*v=calloc(1,sizeof(ev_t));v->flags=f;*e=v;return 0;}
 CUresult cuEventDestroy_v2(CUevent e){free(e);return 0;}
 static void foreign_work(uint64_t n,int at_launch){const char*f=getenv("FAKE_FOREIGN"); if(!f||at_launch!=(getenv("FAKE_FOREIGN_AT_LAUNCH")!=0))return; if(remove(f)==0) busy_until=(busy_until>n?busy_until:n)+150000;}
-CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
+static __thread uint64_t *capturing; static __thread unsigned captured, capture_cap; static __thread int is_capturing;
+static CUresult queue_kernel(uint64_t ns){
   static long fail_after=-2; if(fail_after==-2){const char*e=getenv("FAKE_FAIL_AFTER");fail_after=e?atol(e):-1;}
   if(fail_after>=0 && (long)kernels>=fail_after) return getenv("FAKE_FAIL_CODE")?atoi(getenv("FAKE_FAIL_CODE")):719;
   if(!current) return 201;
-  if(*(uint64_t*)params[0]==777777) return 719;
-  uint64_t ns=*(uint64_t*)params[0]; pthread_mutex_lock(&mu); uint64_t n=now_ns(); foreign_work(n,1);
+  if(ns==777777) return 719;
+  pthread_mutex_lock(&mu); uint64_t n=now_ns(); foreign_work(n,1);
   if(!first_launch) first_launch=n;
   uint64_t start= busy_until>n?busy_until:n; if(busy_until>n && busy_until-n>max_queue_ns) max_queue_ns=busy_until-n;
   busy_until=start+ns+3000+(ns==666666?2000000:0); busy_total+=ns; kernels++; last_end=busy_until;
@@ -93,6 +97,21 @@ CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigne
   if(pthread_equal(pthread_self(),opener)){ if(queued>max_by_opener) max_by_opener=queued; }
   else if(queued>max_by_others) max_by_others=queued;
   pthread_mutex_unlock(&mu); return 0;}
+CUresult cuLaunchKernel(CUfunction f,unsigned gx,unsigned gy,unsigned gz,unsigned bx,unsigned by,unsigned bz,unsigned sm,CUstream s,void**params,void**extra){
+  uint64_t ns=*(uint64_t*)params[0];
+  if(is_capturing){ if(captured==capture_cap){capture_cap=capture_cap?2*capture_cap:16;capturing=realloc(capturing,capture_cap*sizeof *capturing);} capturing[captured++]=ns; return 0; }
+  return queue_kernel(ns);}
+/* Graphs: a capture records the launches on its thread; a graph launch queues them as
+   launches would (a graph of n kernels counts n in the queue depth). */
+typedef struct { unsigned n; uint64_t ns[]; } graph_t;
+CUresult cuStreamBeginCapture_v2(CUstream s,int mode){if(is_capturing)return 900;is_capturing=1;captured=0;return 0;}
+CUresult cuStreamEndCapture(CUstream s,void**g){if(!is_capturing)return 400;is_capturing=0;graph_t*v=malloc(sizeof(graph_t)+captured*sizeof(uint64_t));v->n=captured;memcpy(v->ns,capturing,captured*sizeof(uint64_t));*g=v;return 0;}
+CUresult cuStreamIsCapturing(CUstream s,int*st){*st=is_capturing;return 0;}
+CUresult cuGraphInstantiateWithFlags(void**exec,void*g,unsigned long long flags){graph_t*v=g;graph_t*c=malloc(sizeof(graph_t)+v->n*sizeof(uint64_t));memcpy(c,v,sizeof(graph_t)+v->n*sizeof(uint64_t));*exec=c;return 0;}
+CUresult cuGraphUpload(void*exec,CUstream s){return 0;}
+CUresult cuGraphLaunch(void*exec,CUstream s){graph_t*v=exec;if(is_capturing)return 900;for(unsigned i=0;i<v->n;i++){CUresult r=queue_kernel(v->ns[i]);if(r)return r;}graph_launches++;return 0;}
+CUresult cuGraphDestroy(void*g){free(g);return 0;}
+CUresult cuGraphExecDestroy(void*e){free(e);return 0;}
 CUresult cuEventRecord(CUevent e,CUstream s){if(!current)return 201;pthread_mutex_lock(&mu);uint64_t n=now_ns();foreign_work(n,0);((ev_t*)e)->done_at=busy_until>n?busy_until:n;pthread_mutex_unlock(&mu);return 0;}
 /* As the real driver: events created with CU_EVENT_DISABLE_TIMING (2) have no time. */
 CUresult cuEventElapsedTime(float*ms,CUevent a,CUevent b){if((((ev_t*)a)->flags|((ev_t*)b)->flags)&2)return 400;*ms=(float)(((double)((ev_t*)b)->done_at-(double)((ev_t*)a)->done_at)/1e6);return 0;}
