@@ -83,7 +83,7 @@ pub fn open_gpu(
         gpu.check_width(settings.load.width_blocks)
             .map_err(OpenError::Width)?;
     }
-    let launcher = settings.launcher_settings();
+    let launcher = settings.launcher_settings_under(mps);
     // Our own entry is our PID where NVML lists it (driver 580 translates PIDs into our
     // namespace); else the PIDs that appear with our context, re-checked while running.
     // Inside a PID namespace of our own the probe also reads device memory (issue 14).

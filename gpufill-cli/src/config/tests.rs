@@ -138,6 +138,18 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
         &["1001"],
     ),
     (
+        "load.mps_kernel_us",
+        "[load]\nperiod_ms = 1000\n",
+        &["0", "10", "100000"],
+        &["9", "100001"],
+    ),
+    (
+        "load.mps_kernel_us",
+        "tick_ms = 1\n[load]\nperiod_ms = 1\n",
+        &["1000"],
+        &["1001"],
+    ),
+    (
         "yield.grace_s",
         "[yield]\n",
         &["0", "86400"],

@@ -107,13 +107,24 @@ impl Settings {
 
     /// The launcher's settings: period, longest kernel and kernel.
     pub fn launcher_settings(&self) -> LauncherSettings {
+        let micros = |us: u64| (us > 0).then(|| Duration::from_micros(us));
         LauncherSettings {
             period: Duration::from_millis(self.load.period_ms),
             max_kernel: Duration::from_micros(self.load.max_kernel_us),
-            beside_kernel: (self.load.beside_kernel_us > 0)
-                .then(|| Duration::from_micros(self.load.beside_kernel_us)),
+            beside_kernel: micros(self.load.beside_kernel_us),
             kernel: self.load.kernel,
             ..LauncherSettings::default()
+        }
+    }
+
+    /// The CUDA launcher's settings on a GPU where an MPS control daemon runs (`mps`):
+    /// as [`Settings::launcher_settings`], with bursts replayed from graphs of
+    /// `load.mps_kernel_us` kernels.
+    pub fn launcher_settings_under(&self, mps: bool) -> LauncherSettings {
+        let us = self.load.mps_kernel_us;
+        LauncherSettings {
+            graph_kernel: (mps && us > 0).then(|| Duration::from_micros(us)),
+            ..self.launcher_settings()
         }
     }
 

@@ -67,6 +67,12 @@ settings_table! {
         /// waits at most that long, for a wake-up per kernel (its CPU:
         /// docs/benchmarks.md, "Live services").
         pub beside_kernel_us: u64 = 0, ZeroOr(10, 100_000);
+        /// Under MPS (an MPS control daemon runs): each of our kernels this many
+        /// microseconds (at most the period), a burst replayed from CUDA graphs of them
+        /// for the CPU of a few launches. A GPU-bound client whose grid fills every SM
+        /// waits at most this long for the SM our kernel holds (docs/benchmarks.md,
+        /// "Live services"). 0 launches the same bursts as without MPS.
+        pub mps_kernel_us: u64 = 50, ZeroOr(10, 100_000);
         /// The spin kernel.
         pub kernel: SpinKernel = SpinKernel::Sleep, Named;
     }

@@ -48,6 +48,7 @@ pub const RESTART_KEYS: &[RestartKey] = &[
     restart_key!(load.period_ms),
     restart_key!(load.max_kernel_us),
     restart_key!(load.beside_kernel_us),
+    restart_key!(load.mps_kernel_us),
     restart_key!(probe.retry_initial_s),
     restart_key!(probe.retry_max_s),
     restart_key!(metric),

@@ -40,6 +40,27 @@ fn bursts_beside_holders_unless_a_beside_kernel_is_set() {
 }
 
 #[test]
+fn graphs_of_short_kernels_only_under_mps_unless_turned_off() {
+    let mut s = Settings::default();
+    assert_eq!(s.launcher_settings_under(false), s.launcher_settings());
+    assert_eq!(s.launcher_settings_under(false).graph_kernel, None);
+    let under = s.launcher_settings_under(true);
+    assert_eq!(under.graph_kernel, Some(Duration::from_micros(50)));
+    assert_eq!(
+        LauncherSettings {
+            graph_kernel: None,
+            ..under
+        },
+        s.launcher_settings(),
+        "nothing else changes under MPS"
+    );
+    s.load.mps_kernel_us = 0;
+    assert_eq!(s.launcher_settings_under(true).graph_kernel, None);
+    s.load.mps_kernel_us = 9;
+    assert_eq!(s.validate().unwrap_err().key, "load.mps_kernel_us");
+}
+
+#[test]
 fn cross_key_rules_name_the_key_to_change() {
     let tick = Settings {
         tick_ms: 40,
@@ -51,6 +72,14 @@ fn cross_key_rules_name_the_key_to_change() {
     kernel.tick_ms = 1;
     kernel.load.beside_kernel_us = 2000;
     assert_eq!(kernel.validate().unwrap_err().key, "load.beside_kernel_us");
+    kernel.load.beside_kernel_us = 0;
+    kernel.load.mps_kernel_us = 1001;
+    let e = kernel.validate().unwrap_err();
+    assert_eq!(e.key, "load.mps_kernel_us");
+    assert_eq!(
+        e.blaming("load.period_ms").reason,
+        "must be at least load.mps_kernel_us (1001 us), got 1"
+    );
     let mut retry = Settings::default();
     retry.probe.retry_initial_s = 500.0;
     let e = retry.validate().unwrap_err();

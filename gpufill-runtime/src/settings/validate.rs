@@ -57,23 +57,26 @@ impl Settings {
     fn relation_problem(&self) -> Option<SettingsError> {
         let (load, probe) = (&self.load, &self.probe);
         let period_us = load.period_ms.saturating_mul(1000);
-        let kernel_us = load.beside_kernel_us;
-        if kernel_us > period_us {
-            let key = "load.beside_kernel_us";
-            return Some(SettingsError {
-                key,
-                reason: format!(
-                    "must not exceed load.period_ms ({} ms = {period_us} us), got {kernel_us}",
-                    load.period_ms
-                ),
-                other: Some((
-                    "load.period_ms",
-                    format!(
-                        "must be at least {key} ({kernel_us} us), got {}",
+        for (key, kernel_us) in [
+            ("load.beside_kernel_us", load.beside_kernel_us),
+            ("load.mps_kernel_us", load.mps_kernel_us),
+        ] {
+            if kernel_us > period_us {
+                return Some(SettingsError {
+                    key,
+                    reason: format!(
+                        "must not exceed load.period_ms ({} ms = {period_us} us), got {kernel_us}",
                         load.period_ms
                     ),
-                )),
-            });
+                    other: Some((
+                        "load.period_ms",
+                        format!(
+                            "must be at least {key} ({kernel_us} us), got {}",
+                            load.period_ms
+                        ),
+                    )),
+                });
+            }
         }
         let (period, tick) = (load.period_ms, self.tick_ms);
         // Bursts start only at ticks (the launcher runs in the loop's thread, right after
