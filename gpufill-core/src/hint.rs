@@ -10,14 +10,17 @@ use std::time::Duration;
 
 use crate::time::{Clock, Time};
 
-/// How often the process list is read after a hint, while kernels of ours may run.
-pub const WATCH_EVERY: Duration = Duration::from_millis(2);
+/// How often the process list is read after a hint, while kernels of ours may run: a
+/// newcomer is yielded to at most this long after its listing (the goal is 5 ms), and
+/// each read costs a wake-up (about 15 us of CPU on an H100 host) and an NVML call.
+pub const WATCH_EVERY: Duration = Duration::from_millis(3);
 
-/// How long after a hint the list is read every [`WATCH_EVERY`]: a few times how long a
-/// CUDA process on an H100 took from opening the device files to its listing (docs/benchmarks.md,
-/// "Live services"); a process that only opens them (nvidia-smi, a framework probing the
-/// devices at import) costs one window.
-pub const WATCH_WINDOW: Duration = Duration::from_millis(250);
+/// How long after a hint the list is read every [`WATCH_EVERY`]: two and a half times
+/// the 60 ms a CUDA process on an H100 took from opening the device files to its
+/// listing (docs/benchmarks.md, "Live services"). A process that only opens them
+/// (nvidia-smi, a framework probing the devices at import, a monitor) costs one window
+/// of reads: 50 at most.
+pub const WATCH_WINDOW: Duration = Duration::from_millis(150);
 
 /// Something that can cut the wait between two ticks short.
 pub trait Hint {

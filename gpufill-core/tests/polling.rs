@@ -246,16 +246,37 @@ fn a_hint_lets_the_loop_see_a_newcomer_within_milliseconds_of_its_listing() {
         at: [Time::from_millis(953)].into(),
     };
     let (hinted, hinted_reads) = first_yield_with(&mut hint, until);
+    let every = gpufill_core::hint::WATCH_EVERY;
     assert!(
-        hinted >= Time::from_millis(1013) && hinted <= Time::from_millis(1015),
+        hinted >= Time::from_millis(1013) && hinted <= Time::from_millis(1013) + every,
         "{hinted:?}"
     );
-    // The window (250 ms of reads every 2 ms) reads the list about 30 more times
-    // before the listing; nothing beyond the window.
+    // The window reads the list every WATCH_EVERY until the listing (60 ms of it).
+    let polls = (60 / every.as_millis()) as usize;
     assert!(
-        (plain_reads + 20..plain_reads + 40).contains(&hinted_reads),
-        "{plain_reads} {hinted_reads}"
+        (plain_reads + polls - 2..=plain_reads + polls + 2).contains(&hinted_reads),
+        "{plain_reads} {hinted_reads} {polls}"
     );
+}
+
+#[test]
+fn a_hint_with_nobody_coming_costs_one_window_of_reads() {
+    use gpufill_core::hint::{WATCH_EVERY, WATCH_WINDOW};
+    // The device files opened at 0.503 s by a process that never creates a context
+    // (nvidia-smi): the list is read through one window, then once a tick again
+    // (the newcomer listed at 1.013 s is yielded to at the 1.05 s tick either way).
+    let until = Time::from_millis(1100);
+    let (_, plain_reads) = first_yield_with(&mut gpufill_core::NoHint, until);
+    let mut hint = gpufill_core::HintsAt {
+        at: [Time::from_millis(503)].into(),
+    };
+    let (_, reads) = first_yield_with(&mut hint, until);
+    let window = (WATCH_WINDOW.as_millis() / WATCH_EVERY.as_millis()) as usize;
+    assert!(
+        (plain_reads + window - 4..=plain_reads + window + 1).contains(&reads),
+        "{plain_reads} + {window} against {reads}"
+    );
+    assert!(window <= 50, "a window of {window} reads");
 }
 
 #[test]
