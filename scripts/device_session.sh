@@ -9,6 +9,14 @@
 #   bash scripts/device_session.sh services # GPU 0: newcomer yield, services without MPS;
 #                                           # beside, GPU 1: services under MPS (2/s, GPT-2)
 #   bash scripts/device_session.sh training # GPU 1: training under MPS (5 pairs)
+# and on one GPU (nvidia-h100-x1):
+#   bash scripts/device_session.sh costs    # CPU, wall time and sleeps of each NVML call,
+#                                           # with nobody and with a holder listed
+#   bash scripts/device_session.sh cpu      # CPU by state, carry/gpufill against carry/old
+#   bash scripts/device_session.sh mps-scan # under MPS, the matmul service beside our
+#                                           # kernels of 50 ms, 200 us and 50 us
+#   bash scripts/device_session.sh mps-graphs # the same, the defaults (graphs of 50 us
+#                                           # kernels) against load.mps_kernel_us = 0
 # Two GPUs' runs go side by side to fit the session's device time; each is interleaved
 # alone/with on its own GPU, so the other's load falls on both kinds of phase.
 set -u
@@ -46,5 +54,22 @@ for part in "$@"; do
   training)
     timeout 330 $lb --out "$out/gpu1-mps" --gpu 1 --mps --parts ab --pairs 5 --phase 10 --skip 1 \
       --ab resnet50-train,gpt2-train >"$out/gpu1-mps-train.txt" 2>&1; cat "$out/gpu1-mps-train.txt" ;;
+  costs)
+    nvcc -O2 -arch=sm_90 -o /tmp/live_probe scripts/live_probe.cu -lcuda -ldl || continue
+    echo "nobody on the GPU:"; /tmp/live_probe nvml 2000 | tee "$out/nvml-costs.txt"
+    python3 -c 'import torch,time; torch.zeros(1,device="cuda"); print("ready",flush=True); time.sleep(60)' |
+      { read -r _; echo "one process listed (a holder):"; /tmp/live_probe nvml 2000 |
+        tee -a "$out/nvml-costs.txt"; pkill -f "torch.zeros\(1,device"; } ;;
+  cpu)
+    exes=(--exe new=carry/gpufill); [ -x carry/old/gpufill ] && exes+=(--exe old=carry/old/gpufill)
+    timeout 330 python3 scripts/cpu_states.py "${exes[@]}" --repeats 3 --hold 6 --out "$out/cpu" \
+      2>&1 | tee "$out/cpu-states.txt" ;;
+  mps-scan)
+    timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
+      --ab matmul@5/s --variants "default;max_kernel_us=200;max_kernel_us=50" 2>&1 |
+      tee "$out/mps-scan.txt" ;;
+  mps-graphs)
+    timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
+      --ab matmul@5/s --variants "default;mps_kernel_us=0" 2>&1 | tee "$out/mps-graphs.txt" ;;
   esac
 done

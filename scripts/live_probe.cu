@@ -12,7 +12,8 @@
 //       from the previous S to this S; dk: from S to E; tdone: when the host first saw E
 //       complete). Last line: "# cpu_thread_us=... cpu_process_us=... kernels=..."
 //   live_probe nvml N
-//       N calls of nvmlDeviceGetComputeRunningProcesses_v3: CPU per call.
+//       N calls of each NVML call gpufill makes, and of a sleep: thread CPU, wall time
+//       and voluntary context switches (sleeps) per call.
 //   live_probe burst KERNEL_US PERIOD_MS DUTY SECONDS OUT.csv
 //       bursts with a timing event before each kernel (see burst()).
 //   live_probe gaps OUT.csv REPS GAP_S...
@@ -315,28 +316,41 @@ static int nvml(long calls)
     void *dev;
     if (get(0, &dev) != 0) return 1;
     proc_v3 buf[64];
-    int64_t c0 = cpu_us(CLOCK_PROCESS_CPUTIME_ID), w0 = mono_ns();
+    // CPU and sleeps (voluntary context switches: a call that waits for the GPU's
+    // firmware sleeps, and a wake-up costs more CPU than the call) per call.
+    struct rusage r0, r1;
+    int64_t c0, w0;
+#define START() (getrusage(RUSAGE_THREAD, &r0), c0 = cpu_us(CLOCK_THREAD_CPUTIME_ID), w0 = mono_ns())
+#define REPORT(name, n, rc)                                                                   \
+    (getrusage(RUSAGE_THREAD, &r1),                                                           \
+     printf("nvml %-44s cpu %7.2f us/call wall %7.2f us/call sleeps %.3f/call (rc %d)\n", name, \
+            (double)(cpu_us(CLOCK_THREAD_CPUTIME_ID) - c0) / (n), (double)(mono_ns() - w0) / 1e3 / (n), \
+            (double)(r1.ru_nvcsw - r0.ru_nvcsw) / (n), rc))
+    int rc = 0;
+    START();
     for (long i = 0; i < calls; i++) {
         unsigned count = 64;
-        procs(dev, &count, buf);
+        rc = procs(dev, &count, buf);
     }
-    int64_t c1 = cpu_us(CLOCK_PROCESS_CPUTIME_ID), w1 = mono_ns();
+    REPORT("ComputeRunningProcesses_v3 (one call, 64 slots)", calls, rc);
+    START();
+    for (long i = 0; i < calls; i++) {
+        unsigned count = 0;
+        rc = procs(dev, &count, 0);
+    }
+    REPORT("ComputeRunningProcesses_v3 (count only)", calls, rc);
     unsigned u[2];
-    for (long i = 0; i < calls; i++) util(dev, u);
-    int64_t c2 = cpu_us(CLOCK_PROCESS_CPUTIME_ID), w2 = mono_ns();
-    printf("nvml list: cpu %.2f us/call wall %.2f us/call; utilization: cpu %.2f us/call wall %.2f us/call\n",
-           (double)(c1 - c0) / calls, (double)(w1 - w0) / 1e3 / calls, (double)(c2 - c1) / calls,
-           (double)(w2 - w1) / 1e3 / calls);
+    START();
+    for (long i = 0; i < calls; i++) rc = util(dev, u);
+    REPORT("UtilizationRates", calls, rc);
     static char big[1 << 20];
     for (unsigned m = 0; m < sizeof(more) / sizeof(more[0]); m++) {
         anyf f = (anyf)dlsym(h, more[m].name);
         if (!f) continue;
         long n = 200;
-        int64_t a = cpu_us(CLOCK_PROCESS_CPUTIME_ID), wa = mono_ns();
-        int rc = 0;
+        START();
         for (long i = 0; i < n; i++) {
             unsigned count = 4096, v = 0;
-            unsigned long long last = 0;
             switch (more[m].kind) {
             case 1: rc = f(dev, big, &count, 0ULL); break;
             case 2: { int type = 0; rc = f(dev, 1, 0ULL, &type, &count, big); break; }
@@ -344,11 +358,22 @@ static int nvml(long calls)
             case 4: rc = f(dev, &v); break;
             case 5: rc = f(dev, big); break;
             }
-            (void)last;
         }
-        printf("nvml %s: cpu %.1f us/call wall %.1f us/call (rc %d)\n", more[m].name,
-               (double)(cpu_us(CLOCK_PROCESS_CPUTIME_ID) - a) / n, (double)(mono_ns() - wa) / 1e3 / n, rc);
+        REPORT(more[m].name, n, rc);
     }
+    // A thread's wake-up: sleeping 50 ms (a tick) and waking, CPU per wake.
+    START();
+    for (int i = 0; i < 40; i++) {
+        struct timespec t = {0, 50 * 1000 * 1000};
+        nanosleep(&t, 0);
+    }
+    REPORT("(none: a 50 ms sleep and its wake-up)", 40, 0);
+    START();
+    for (int i = 0; i < 200; i++) {
+        struct timespec t = {0, 2 * 1000 * 1000};
+        nanosleep(&t, 0);
+    }
+    REPORT("(none: a 2 ms sleep and its wake-up)", 200, 0);
     return 0;
 }
 

@@ -100,15 +100,20 @@ def cpu_between(a, b, secs):
 
 
 class Gpufill:
-    def __init__(self, a, log, extra=()):
+    """gpufill run on the run's GPU; `load` adds keys of its [load] table ("key=value,...")."""
+
+    def __init__(self, a, log, extra=(), load=""):
         self.a, self.log, self.extra = a, log, list(extra)
+        self.load = [kv for kv in load.split(",") if kv and kv != "default"]
+        if a.max_kernel_us:
+            self.load.append(f"max_kernel_us={a.max_kernel_us}")
 
     def __enter__(self):
         conf = os.path.join(self.a.work, "gpufill.toml")
         with open(conf, "w") as f:
             f.write(f"[yield]\nidle_grace_s = {self.a.grace}\n")
-            if self.a.max_kernel_us:
-                f.write(f"[load]\nmax_kernel_us = {self.a.max_kernel_us}\n")
+            if self.load:
+                f.write("[load]\n" + "".join(f"{kv.replace('=', ' = ', 1)}\n" for kv in self.load))
         self.logf = open(self.log, "a")
         env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info,gpufill_runtime=debug")
         self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", str(self.a.gpu), "--config", conf,
@@ -395,15 +400,19 @@ def part_wake(a, res):
 
 
 def part_ab(a, res):
+    """Alone and beside gpufill, interleaved: A W A W ... A. With --variants "V1;V2;..."
+    the with-phases take the variants in turn (each its [load] keys, "default" for none),
+    each compared with the alone phases on either side of it."""
     workloads = [("mlp", 20.0), ("mlp", 2.0), ("matmul", 5.0), ("gpt2", 5.0),
                  ("resnet50-train", None), ("gpt2-train", None)]
     names = a.ab.split(",") if a.ab else None
+    variants = a.variants.split(";") if a.variants else ["default"]
     out = {}
     for model, rate in workloads:
         name = f"{model}@{rate:g}/s" if rate else model
         if names and name not in names:
             continue
-        phases = 2 * a.pairs + 1
+        phases = 2 * a.pairs * len(variants) + 1
         plan = [{"kind": "requests", "secs": a.phase, "rate": rate} if rate else
                 {"kind": "train", "secs": a.phase} for _ in range(phases)]
         p, path, start = start_worker(a, plan, model)
@@ -412,7 +421,9 @@ def part_ab(a, res):
             p0 = start + i * a.phase
             time.sleep(max(0.0, p0 - time.monotonic()))
             if i % 2 == 1:
-                with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-ab-{name.replace('/', '')}.log")) as g:
+                variant = variants[(i // 2) % len(variants)]
+                log = os.path.join(a.out, f"gpufill-{a.tag}-ab-{name.replace('/', '')}.log")
+                with Gpufill(a, log, load=variant) as g:
                     time.sleep(max(0.0, p0 + a.phase - 0.3 - time.monotonic()))
                 runs.append(g.last)
             else:
@@ -423,23 +434,27 @@ def part_ab(a, res):
             lat = [(r[1] - r[0]) * 1e3 for r in work["reqs"]
                    if r[2] == i and r[0] >= start + i * a.phase + a.skip]
             stats.append({"n": len(lat), "p50": pct(lat, 50), "mean": statistics.mean(lat) if lat else float("nan"),
-                          "p90": pct(lat, 90), "p99": pct(lat, 99), "metrics": runs[i]})
-        ratios = {k: [] for k in ("p50", "mean", "p90")}
-        d99 = []
-        for i in range(1, phases, 2):
-            for k in ratios:
-                ratios[k].append(stats[i][k] / ((stats[i - 1][k] + stats[i + 1][k]) / 2))
-            d99.append(stats[i]["p99"] - (stats[i - 1]["p99"] + stats[i + 1]["p99"]) / 2)
-        line = f"  {name:13}"
-        for k, v in ratios.items():
-            line += f" {k} {statistics.median(v):.4f} [{min(v):.4f}-{max(v):.4f}]"
-        line += f" p99 {statistics.median(d99):+.3f} ms [{min(d99):+.3f}..{max(d99):+.3f}]"
-        withs = [s["metrics"] or {} for s in stats[1::2]]
-        line += f"; pauses {[round(m.get('gpufill_pauses_total', 0)) for m in withs]}"
-        line += f"; duty at end {[round(m.get('gpufill_duty_ratio', float('nan')), 2) for m in withs]}"
-        line += f"; alone p50 {[round(s['p50'], 3) for s in stats[::2]]}"
-        print(line, flush=True)
-        out[name] = {"stats": stats, "ratios": ratios, "p99_diff_ms": d99}
+                          "p90": pct(lat, 90), "p99": pct(lat, 99), "metrics": runs[i],
+                          "variant": variants[(i // 2) % len(variants)] if i % 2 else None})
+        out[name] = {}
+        for v, variant in enumerate(variants):
+            withs = [i for i in range(1, phases, 2) if (i // 2) % len(variants) == v]
+            ratios = {k: [stats[i][k] / ((stats[i - 1][k] + stats[i + 1][k]) / 2) for i in withs]
+                      for k in ("p50", "mean", "p90")}
+            d99 = [stats[i]["p99"] - (stats[i - 1]["p99"] + stats[i + 1]["p99"]) / 2 for i in withs]
+            line = f"  {name:13}" + (f" [{variant}]" if len(variants) > 1 else "")
+            for k, r in ratios.items():
+                line += f" {k} {statistics.median(r):.4f} [{min(r):.4f}-{max(r):.4f}]"
+            line += f" p99 {statistics.median(d99):+.3f} ms [{min(d99):+.3f}..{max(d99):+.3f}]"
+            ms = [stats[i]["metrics"] or {} for i in withs]
+            line += f"; pauses {[round(m.get('gpufill_pauses_total', 0)) for m in ms]}"
+            line += f"; duty at end {[round(m.get('gpufill_duty_ratio', float('nan')), 2) for m in ms]}"
+            line += f"; memory MiB {[round(m.get('gpufill_memory_used_bytes', float('nan')) / 2**20) for m in ms]}"
+            if v == len(variants) - 1:
+                line += f"; alone p50 {[round(s['p50'], 3) for s in stats[::2]]}"
+            print(line, flush=True)
+            out[name][variant] = {"ratios": ratios, "p99_diff_ms": d99}
+        out[name]["stats"] = stats
     res["ab"] = out
 
 
@@ -463,6 +478,8 @@ def main():
     ap.add_argument("--skip", type=float, default=0.0)
     ap.add_argument("--max-kernel-us", type=int, default=0,
                     help="gpufill's load.max_kernel_us (0: the default)")
+    ap.add_argument("--variants", default="",
+                    help='the ab part\'s with-phases in turn, e.g. "default;max_kernel_us=200"')
     a = ap.parse_args()
     GPU[0] = a.gpu
     a.work = f"/tmp/live-bench-{a.gpu}"
