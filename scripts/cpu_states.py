@@ -2,8 +2,10 @@
 """gpufill's CPU on one GPU by state, for one or more builds interleaved on one host
 (issue 21's CPU goal: at most 1 % of a core per GPU in every state).
 
-States: `idle` (nobody else on the GPU) and `holder` (beside a process that holds a
-context and runs nothing: gpufill fills beside it once its probe finds it dormant).
+States: `idle` (nobody else on the GPU), `holder` (beside a process that holds a
+context and runs nothing: gpufill fills beside it once its probe finds it dormant),
+`live` (beside a service answering 20 small requests a second: gpufill's probe finds it
+live and it holds off) and `busy` (a job running kernels all along: gpufill yields).
 For each repeat, each state and each build (the order of builds turns each repeat):
 start `gpufill run` at the defaults (`yield.idle_grace_s` = GRACE), wait until it fills
 (beside the holder: until `gpufill_filling_beside` is 1), then read every thread's
@@ -41,6 +43,23 @@ HOLDER = ("import sys, time, torch\n"
           "x = torch.zeros(1, device='cuda'); torch.cuda.synchronize()\n"
           "print('ready', flush=True)\n"
           "time.sleep(3600)\n")
+# The other process of each state but `idle`: a dormant holder, a live service (a small
+# request 20 times a second: gpufill finds it live and holds off), a busy job (gpufill
+# yields).
+OTHERS = {
+    "holder": HOLDER,
+    "live": ("import time, torch\n"
+             "x = torch.randn(256, 256, device='cuda'); torch.cuda.synchronize()\n"
+             "print('ready', flush=True)\n"
+             "while True:\n"
+             "    time.sleep(0.05); (x @ x).sum().item()\n"),
+    "busy": ("import torch\n"
+             "x = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+             "torch.cuda.synchronize(); print('ready', flush=True)\n"
+             "while True:\n"
+             "    for _ in range(20): x @ x\n"
+             "    torch.cuda.synchronize()\n"),
+}
 
 
 class OpenCounter:
@@ -102,8 +121,12 @@ def stop(p):
         p.wait()
 
 
-def wait_filling(state, limit):
-    """Until gpufill fills (beside the holder: fills beside it); False at `limit` s."""
+def wait_filling(state, limit, grace=4.0):
+    """Until gpufill fills (beside the holder: fills beside it); False at `limit` s.
+    Beside a live service or a busy job: until it has had time to judge it."""
+    if state in ("live", "busy"):
+        time.sleep(grace + 4 if state == "live" else 3)
+        return True
     end = time.monotonic() + limit
     while time.monotonic() < end:
         m = scrape()
@@ -156,7 +179,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hold", type=float, default=8.0)
     ap.add_argument("--grace", type=float, default=4.0)
-    ap.add_argument("--states", default="idle,holder")
+    ap.add_argument("--states", default="idle,holder,live,busy")
     ap.add_argument("--no-trace", action="store_true")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/cpu-states"))
     a = ap.parse_args()
@@ -166,14 +189,14 @@ def main():
     rows = []
     for state in a.states.split(","):
         holder = None
-        if state == "holder":
-            holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+        if state in OTHERS:
+            holder = subprocess.Popen([sys.executable, "-c", OTHERS[state]], stdout=subprocess.PIPE, text=True)
             holder.stdout.readline()
         for r in range(a.repeats):
             order = exes if r % 2 == 0 else exes[::-1]
             for name, exe in order:
                 p = start_gpufill(exe, a.grace, os.path.join(a.out, f"gpufill-{name}-{state}.log"))
-                ok = wait_filling(state, a.grace + 15)
+                ok = wait_filling(state, a.grace + 15, a.grace)
                 time.sleep(1.0)
                 w = window(p.pid, a.hold, opens) if ok else None
                 m = scrape()
@@ -185,12 +208,13 @@ def main():
                     parts = ", ".join(f"{k} {v[0]:.2f} ({v[1]:.0f}/s, {v[2]:.0f} vol/s)"
                                       for k, v in sorted(w["threads"].items(), key=lambda x: -x[1][0])
                                       if v[0] > 0.005)
+                    st = [k.split(".", 1)[1] for k, v in m.items() if k.startswith("gpufill_state.") and v == 1]
                     print(f"  {state:6} {name:8} #{r}: {w['cpu']:5.2f} % [{parts}] device-file opens "
-                          f"{w['opens_per_s']:.1f}/s duty {m.get('gpufill_duty_ratio', float('nan')):.2f} "
+                          f"{w['opens_per_s']:.1f}/s state {st} duty {m.get('gpufill_duty_ratio', float('nan')):.2f} "
                           f"pauses {m.get('gpufill_pauses_total', float('nan')):.0f}", flush=True)
                 else:
                     print(f"  {state:6} {name:8} #{r}: did not fill within {a.grace + 15:.0f} s", flush=True)
-        if not a.no_trace:
+        if not a.no_trace and state in ("idle", "holder"):
             trace(exes[0][1], state, a.grace, a.out)
         if holder:
             holder.kill()

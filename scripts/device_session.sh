@@ -15,6 +15,8 @@
 #   bash scripts/device_session.sh cpu      # CPU by state, carry/gpufill against carry/old
 #   bash scripts/device_session.sh mps-scan # under MPS, the matmul service beside our
 #                                           # kernels of 50 ms, 200 us and 50 us
+#   bash scripts/device_session.sh ioctls   # the loop thread's driver calls by RM command,
+#                                           # idle and beside a dormant holder
 #   bash scripts/device_session.sh mps-graphs # the same, the defaults (graphs of 50 us
 #                                           # kernels) against load.mps_kernel_us = 0
 # Two GPUs' runs go side by side to fit the session's device time; each is interleaved
@@ -62,7 +64,7 @@ for part in "$@"; do
         tee -a "$out/nvml-costs.txt"; pkill -f "torch.zeros\(1,device"; } ;;
   cpu)
     exes=(--exe new=carry/gpufill); [ -x carry/old/gpufill ] && exes+=(--exe old=carry/old/gpufill)
-    timeout 330 python3 scripts/cpu_states.py "${exes[@]}" --repeats 3 --hold 6 --out "$out/cpu" \
+    timeout 480 python3 scripts/cpu_states.py "${exes[@]}" --repeats 3 --hold 5 --out "$out/cpu" \
       2>&1 | tee "$out/cpu-states.txt" ;;
   mps-scan)
     timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
@@ -71,5 +73,8 @@ for part in "$@"; do
   mps-graphs)
     timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
       --ab matmul@5/s --variants "default;mps_kernel_us=0" 2>&1 | tee "$out/mps-graphs.txt" ;;
+  ioctls)
+    timeout 120 python3 scripts/ioctl_profile.py carry/gpufill --out "$out/ioctls" 2>&1 |
+      tee "$out/ioctl-profile.txt" ;;
   esac
 done

@@ -64,6 +64,8 @@ pub struct NvmlProbe {
     next_activity_read: Option<Time>,
     process_last_seen_us: u64,
     quiet: QuietList,
+    /// The foreign processes of the last full read, which a matching count stands for.
+    last_foreign: Vec<ProcessInfo>,
     gpm_supported: Option<bool>,
     gpm_previous: Option<(GpmSample<'static>, Instant)>,
     view: PidView,
@@ -137,6 +139,7 @@ impl NvmlProbe {
             next_activity_read: None,
             process_last_seen_us: 0,
             quiet: QuietList::default(),
+            last_foreign: Vec::new(),
             gpm_supported: None,
             gpm_previous: None,
             view: PidView::Host,
@@ -416,7 +419,7 @@ impl Probe for NvmlProbe {
                 }
             }
         }
-        // A bare count will not do in the namespace view (the sizes must be this tick's)
+        // A bare count will not do in the namespace view (the sizes must be this read's)
         // nor with own-PID candidates (their sizes are checked at every read).
         if self.view.list_complete() && !self.own.has_candidates() && self.quiet.may_skip() {
             // One NVML call instead of two (the list itself is a count query and a fill).
@@ -425,7 +428,8 @@ impl Probe for NvmlProbe {
                 .running_compute_processes_count()
                 .map_err(|e| ProbeError::nvml("nvmlDeviceGetComputeRunningProcesses", e))?;
             if self.quiet.unchanged(count) {
-                return Ok(Vec::new());
+                // Usually empty: no allocation then.
+                return Ok(self.last_foreign.clone());
             }
         }
         let mut list = running_processes(&self.device)?;
@@ -465,7 +469,8 @@ impl Probe for NvmlProbe {
             }
         }
         self.quiet
-            .full_read(listed, foreign.is_empty() && !may_hold_server);
+            .full_read(listed, !may_hold_server, foreign.is_empty());
+        self.last_foreign.clone_from(&foreign);
         Ok(foreign)
     }
 
@@ -541,39 +546,57 @@ fn duration_us(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// Full process-list reads at least this often (in ticks) even while the count is
-/// unchanged, as a backstop for the one change a count cannot see: one of our
-/// contexts leaving in the same tick as a newcomer arrives.
+/// Full process-list reads at least this often (in reads) even while the count is
+/// unchanged and only our own processes were listed, as a backstop for the one change
+/// a count cannot see: one of our contexts leaving in the same tick as a newcomer
+/// arrives.
 const FULL_READ_EVERY: u32 = 10;
 
-/// Whether the per-tick process query can be a bare count: when the last full read
-/// listed only our own processes, an unchanged count means nobody came (nobody left
-/// either, and ours stay while we hold a context). Pure bookkeeping, no NVML.
+/// The same backstop while others are listed (holders of a context), tighter: a
+/// holder leaving as a newcomer is listed, between two reads, is seen within this many
+/// reads (200 ms at the default 50 ms tick; a newcomer's first kernel came 85-120 ms
+/// after its listing, and its device-file open starts reads every few milliseconds,
+/// each a count that the newcomer changes unless a holder left in those milliseconds).
+const FULL_READ_BESIDE: u32 = 4;
+
+/// Whether a process query can be a bare count. The full list is two NVML calls, a
+/// count and a fill, which on an H100 cost three driver round trips to the GPU's
+/// firmware (`GET_PIDS` twice and `GET_PID_INFO`, 50-80 us of CPU each from a cold
+/// thread: docs/benchmarks.md, "Live services"); the count is one. An unchanged count
+/// means nobody came (or, rarely, one left as another came: hence the backstop), and
+/// the last full read's foreign processes still stand. Not while the list may hold an
+/// MPS server: its clients are listed apart and not counted. Pure bookkeeping, no NVML.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct QuietList {
-    /// The count of the last full read, when it held only our own processes.
-    only_own: Option<u32>,
+    /// The count of the last full read, when a count can stand in for it, and whether
+    /// that read held only our own processes.
+    listed: Option<(u32, bool)>,
     /// Count-only reads since the last full read.
     skipped: u32,
 }
 
 impl QuietList {
-    /// Whether a count may replace the full read this tick.
+    /// Whether a count may replace the full read this time.
     fn may_skip(&self) -> bool {
-        self.only_own.is_some() && self.skipped < FULL_READ_EVERY
+        match self.listed {
+            Some((_, true)) => self.skipped < FULL_READ_EVERY,
+            Some((_, false)) => self.skipped < FULL_READ_BESIDE,
+            None => false,
+        }
     }
 
-    /// After a count: true when it matches (skip the full read this tick).
+    /// After a count: true when it matches (skip the full read this time).
     fn unchanged(&mut self, count: u32) -> bool {
-        let same = self.only_own == Some(count);
+        let same = self.listed.is_some_and(|(listed, _)| listed == count);
         self.skipped += u32::from(same);
         same
     }
 
-    /// After a full read of `len` processes, of which none foreign when `only_own`.
-    fn full_read(&mut self, len: usize, only_own: bool) {
+    /// After a full read of `len` processes: `countable` when a count covers them all
+    /// (no MPS server listed), `only_own` when none was foreign.
+    fn full_read(&mut self, len: usize, countable: bool, only_own: bool) {
         self.skipped = 0;
-        self.only_own = only_own.then(|| u32::try_from(len).unwrap_or(u32::MAX));
+        self.listed = countable.then(|| (u32::try_from(len).unwrap_or(u32::MAX), only_own));
     }
 }
 
@@ -779,24 +802,35 @@ mod tests {
     }
 
     #[test]
-    fn a_bare_count_stands_in_for_the_list_only_while_just_we_are_listed() {
+    fn a_bare_count_stands_in_for_the_list_with_a_full_read_every_few() {
         let mut q = QuietList::default();
         assert!(!q.may_skip(), "nothing known yet");
-        q.full_read(1, true);
-        // Nine ticks on a count, then a full read again.
+        q.full_read(1, true, true);
+        // Only ours listed: ten reads on a count, then a full read again.
         for _ in 0..FULL_READ_EVERY {
             assert!(q.may_skip());
             assert!(q.unchanged(1));
         }
         assert!(!q.may_skip());
-        q.full_read(1, true);
+        q.full_read(1, true, true);
         assert!(q.may_skip());
-        // A newcomer changes the count: full read, which finds it; no skipping then.
+        // A newcomer changes the count: full read, which finds it.
         assert!(!q.unchanged(2));
-        q.full_read(2, false);
+        q.full_read(2, true, false);
+        // Beside it (a holder), counts too, with a full read every FULL_READ_BESIDE.
+        for _ in 0..FULL_READ_BESIDE {
+            assert!(q.may_skip());
+            assert!(q.unchanged(2));
+        }
+        assert!(!q.may_skip());
+        q.full_read(2, true, false);
+        // Another one: the count changes, a full read.
+        assert!(q.may_skip() && !q.unchanged(3));
+        // With an MPS server listed its clients are not counted: never a count.
+        q.full_read(2, false, false);
         assert!(!q.may_skip());
         // It left: back to counting.
-        q.full_read(1, true);
+        q.full_read(1, true, true);
         assert!(q.may_skip() && q.unchanged(1));
     }
 
