@@ -17,6 +17,9 @@
 #                                           # kernels of 50 ms, 200 us and 50 us
 #   bash scripts/device_session.sh ioctls   # the loop thread's driver calls by RM command,
 #                                           # idle and beside a dormant holder
+#   bash scripts/device_session.sh final    # newcomer yield; without MPS the MLP at 2/s and
+#                                           # GPT-2 (5 pairs); under MPS the MLP at 20/s and
+#                                           # GPT-2 (3 pairs)
 #   bash scripts/device_session.sh mps-graphs # the same, the defaults (graphs of 50 us
 #                                           # kernels) against load.mps_kernel_us = 0
 # Two GPUs' runs go side by side to fit the session's device time; each is interleaved
@@ -76,5 +79,10 @@ for part in "$@"; do
   ioctls)
     timeout 120 python3 scripts/ioctl_profile.py carry/gpufill --out "$out/ioctls" 2>&1 |
       tee "$out/ioctl-profile.txt" ;;
+  final)
+    timeout 330 $lb --out "$out/gpu0" --gpu 0 --parts yield,ab --yield-runs 1 --pairs 5 --phase 10 \
+      --ab "mlp@2/s,gpt2@5/s" 2>&1 | tee "$out/final-services.txt"
+    timeout 200 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
+      --ab "mlp@20/s,gpt2@5/s" 2>&1 | tee "$out/final-mps.txt" ;;
   esac
 done
