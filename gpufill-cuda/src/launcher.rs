@@ -64,7 +64,7 @@ pub struct LauncherSettings {
     /// slice, at a wake-up per kernel (`duty / length` a second: several percent of a
     /// core at 500 us).
     pub beside_kernel: Option<Duration>,
-    /// Bursts as kernels of this length replayed from CUDA graphs ([`crate::graphs`]):
+    /// Bursts as kernels of this length replayed from CUDA graphs (`graphs.rs`):
     /// for MPS, where a GPU-bound client's block can wait for the SM our kernel holds
     /// for as long as our kernel runs. `None` (the default): kernels of up to
     /// `max_kernel`, each launched. Needs `own_stream` (the legacy default stream cannot
@@ -615,7 +615,7 @@ impl LoadSource for CudaLoad {
     type Error = CudaError;
 
     /// Whether, since the last call, a burst of ours started a context switch late or
-    /// was cut short by a preemption ([`crate::others`]), or a kernel of the pacing
+    /// was cut short by a preemption (`others.rs`), or a kernel of the pacing
     /// thread showed the same or was held back past its length.
     fn others_seen(&mut self) -> bool {
         self.judge_pending();
@@ -626,7 +626,7 @@ impl LoadSource for CudaLoad {
         late + seen > 0
     }
 
-    /// Runs two tiny kernels and compares their starts ([`crate::others`]): whether
+    /// Runs two tiny kernels and compares their starts (`others.rs`): whether
     /// another context has run on the GPU since our previous kernel. Called while idle;
     /// a pacing thread is stopped first, and our queued work (at most a burst) waited
     /// for, up to 100 ms (longer: `Some(true)`, as someone is there).

@@ -97,6 +97,17 @@
 //! `set_load` or `launch_due`. The cost is CPU: a wake-up per kernel, `duty /
 //! beside_kernel` kernels a second.
 //!
+//! # Under MPS: the same on-time in short kernels, replayed from graphs
+//!
+//! Under MPS our kernels run beside other clients' kernels rather than taking turns,
+//! and a client's block that needs a whole SM cannot start on the SM where our warp
+//! runs: it waits for our kernel to end (docs/benchmarks.md, "Live services"). With
+//! [`LauncherSettings::graph_kernel`] (the runtime sets it where an MPS daemon runs) a
+//! burst is its on-time in kernels of that length (50 us), launched from CUDA graphs of
+//! 1, 2, 4 ... 256 kernels captured on our stream the first time a burst needs them
+//! (`graphs::KernelGraphs`): a 25 ms burst is 500 kernels in 6 graph launches. The graphs
+//! hold a little device memory (2 MiB on an H100).
+//!
 //! # Stopping and dropping
 //!
 //! [`CudaLoad::quiesce`] stops the pacing thread if one runs, then waits (polling the

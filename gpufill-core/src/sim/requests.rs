@@ -18,11 +18,11 @@ use crate::time::Time;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Requests {
     /// Back to back inside each of the job's `windows` (a burst of requests: a client
-    /// sends the next once the previous is answered), each [`ForeignJob::request`] long
+    /// sends the next once the previous is answered), each [`ForeignJob::request`](super::ForeignJob::request) long
     /// alone, the last of a burst what is left of it.
     InBursts,
     /// Isolated requests from `from` until the job leaves, the first at `from`, then
-    /// `per_s` a second on average, each [`ForeignJob::request`] long alone. The job runs
+    /// `per_s` a second on average, each [`ForeignJob::request`](super::ForeignJob::request) long alone. The job runs
     /// kernels only while it serves one.
     Rate {
         /// Requests a second.
