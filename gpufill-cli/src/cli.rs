@@ -188,9 +188,11 @@ pub struct SimulateArgs {
     /// requests: START-END:EVERY:BURST, a burst of ResNet-50 requests at batch 1 (5.59 ms
     /// each, the GPU busy 40 %) lasting BURST seconds every EVERY seconds, e.g.
     /// 2-60:6:0.17; or START-END:RATE/s:LENGTHms, isolated requests, RATE a second
-    /// (Poisson, at most 100) of LENGTH milliseconds each alone, e.g. 2-60:20/s:0.87ms.
+    /// (Poisson, at most 100) of LENGTH milliseconds each alone, e.g. 2-60:20/s:0.87ms;
+    /// with :gpu after it, requests whose kernels fill every SM in a few waves (large
+    /// matmuls), which under MPS pay for our long kernels, e.g. 2-60:5/s:2ms:gpu.
     /// The report gives its requests' latency against alone. Repeatable.
-    #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms", value_parser = parse_service)]
+    #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms[:gpu]", value_parser = parse_service)]
     pub service: Vec<ServiceSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
@@ -341,12 +343,15 @@ pub enum ServiceRequests {
         /// Seconds each burst lasts.
         burst_s: f64,
     },
-    /// `RATE/s:LENGTHms`: isolated requests, `per_s` a second, each `request_ms` alone.
+    /// `RATE/s:LENGTHms[:gpu]`: isolated requests, `per_s` a second, each `request_ms`
+    /// alone.
     Rate {
         /// Requests a second (Poisson).
         per_s: f64,
         /// Milliseconds each takes alone.
         request_ms: f64,
+        /// `:gpu`: their kernels fill every SM in a few waves (`ForeignJob::filling_every_sm`).
+        fills_every_sm: bool,
     },
 }
 
@@ -371,6 +376,10 @@ pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
     let window = parse_foreign(&load).map_err(|e| e.replace(&load, s))?;
     let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
     let requests = if let Some(rate) = first.trim().strip_suffix("/s") {
+        let (second, fills_every_sm) = match second.trim().strip_suffix(":gpu") {
+            Some(length) => (length, true),
+            None => (second, false),
+        };
         let length = second.trim().strip_suffix("ms").ok_or_else(bad)?;
         let (Some(per_s), Some(request_ms)) = (num(rate), num(length)) else {
             return Err(bad());
@@ -385,7 +394,11 @@ pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
                 "service {s:?}: LENGTH must be more than 0 and at most 1000 ms"
             ));
         }
-        ServiceRequests::Rate { per_s, request_ms }
+        ServiceRequests::Rate {
+            per_s,
+            request_ms,
+            fills_every_sm,
+        }
     } else {
         let (Some(every_s), Some(burst_s)) = (num(first), num(second)) else {
             return Err(bad());
@@ -425,7 +438,16 @@ mod tests {
             parse_service("2-60:20/s:0.87ms").unwrap().requests,
             ServiceRequests::Rate {
                 per_s: 20.0,
-                request_ms: 0.87
+                request_ms: 0.87,
+                fills_every_sm: false
+            }
+        );
+        assert_eq!(
+            parse_service("2-60:5/s:2ms:gpu").unwrap().requests,
+            ServiceRequests::Rate {
+                per_s: 5.0,
+                request_ms: 2.0,
+                fills_every_sm: true
             }
         );
         for bad in [
@@ -437,6 +459,8 @@ mod tests {
             "2-60:1:2",
             "2-60:x:1",
             "2-60:20/s:0.87",
+            "2-60:20/s:0.87ms:cpu",
+            "2-60:6:0.1:gpu",
             "2-60:20/s:0ms",
             "2-60:0/s:1ms",
             "2-60:101/s:1ms",

@@ -223,12 +223,23 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
             Duration::from_secs_f64(burst_s),
             SERVICE_LOAD,
         ),
-        ServiceRequests::Rate { per_s, request_ms } => ForeignJob::isolated_requests(
-            v.start_s,
-            v.end_s,
+        ServiceRequests::Rate {
             per_s,
-            Duration::from_secs_f64(request_ms / 1e3),
-        ),
+            request_ms,
+            fills_every_sm,
+        } => {
+            let job = ForeignJob::isolated_requests(
+                v.start_s,
+                v.end_s,
+                per_s,
+                Duration::from_secs_f64(request_ms / 1e3),
+            );
+            if fills_every_sm {
+                job.filling_every_sm()
+            } else {
+                job
+            }
+        }
     });
     let cfg = with_launch_settings(
         SimConfig {
@@ -571,9 +582,18 @@ fn write_service(
         ServiceRequests::Bursts { every_s, burst_s } => {
             format!("a {burst_s} s burst every {every_s} s")
         }
-        ServiceRequests::Rate { per_s, request_ms } => {
+        ServiceRequests::Rate {
+            per_s,
+            request_ms,
+            fills_every_sm,
+        } => {
             let noun = if per_s == 1.0 { "request" } else { "requests" };
-            format!("{per_s} {noun}/s of {request_ms} ms")
+            let gpu = if fills_every_sm {
+                ", filling every SM"
+            } else {
+                ""
+            };
+            format!("{per_s} {noun}/s of {request_ms} ms{gpu}")
         }
     };
     let r = job.requests.clone().unwrap_or_default();

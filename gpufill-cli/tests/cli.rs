@@ -398,6 +398,48 @@ fn simulate_reports_isolated_requests_slowed_under_mps_and_not_without() {
     assert!(under_mps > 0.0 && under_mps < 1.0, "{under_mps}");
 }
 
+/// `simulate --mps` with a service whose kernels fill every SM (`:gpu`): our 50 us
+/// kernels (`load.mps_kernel_us`, the default) cost it about a percent, one long kernel
+/// a burst (`mps_kernel_us = 0`) about ten, as the H100 measured.
+#[test]
+fn simulate_under_mps_honours_the_mps_kernel_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let slowed = |mps_kernel_us: u64| {
+        let config = dir.path().join(format!("{mps_kernel_us}.toml"));
+        std::fs::write(
+            &config,
+            format!("[load]\nmps_kernel_us = {mps_kernel_us}\n"),
+        )
+        .unwrap();
+        let out = gpufill()
+            .args([
+                "simulate",
+                "--mps",
+                "--duration",
+                "60",
+                "--service",
+                "0-60:5/s:2ms:gpu",
+            ])
+            .arg("--config")
+            .arg(&config)
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        assert!(
+            String::from_utf8_lossy(&out).contains("5 requests/s of 2 ms, filling every SM: "),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        requests_slowed_by(&out)
+    };
+    let short = slowed(50);
+    let long = slowed(0);
+    assert!(short < 1.5, "{short}");
+    assert!((7.0..=12.0).contains(&long), "{long}");
+}
+
 /// `simulate` lays our kernels out as `load.max_kernel_us` says: 100 us kernels lose
 /// 30 us each to launching, so the controller asks for a duty well above the target;
 /// one 25 ms kernel a burst (the period's length at most) barely loses any.

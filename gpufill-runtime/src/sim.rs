@@ -140,11 +140,14 @@ fn laid_out(config: &SimConfig, settings: &Settings, mps: bool) -> SimConfig {
 }
 
 /// `config` with our kernels laid out as `settings` say (`load.period_ms`,
-/// `load.max_kernel_us`, `load.beside_kernel_us`), from the CUDA launcher's own
-/// settings ([`Settings::launcher_settings`]).
+/// `load.max_kernel_us`, `load.beside_kernel_us`, and with `config.mps`
+/// `load.mps_kernel_us`), from the CUDA launcher's own settings
+/// ([`Settings::launcher_settings_under`]).
 pub fn with_launch_settings(config: SimConfig, settings: &Settings) -> SimConfig {
-    let launch = settings.launcher_settings();
-    config.with_launch(launch.period, launch.max_kernel, launch.beside_kernel)
+    let launch = settings.launcher_settings_under(config.mps);
+    config
+        .with_launch(launch.period, launch.max_kernel, launch.beside_kernel)
+        .with_mps_kernel(launch.graph_kernel)
 }
 
 /// How NVML would list a simulated GPU, for [`choose`].
@@ -221,6 +224,14 @@ mod tests {
             None
         );
         assert!(!opener.sim_config(&settings, false).mps);
+        // Under MPS, kernels of load.mps_kernel_us (50 us); none without MPS.
+        assert_eq!(
+            opener.sim_config(&settings, true).mps_kernel,
+            Some(Duration::from_micros(50))
+        );
+        assert_eq!(opener.sim_config(&settings, false).mps_kernel, None);
+        settings.load.mps_kernel_us = 0;
+        assert_eq!(opener.sim_config(&settings, true).mps_kernel, None);
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub struct ForeignJob {
     /// With `SimConfig::mps`: a process that is not a client of the MPS server (started
     /// without its pipe directory), which time-slices with us as without MPS.
     pub outside_mps: bool,
+    /// Under MPS, besides `SimConfig::mps_interference`: what one unit of our duty costs
+    /// it when its kernels fill every SM in a few waves and ours outlasts a wave (a block
+    /// of its that needs a whole SM waits for the one ours holds: an extra wave). 0 for
+    /// a job whose blocks fit beside ours; [`ForeignJob::FEW_WAVE_MPS_LOSS`] with
+    /// [`ForeignJob::filling_every_sm`]. Scaled by `SimConfig::mps_wave_factor`.
+    pub mps_wave_loss: f64,
     /// The requests it serves, for the cost of our kernels request by request
     /// ([`Requests`], [`ForeignReport::requests`]); `None` for a job whose cost
     /// is its lost progress alone (training, a notebook's cells).
@@ -126,6 +132,11 @@ impl ForeignJob {
     /// beside it: 20 x 0.9 ms busy throughout would read 2 %.
     pub const ISOLATED_REQUEST_LOAD: f64 = 0.25;
 
+    /// [`ForeignJob::mps_wave_loss`] of requests of ten bf16 4096^2 matmuls on an H100
+    /// beside our 25 ms kernels under MPS: 8-12 % on the mean at duty 0.5
+    /// (docs/benchmarks.md, "Graphs of short kernels under MPS").
+    pub const FEW_WAVE_MPS_LOSS: f64 = 0.2;
+
     /// A compute-bound job (the measured 8192^3 matmul loop) that wants `load` of the
     /// time from `start` to `end` seconds; PID 1000 + the start in ms.
     pub fn compute_bound(start_s: f64, end_s: f64, load: f64) -> Self {
@@ -145,6 +156,7 @@ impl ForeignJob {
             windows: Vec::new(),
             memory_bytes: 612 * MIB,
             outside_mps: false,
+            mps_wave_loss: 0.0,
             requests: None,
         }
     }
@@ -205,6 +217,16 @@ impl ForeignJob {
             // Nothing but its requests.
             work: Some((job.leaves_at, job.leaves_at)),
             ..job
+        }
+    }
+
+    /// The same job with kernels that fill every SM in a few waves (large GEMMs): under
+    /// MPS it loses [`ForeignJob::FEW_WAVE_MPS_LOSS`] per unit of our duty beside our
+    /// long kernels, little beside short ones ([`ForeignJob::mps_wave_loss`]).
+    pub fn filling_every_sm(self) -> Self {
+        ForeignJob {
+            mps_wave_loss: Self::FEW_WAVE_MPS_LOSS,
+            ..self
         }
     }
 

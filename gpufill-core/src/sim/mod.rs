@@ -37,7 +37,8 @@
 //!   the rest of a time slice ([`SimConfig::time_slice`], 2 ms), plus a context switch
 //!   ([`SimConfig::context_switch`], 130 us); one that arrives when our context ran last
 //!   pays a switch; otherwise nothing. Under MPS it pays `mps_interference x own_duty`
-//!   of its length. Calibrated on the H100 (the `context_switch` docs say how well).
+//!   of its length (more for a job that fills every SM: **MPS** below). Calibrated on
+//!   the H100 (the `context_switch` docs say how well).
 //! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
 //!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
 //!   newcomer well before its context is ready), wants the GPU a share `load` of the
@@ -63,7 +64,12 @@
 //!   service's 170 ms bursts there, the H200 showed steady work within 580 ms).
 //! - **MPS**: kernels run together; utilization is the union of the two, and the
 //!   foreign job loses `mps_interference x own_duty` (0.015, matching the measured loss
-//!   at full duty). A steady load is modelled: gpufill's measured costs beside real
+//!   at full duty), plus, for a job whose kernels fill every SM in a few waves
+//!   ([`ForeignJob::filling_every_sm`]), its `mps_wave_loss` (0.2) as far as our
+//!   kernels outlast a wave ([`SimConfig::mps_wave_factor`]: nothing for our kernels of
+//!   40 us or less, all from 500 us; `SimConfig::mps_kernel` is `load.mps_kernel_us`,
+//!   50 us). Calibrated on the H100's matmul service (docs/benchmarks.md, "Graphs of
+//!   short kernels under MPS"); the model is pessimistic by about half a percent there. A steady load is modelled: gpufill's measured costs beside real
 //!   training under MPS (ResNet-50 -3.2 %, GPT-2 -0.8 %; the sparse service's bursts
 //!   +8 % at p50: docs/benchmarks.md, "Under MPS") come from filling the dips of a
 //!   job whose utilization wavers, which the model does not have.
