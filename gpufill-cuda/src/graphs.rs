@@ -4,11 +4,10 @@
 //! Under MPS our kernels run beside other clients' kernels. A GPU-bound client whose
 //! grid fills every SM in one wave cannot place a block on the SM where our one warp
 //! runs (its block needs the SM's whole register file or shared memory), so that block
-//! waits for our kernel to end: on an H100 a service of 4096² bf16 matmuls paid 8 % on
-//! the mean beside our 25 ms kernels, 3.5 % beside 200 us ones and nothing measurable
-//! beside 50 us ones (docs/benchmarks.md, "Live services"). Launching a 25 ms burst as
-//! 500 kernels of 50 us one by one would cost a launch each (about 10 000 a second, some
-//! percent of a core); replaying graphs costs one launch per graph.
+//! waits for our kernel to end: on an H100 what a service of large bf16 matmuls paid
+//! grew with our kernels' length and was lost in the noise at 50 us (docs/benchmarks.md,
+//! "Live services"). Launching a 25 ms burst as 500 kernels of 50 us one by one would
+//! cost a launch each (10 000 a second); replaying graphs costs one launch per graph.
 //!
 //! [`KernelGraphs`] keeps graphs of 1, 2, 4, ... [`LARGEST`] kernels of one length, each
 //! captured from our stream the first time a burst needs it; a burst of `n` kernels

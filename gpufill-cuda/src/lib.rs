@@ -13,7 +13,7 @@
 //! nanoseconds passed as its only argument. A wall-clock wait keeps its length whatever
 //! the SM clock does. It touches no memory and has no stack frame, so we allocate
 //! nothing on the device: the duration is the kernel argument. (Under MPS the driver
-//! holds about 2 MiB for the graphs our bursts are replayed from: below.)
+//! holds a little device memory for the graphs our bursts are replayed from: below.)
 //!
 //! # The context, and its memory
 //!
@@ -107,7 +107,7 @@
 //! burst is its on-time in kernels of that length (50 us), launched from CUDA graphs of
 //! 1, 2, 4 ... 256 kernels captured on our stream the first time a burst needs them
 //! (`graphs::KernelGraphs`): a 25 ms burst is 500 kernels in 6 graph launches. The graphs
-//! hold a little device memory (2 MiB on an H100).
+//! hold a little device memory (measured: docs/benchmarks.md, "Live services").
 //!
 //! # Stopping and dropping
 //!

@@ -69,10 +69,11 @@
 //!   kernels outlast a wave ([`SimConfig::mps_wave_factor`]: nothing for our kernels of
 //!   40 us or less, all from 500 us; `SimConfig::mps_kernel` is `load.mps_kernel_us`,
 //!   50 us). Calibrated on the H100's matmul service (docs/benchmarks.md, "Graphs of
-//!   short kernels under MPS"); the model is pessimistic by about half a percent there. A steady load is modelled: gpufill's measured costs beside real
-//!   training under MPS (ResNet-50 -3.2 %, GPT-2 -0.8 %; the sparse service's bursts
-//!   +8 % at p50: docs/benchmarks.md, "Under MPS") come from filling the dips of a
-//!   job whose utilization wavers, which the model does not have.
+//!   short kernels under MPS"); the model is pessimistic by under a point there. A
+//!   steady load is modelled: gpufill's measured costs beside real training under MPS
+//!   (ResNet-50 -3.2 %, GPT-2 -0.8 %; the sparse service's bursts +8 % at p50:
+//!   docs/benchmarks.md, "Under MPS") come from filling the dips of a job whose
+//!   utilization wavers, which the model does not have.
 //! - **Faults**: probe calls fail transiently inside configured intervals; after
 //!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
 //!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
