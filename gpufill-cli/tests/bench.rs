@@ -114,6 +114,35 @@ fn bench_without_the_yield_test_says_it_was_skipped() {
 }
 
 #[test]
+fn bench_on_the_simulated_gpu_warns_that_gpu_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = gpufill()
+            .args([
+                "bench",
+                "--sim",
+                "--no-yield",
+                "--targets",
+                "40",
+                "--seconds",
+                "1",
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(dir.path())
+            .assert()
+            .success();
+        String::from_utf8_lossy(&out.get_output().stderr).into_owned()
+    };
+    let warned = run(&["--gpu", "3"]);
+    assert!(
+        warned.contains("--gpu 3 is not used with --sim"),
+        "{warned}"
+    );
+    assert!(!run(&[]).contains("--gpu"), "no warning without --gpu");
+}
+
+#[test]
 fn bench_rejects_bad_flags_with_exit_2() {
     for (flags, message) in [
         (&["--targets", "0"][..], "above 0 and at most 100"),

@@ -170,16 +170,14 @@ mod tests {
         report
     }
 
+    /// Ignored unless asked for, since it needs ptxas (a test that found none and
+    /// returned would be reported as passed); `.ci/run` runs it with `--ignored`, and
+    /// there a missing ptxas fails it.
     #[test]
+    #[ignore = "needs ptxas: pip install nvidia-cuda-nvcc-cu12 (or set PTXAS), then --ignored"]
     fn ptxas_assembles_the_kernels_with_no_stack_and_no_local_memory() {
-        let Some(ptxas) = find_ptxas() else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "ptxas not found: pip install nvidia-cuda-nvcc-cu12 (or set PTXAS)"
-            );
-            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc-cu12, or set PTXAS)");
-            return;
-        };
+        let ptxas = find_ptxas()
+            .expect("ptxas not found: pip install nvidia-cuda-nvcc-cu12 (or set PTXAS)");
         for arch in ["sm_70", "sm_90"] {
             let report = assemble(&ptxas, arch);
             for name in [SPIN, SPIN_SLEEP] {

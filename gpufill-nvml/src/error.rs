@@ -11,9 +11,12 @@ use nvml_wrapper::error::NvmlError;
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// `libnvidia-ml.so.1` could not be opened: no NVIDIA driver is installed (or it
-    /// is not on the loader's path).
-    #[error("libnvidia-ml.so.1 not found: install the NVIDIA driver")]
-    LibraryMissing(#[source] NvmlError),
+    /// is not on the loader's path). The message states the cause once: the loader's
+    /// own words only where they say more than "not found" (a broken library), and no
+    /// `source`, whose chain would repeat them (nvml-wrapper's error and libloading's
+    /// each print the same text).
+    #[error("{}", library_missing(.0))]
+    LibraryMissing(String),
     /// The library is there but the kernel driver is not loaded.
     #[error("NVIDIA driver is not loaded")]
     DriverNotLoaded,
@@ -55,9 +58,8 @@ impl ProbeError {
     /// Turns an error of `nvml_wrapper::Nvml::init` into the message a user needs.
     pub fn from_init(error: NvmlError) -> Self {
         match error {
-            NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => {
-                ProbeError::LibraryMissing(error)
-            }
+            NvmlError::LibloadingError(e) => ProbeError::LibraryMissing(e.to_string()),
+            NvmlError::LibraryNotFound => ProbeError::LibraryMissing(String::new()),
             NvmlError::DriverNotLoaded => ProbeError::DriverNotLoaded,
             error => ProbeError::nvml("nvmlInit", error),
         }
@@ -66,7 +68,7 @@ impl ProbeError {
     /// The NVML error underneath, if there is one.
     pub fn nvml_error(&self) -> Option<&NvmlError> {
         match self {
-            ProbeError::LibraryMissing(error) | ProbeError::Nvml { error, .. } => Some(error),
+            ProbeError::Nvml { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -82,6 +84,17 @@ impl DeviceError for ProbeError {
             | ProbeError::GpmUnsupported { .. } => ErrorKind::Unsupported,
             ProbeError::Nvml { error, .. } => classify(error),
         }
+    }
+}
+
+/// The message of [`ProbeError::LibraryMissing`] for what the loader said.
+fn library_missing(loader: &str) -> String {
+    if loader.is_empty() || loader.contains("No such file") {
+        "libnvidia-ml.so.1 not found: install the NVIDIA driver".to_owned()
+    } else {
+        format!(
+            "libnvidia-ml.so.1 cannot be loaded: {loader} (install or repair the NVIDIA driver)"
+        )
     }
 }
 
@@ -161,8 +174,13 @@ mod tests {
             error.to_string(),
             "libnvidia-ml.so.1 not found: install the NVIDIA driver"
         );
-        // The loader's own words stay reachable for `{:#}` and logs.
-        assert!(std::error::Error::source(&error).is_some());
+        // Said once: no source whose chain would repeat the loader's words.
+        assert!(std::error::Error::source(&error).is_none());
+        let broken = ProbeError::LibraryMissing("libnvidia-ml.so.1: wrong ELF class".into());
+        assert_eq!(
+            broken.to_string(),
+            "libnvidia-ml.so.1 cannot be loaded: libnvidia-ml.so.1: wrong ELF class (install or repair the NVIDIA driver)"
+        );
     }
 
     #[test]

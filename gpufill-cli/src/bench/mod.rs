@@ -168,6 +168,9 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let targets = check_args(args)?;
     let config = bench_config(args)?;
     let mut rig: Box<dyn Rig> = if args.sim {
+        if let Some(gpu) = &args.gpu {
+            tracing::warn!("--gpu {gpu} is not used with --sim: the simulated GPU is measured");
+        }
         Box::new(sim::SimRig::new(&config))
     } else {
         Box::new(real::RealRig::open(args, &config)?)

@@ -1,5 +1,5 @@
 //! [`Overrides`]: the values the command line gives, laid over the file. The table in
-//! [`overrides!`] is the one place that says which flag sets which key: it defines the
+//! `overrides!` (this file's macro) is the one place that says which flag sets which key: it defines the
 //! struct, [`Overrides::apply`] and [`Overrides::flag_for_key`].
 
 use gpufill_runtime::{ControllerKind, GpuSelector, Metric, SpinKernel};
