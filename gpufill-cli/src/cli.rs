@@ -1,5 +1,6 @@
-//! Command-line flags (clap derive). Flags override the config file, which overrides
-//! the built-in defaults.
+//! Command-line flags (clap derive). Flags override the environment (`GPUFILL_*`, one
+//! variable per flag, listed in `--help`, as dcgm-exporter maps its flags), which
+//! overrides the config file, which overrides the built-in defaults.
 
 use std::path::PathBuf;
 
@@ -22,9 +23,23 @@ pub struct Cli {
     /// Less log output (-q: warnings only, -qq: errors only).
     #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
     pub quiet: u8,
+    /// Log lines as text, or as JSON objects (one a line, for a log collector).
+    #[arg(long, value_name = "FORMAT", value_enum, global = true, default_value_t = LogFormat::Text, env = "GPUFILL_LOG_FORMAT")]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and
+    /// `span`/`spans` (the GPU's `gpu` index).
+    Json,
 }
 
 /// The subcommands.
@@ -36,8 +51,9 @@ pub enum Command {
     /// Run the real control loop against a simulated GPU, in virtual time.
     #[command(allow_negative_numbers = true)]
     Simulate(SimulateArgs),
-    /// Show each GPU: name, UUID, utilization, memory and compute processes.
-    Status,
+    /// Show each GPU: name, UUID, utilization, memory and compute processes, and
+    /// whether MPS runs (its clients share SMs; other processes time-slice).
+    Status(StatusArgs),
     /// Work with config files.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -47,6 +63,9 @@ pub enum Command {
     /// Write the man pages or a shell's completions, generated from these flags.
     #[command(subcommand)]
     Generate(GenerateCommand),
+    /// Probe a running gpufill's /healthz (a container's HEALTHCHECK): exit 0 when it
+    /// answers 200, 1 otherwise.
+    Healthcheck(HealthcheckArgs),
     /// The foreign CUDA process of `bench`'s yield test (internal).
     #[command(hide = true)]
     BenchForeign {
@@ -57,6 +76,31 @@ pub enum Command {
         #[arg(long)]
         seconds: f64,
     },
+}
+
+/// `gpufill status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `gpufill healthcheck`.
+#[derive(Debug, Args)]
+pub struct HealthcheckArgs {
+    /// The metrics address of the gpufill to probe, as given to `run --metrics`; an
+    /// unspecified address (0.0.0.0, [::]) is probed on loopback.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9401",
+        env = "GPUFILL_METRICS"
+    )]
+    pub metrics: String,
+    /// Seconds to wait for the answer.
+    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    pub timeout: f64,
 }
 
 /// `gpufill config ...`
@@ -89,40 +133,41 @@ pub enum GenerateCommand {
 /// Flags shared by `run` and `simulate`: each overrides the config key of the same meaning.
 #[derive(Debug, Args, Default)]
 pub struct LoopFlags {
-    /// TOML config file (see gpufill.example.toml).
-    #[arg(long, value_name = "FILE")]
+    /// TOML config file (see gpufill.example.toml); without it `run` reads
+    /// /etc/gpufill/gpufill.toml where that exists.
+    #[arg(long, value_name = "FILE", env = "GPUFILL_CONFIG")]
     pub config: Option<PathBuf>,
     /// Utilization to hold, percent 0-100 [config: target_percent].
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", env = "GPUFILL_TARGET")]
     pub target: Option<f64>,
     /// Controller: pi (gpufill's PI controller, the default) or window (the original
     /// tool's 10 s rule, for comparison) [config: controller].
-    #[arg(long, value_parser = named::<ControllerKind>(ControllerKind::ALL.iter().map(|k| k.as_str())))]
+    #[arg(long, env = "GPUFILL_CONTROLLER", value_parser = named::<ControllerKind>(ControllerKind::ALL.iter().map(|k| k.as_str())))]
     pub controller: Option<ControllerKind>,
     /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
-    #[arg(long, value_parser = named::<Metric>(Metric::ALL.iter().map(|m| m.as_str())))]
+    #[arg(long, env = "GPUFILL_METRIC", value_parser = named::<Metric>(Metric::ALL.iter().map(|m| m.as_str())))]
     pub metric: Option<Metric>,
     /// The spin kernel [config: load.kernel].
-    #[arg(long, value_parser = named::<SpinKernel>(SpinKernel::ALL.iter().map(|k| k.name())))]
+    #[arg(long, env = "GPUFILL_KERNEL", value_parser = named::<SpinKernel>(SpinKernel::ALL.iter().map(|k| k.name())))]
     pub kernel: Option<SpinKernel>,
     /// Blocks (one warp each) per kernel [config: load.width_blocks].
-    #[arg(long, value_name = "BLOCKS")]
+    #[arg(long, value_name = "BLOCKS", env = "GPUFILL_WIDTH")]
     pub width: Option<u32>,
     /// Upper bound of our own time share, percent [config: load.max_duty_percent].
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", env = "GPUFILL_MAX_DUTY")]
     pub max_duty: Option<f64>,
     /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", env = "GPUFILL_GRACE")]
     pub grace: Option<f64>,
     /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", env = "GPUFILL_TICK_MS")]
     pub tick_ms: Option<u64>,
     /// Launch period in milliseconds, a multiple of the tick [config: load.period_ms].
-    #[arg(long, value_name = "MS")]
+    #[arg(long, value_name = "MS", env = "GPUFILL_PERIOD_MS")]
     pub period_ms: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
     /// picks a free port (logged) [config: metrics.listen].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "GPUFILL_METRICS")]
     pub metrics: Option<String>,
 }
 
@@ -160,7 +205,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub flags: LoopFlags,
     /// GPUs: "all", or a comma-separated list of NVML indices and UUIDs [config: gpus].
-    #[arg(long, value_name = "LIST", value_parser = parse_gpus)]
+    #[arg(long, value_name = "LIST", value_parser = parse_gpus, env = "GPUFILL_GPUS")]
     pub gpus: Option<GpuSelector>,
     /// Stop after this many seconds (for benchmarks and tests).
     #[arg(long, value_name = "SECS")]

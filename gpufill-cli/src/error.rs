@@ -29,7 +29,18 @@ pub fn flag_error_text(err: &clap::Error) -> Option<String> {
     // Plain text (`Display` of clap's styled string drops the colours).
     let rendered = err.render().to_string();
     let message = rendered.strip_prefix("error: ").unwrap_or(&rendered);
-    Some(message.trim_end().to_owned())
+    // A value from a `GPUFILL_*` variable: clap names only the flag, so say which.
+    let flag = err
+        .get(clap::error::ContextKind::InvalidArg)
+        .map(|arg| arg.to_string())
+        .and_then(|arg| arg.split_whitespace().next().map(str::to_owned))
+        .filter(|flag| flag.starts_with("--"));
+    match flag.map(|flag| crate::value_source(&flag)) {
+        Some(source) if source.starts_with("GPUFILL_") => {
+            Some(format!("{source}: {}", message.trim_end()))
+        }
+        _ => Some(message.trim_end().to_owned()),
+    }
 }
 
 #[cfg(test)]

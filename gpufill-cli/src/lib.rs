@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod generate;
+pub mod healthcheck;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
@@ -23,11 +24,52 @@ pub mod version;
 use std::io::Write;
 
 use anyhow::Context;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cli::{Command, ConfigCommand, LoopFlags};
 use config::{Config, Overrides};
 pub use error::UsageError;
+
+/// The config file `run` and `config check` read when no `--config` (nor
+/// `GPUFILL_CONFIG`) names one, where it exists: the one the .deb installs.
+pub const DEFAULT_CONFIG: &str = "/etc/gpufill/gpufill.toml";
+
+/// The file to read: `named`, else `default` where it exists, else none (the built-in
+/// defaults).
+pub fn config_file(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
+    match named {
+        Some(path) => Some(path.to_path_buf()),
+        None => default.exists().then(|| default.to_path_buf()),
+    }
+}
+
+/// Where a flag's value came from, for messages: the flag when the command line has
+/// it, else its `GPUFILL_*` variable when that is set (clap's `env`), else the flag.
+pub fn value_source(flag: &str) -> String {
+    let on_command_line = std::env::args_os().skip(1).any(|arg| {
+        arg.to_str().is_some_and(|a| {
+            a == flag
+                || a.strip_prefix(flag)
+                    .is_some_and(|rest| rest.starts_with('='))
+        })
+    });
+    let variable = env_var_of(flag);
+    if !on_command_line && std::env::var_os(&variable).is_some() {
+        variable
+    } else {
+        flag.to_owned()
+    }
+}
+
+/// The environment variable of a long flag: `--max-duty` is `GPUFILL_MAX_DUTY`.
+pub fn env_var_of(flag: &str) -> String {
+    format!(
+        "GPUFILL_{}",
+        flag.trim_start_matches('-')
+            .replace('-', "_")
+            .to_uppercase()
+    )
+}
 
 /// Loads the config file named by the flags (or the defaults), applies the flags, and validates.
 ///
@@ -47,7 +89,7 @@ pub fn resolve_config(flags: &LoopFlags) -> Result<Config, UsageError> {
             let flag = e
                 .key()
                 .and_then(Overrides::flag_for_key)
-                .unwrap_or("a flag");
+                .map_or_else(|| "a flag".to_owned(), value_source);
             UsageError(anyhow::Error::new(e).context(format!("invalid {flag}")))
         })?;
     Ok(config)
@@ -93,9 +135,13 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             simulate::run(&args, &config, &mut std::io::stdout().lock())
         }
         Command::Config(ConfigCommand::Check { file }) => {
+            let file = config_file(file.as_deref(), Path::new(DEFAULT_CONFIG));
             check_config(file.as_deref(), &mut std::io::stdout().lock())
         }
-        Command::Run(args) => {
+        Command::Run(mut args) => {
+            // Read by the reloader too: SIGHUP re-reads the default file as well.
+            args.flags.config =
+                config_file(args.flags.config.as_deref(), Path::new(DEFAULT_CONFIG));
             let mut config = resolve_config(&args.flags)?;
             if let Some(gpus) = &args.gpus {
                 config.gpus = gpus.clone();
@@ -111,9 +157,34 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             }
             run::run(&args, &config)
         }
-        Command::Status => status::run(&mut std::io::stdout().lock()),
+        Command::Status(args) => status::run(&args, &mut std::io::stdout().lock()),
         Command::Bench(args) => bench::run(&args, &mut std::io::stdout().lock()),
         Command::BenchForeign { ordinal, seconds } => bench::foreign::run(ordinal, seconds),
         Command::Generate(what) => generate::run(&what, &mut std::io::stdout().lock()),
+        Command::Healthcheck(args) => healthcheck::run(&args, &mut std::io::stdout().lock()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_config_file_is_read_only_where_it_exists_and_nothing_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let default = dir.path().join("gpufill.toml");
+        let named = dir.path().join("mine.toml");
+        assert_eq!(config_file(None, &default), None);
+        std::fs::write(&default, "target_percent = 40\n").unwrap();
+        assert_eq!(config_file(None, &default), Some(default.clone()));
+        assert_eq!(config_file(Some(&named), &default), Some(named));
+    }
+
+    #[test]
+    fn a_flag_names_its_environment_variable() {
+        assert_eq!(env_var_of("--max-duty"), "GPUFILL_MAX_DUTY");
+        assert_eq!(env_var_of("--tick-ms"), "GPUFILL_TICK_MS");
+        // Neither on this test binary's command line nor in its environment.
+        assert_eq!(value_source("--no-such-flag"), "--no-such-flag");
     }
 }

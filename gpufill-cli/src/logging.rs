@@ -11,10 +11,19 @@
 use std::io::{self, IsTerminal, Write};
 
 use tracing_subscriber::EnvFilter;
+
+pub use crate::cli::LogFormat;
 use tracing_subscriber::fmt::MakeWriter;
 
-/// Installs the subscriber; `verbose` and `quiet` count the `-v` and `-q` flags.
+/// Installs the text subscriber; `verbose` and `quiet` count the `-v` and `-q` flags.
 pub fn init(verbose: u8, quiet: u8) {
+    init_as(verbose, quiet, LogFormat::Text);
+}
+
+/// Installs the subscriber writing `format` (`--log-format`): text, or one JSON object
+/// a line with `timestamp`, `level`, `fields` (the message and the event's fields) and
+/// the GPU's span (`span`: `{"gpu": 0, "name": "gpu"}`), never coloured.
+pub fn init_as(verbose: u8, quiet: u8, format: LogFormat) {
     let level = match (verbose, quiet) {
         (0, 0) => "info",
         (1, _) => "debug",
@@ -23,17 +32,26 @@ pub fn init(verbose: u8, quiet: u8) {
         _ => "error",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    // A second init (tests) is harmless: keep the first subscriber.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Stderr)
         .log_internal_errors(false)
-        .with_target(false)
-        .with_ansi(colours(
-            std::io::stderr().is_terminal(),
-            std::env::var_os("NO_COLOR").as_deref(),
-        ))
-        .try_init();
+        .with_target(false);
+    // A second init (tests) is harmless: keep the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(colours(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 /// Writes a message line to stderr, as the binary's last word (`gpufill: ...`): dropped

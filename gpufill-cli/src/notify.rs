@@ -55,6 +55,22 @@ impl Notifier {
         self.send("STOPPING=1");
     }
 
+    /// Says the service is restarting in place (the same PID, a new program image: the
+    /// MPS daemon started or stopped); its `READY=1` ends that.
+    pub fn reloading(&mut self) {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec, which `now` is, and reads nothing.
+        let usec = if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } == 0 {
+            now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
+        } else {
+            0
+        };
+        self.send(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"));
+    }
+
     /// Call often (every loop of the main thread) with whether every worker has ticked
     /// lately: the first time it is, says the service is up ([`Notifier::ready`]);
     /// from then on pings the watchdog at half its interval, but only while `healthy`,
@@ -139,6 +155,19 @@ mod tests {
         std::thread::sleep(Duration::from_millis(60));
         n.keep_alive(true);
         assert_eq!(received(&socket), ["WATCHDOG=1"]);
+    }
+
+    #[test]
+    fn a_restart_in_place_says_reloading_with_the_monotonic_time() {
+        let (_dir, socket, path) = listener();
+        let mut n = Notifier::new(Some(&path), None);
+        n.reloading();
+        let got = received(&socket);
+        let usec: u64 = got[0]
+            .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+            .and_then(|us| us.parse().ok())
+            .unwrap_or_else(|| panic!("{got:?}"));
+        assert!(usec > 0);
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl Reloader {
         current: Config,
     ) -> anyhow::Result<Self> {
         let hangup = catch_hangups()?;
+        crate::metrics::RELOADS.succeeded(SystemTime::now());
         Ok(Reloader {
             path,
             flags,
@@ -225,6 +226,7 @@ impl Reloader {
             Ok(new) => new,
             Err(e) => {
                 error!("reload refused, old settings kept: {e}");
+                crate::metrics::RELOADS.refused();
                 return None;
             }
         };
@@ -241,6 +243,7 @@ impl Reloader {
             "config reloaded"
         );
         self.previous = Some(std::mem::replace(&mut self.current, new.clone()));
+        crate::metrics::RELOADS.succeeded(SystemTime::now());
         Some(Arc::new(new))
     }
 

@@ -1,30 +1,118 @@
-//! `gpufill status`: each GPU with its utilization, memory and compute processes.
+//! `gpufill status`: each GPU with its utilization, memory and compute processes, and
+//! whether an MPS control daemon runs: its clients (marked) share the SMs, the other
+//! processes time-slice with them. `--json` prints the same as one JSON object.
 //!
 //! It reads NVML only, never CUDA: it works where the driver's libcuda is missing,
 //! such as a container given only the `utility` driver capability.
 
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::Context;
-use gpufill_nvml::{GpuInfo, Nvml};
+use gpufill_nvml::{GpuInfo, Nvml, ProcessEntry};
 use gpufill_runtime::PidView;
+use gpufill_runtime::mps::Daemon;
+use serde_json::{Value, json};
+
+use crate::cli::StatusArgs;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// Prints every GPU NVML sees; gpufill's own processes are marked.
+/// Prints every GPU NVML sees; gpufill's own processes and MPS clients are marked.
 ///
 /// # Errors
 /// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing.
-pub fn run(out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let nvml = Nvml::init().context("cannot start NVML")?;
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
+    let view = gpufill_runtime::pid_view();
+    let pipe = gpufill_runtime::mps::pipe_directory();
+    let daemon = gpufill_runtime::mps::daemon();
+    if args.json {
+        let text = serde_json::to_string_pretty(&to_json(&driver, view, &pipe, &daemon, &gpus))?;
+        writeln!(out, "{text}")?;
+        return Ok(());
+    }
     writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
-    writeln!(out, "{}", view_line(gpufill_runtime::pid_view()))?;
+    writeln!(out, "{}", view_line(view))?;
+    writeln!(out, "{}", mps_line(&pipe, &daemon))?;
     for gpu in &gpus {
         write_gpu(out, gpu)?;
     }
     Ok(())
+}
+
+/// What the MPS state means for the process lists below.
+fn mps_line(pipe: &Path, daemon: &Daemon) -> String {
+    let pipe = printable(&pipe.display().to_string());
+    match daemon {
+        Daemon::Running => format!(
+            "MPS: a control daemon runs ({pipe}): its clients (marked) share the SMs; the other \
+             processes time-slice with them"
+        ),
+        Daemon::Absent => format!("MPS: no control daemon ({pipe}): processes time-slice"),
+        Daemon::Untrusted(why) => format!(
+            "MPS: not trusted as a control daemon ({}): processes time-slice",
+            printable(why)
+        ),
+    }
+}
+
+/// The whole status as one JSON value.
+fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[GpuInfo]) -> Value {
+    let (state, reason) = match daemon {
+        Daemon::Running => ("running", None),
+        Daemon::Absent => ("absent", None),
+        Daemon::Untrusted(why) => ("untrusted", Some(why.as_str())),
+    };
+    let gpus: Vec<Value> = gpus
+        .iter()
+        .map(|gpu| {
+            let processes: Vec<Value> = gpu
+                .processes
+                .iter()
+                .map(|p| {
+                    json!({
+                        "pid": p.pid,
+                        "name": p.name,
+                        "used_memory_bytes": p.used_memory_bytes,
+                        "mps_client": p.mps_client,
+                        "gpufill": is_gpufill(p),
+                    })
+                })
+                .collect();
+            json!({
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "name": gpu.name,
+                "mig_enabled": gpu.mig_enabled,
+                "utilization_percent": gpu.utilization_percent,
+                "memory_used_bytes": gpu.memory_used_bytes,
+                "memory_total_bytes": gpu.memory_total_bytes,
+                "power_watts": gpu.power_watts,
+                "processes": processes,
+            })
+        })
+        .collect();
+    json!({
+        "driver": driver,
+        "pid_view": view.as_str(),
+        "mps": {
+            "daemon": state,
+            "pipe_directory": pipe.display().to_string(),
+            "reason": reason,
+        },
+        "gpus": gpus,
+    })
+}
+
+/// Whether a listed process is a gpufill (by its name).
+fn is_gpufill(p: &ProcessEntry) -> bool {
+    p.name
+        .as_deref()
+        .and_then(|n| n.rsplit('/').next())
+        .is_some_and(|n| n.starts_with("gpufill"))
 }
 
 fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
@@ -50,18 +138,11 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
     }
     for p in &gpu.processes {
         let name = printable(p.name.as_deref().unwrap_or("?"));
-        let ours = if name
-            .rsplit('/')
-            .next()
-            .is_some_and(|n| n.starts_with("gpufill"))
-        {
-            "  (gpufill)"
-        } else {
-            ""
-        };
+        let ours = if is_gpufill(p) { "  (gpufill)" } else { "" };
+        let client = if p.mps_client { "  (MPS client)" } else { "" };
         writeln!(
             out,
-            "  pid {:>8}  {:>8} MiB  {name}{ours}",
+            "  pid {:>8}  {:>8} MiB  {name}{ours}{client}",
             p.pid,
             opt(p
                 .used_memory_bytes
@@ -101,7 +182,82 @@ fn printable(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufill_nvml::ProcessEntry;
+
+    fn gpu_with(processes: Vec<ProcessEntry>) -> GpuInfo {
+        GpuInfo {
+            index: 0,
+            uuid: "GPU-1".into(),
+            name: "NVIDIA H100".into(),
+            memory_used_bytes: 300 << 20,
+            memory_total_bytes: 80 << 30,
+            utilization_percent: Some(50),
+            power_watts: Some(120.0),
+            mig_enabled: false,
+            processes,
+        }
+    }
+
+    fn process(pid: u32, name: &str, mps_client: bool) -> ProcessEntry {
+        ProcessEntry {
+            pid,
+            used_memory_bytes: Some(254 << 20),
+            name: Some(name.into()),
+            mps_client,
+        }
+    }
+
+    #[test]
+    fn mps_clients_are_marked_and_the_daemon_is_said() {
+        let gpu = gpu_with(vec![
+            process(10, "/usr/bin/gpufill", true),
+            process(11, "python3", true),
+            process(12, "other", false),
+        ]);
+        let mut out = Vec::new();
+        write_gpu(&mut out, &gpu).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = |pid: &str| text.lines().find(|l| l.contains(pid)).unwrap().to_owned();
+        assert!(
+            line(" 10 ").ends_with("/usr/bin/gpufill  (gpufill)  (MPS client)"),
+            "{text}"
+        );
+        assert!(line(" 11 ").ends_with("python3  (MPS client)"), "{text}");
+        assert!(line(" 12 ").ends_with("other"), "{text}");
+        let pipe = Path::new("/run/nvidia-mps");
+        assert!(
+            mps_line(pipe, &Daemon::Running)
+                .contains("(/run/nvidia-mps): its clients (marked) share the SMs")
+        );
+        assert!(mps_line(pipe, &Daemon::Absent).ends_with("processes time-slice"));
+        assert!(mps_line(pipe, &Daemon::Untrusted("x is a link".into())).contains("x is a link"));
+    }
+
+    #[test]
+    fn the_json_status_carries_the_daemon_gpus_and_clients() {
+        let gpu = gpu_with(vec![
+            process(10, "gpufill", true),
+            process(12, "other", false),
+        ]);
+        let value = to_json(
+            "580.1",
+            PidView::Host,
+            Path::new("/tmp/nvidia-mps"),
+            &Daemon::Untrusted("why".into()),
+            &[gpu],
+        );
+        assert_eq!(value["driver"], "580.1");
+        assert_eq!(value["pid_view"], "host");
+        assert_eq!(value["mps"]["daemon"], "untrusted");
+        assert_eq!(value["mps"]["reason"], "why");
+        assert_eq!(value["mps"]["pipe_directory"], "/tmp/nvidia-mps");
+        let gpu = &value["gpus"][0];
+        assert_eq!(gpu["uuid"], "GPU-1");
+        assert_eq!(gpu["memory_total_bytes"], 80u64 << 30);
+        assert_eq!(gpu["processes"][0]["mps_client"], true);
+        assert_eq!(gpu["processes"][0]["gpufill"], true);
+        assert_eq!(gpu["processes"][1]["mps_client"], false);
+        assert_eq!(gpu["processes"][1]["used_memory_bytes"], 254u64 << 20);
+    }
 
     #[test]
     fn control_characters_in_process_names_are_escaped() {
@@ -118,6 +274,7 @@ mod tests {
                 pid: 7,
                 used_memory_bytes: None,
                 name: Some("evil\u{1b}]0;pwned\u{7}\u{1b}[2J".into()),
+                mps_client: false,
             }],
         };
         let mut out = Vec::new();

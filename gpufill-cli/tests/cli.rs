@@ -477,3 +477,136 @@ fn simulate_honours_the_longest_kernel_of_a_burst() {
     assert!((65.0..76.0).contains(&short), "{short}");
     assert!((49.0..52.0).contains(&long), "{long}");
 }
+
+/// The target column of the first row `simulate` prints.
+fn simulated_target(cmd: &mut assert_cmd::Command) -> String {
+    let out = cmd.assert().success();
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    let row = stdout.lines().nth(1).unwrap_or_else(|| panic!("{stdout}"));
+    row.split_whitespace().nth(1).unwrap().to_owned()
+}
+
+#[test]
+fn gpufill_variables_set_flags_below_the_command_line_and_above_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g.toml");
+    std::fs::write(&file, "target_percent = 40\n").unwrap();
+    let sim = || {
+        let mut cmd = gpufill();
+        cmd.args(["simulate", "--duration", "1", "--every", "1"]);
+        cmd
+    };
+    assert_eq!(simulated_target(sim().env("GPUFILL_TARGET", "30")), "30.0");
+    assert_eq!(
+        simulated_target(sim().env("GPUFILL_TARGET", "30").args(["--target", "20"])),
+        "20.0",
+        "the flag wins"
+    );
+    assert_eq!(
+        simulated_target(sim().env("GPUFILL_TARGET", "30").arg("--config").arg(&file)),
+        "30.0",
+        "the variable wins over the file"
+    );
+    assert_eq!(
+        simulated_target(sim().env("GPUFILL_CONFIG", &file)),
+        "40.0",
+        "GPUFILL_CONFIG names the file"
+    );
+    // An empty variable is a value, refused as any other.
+    sim()
+        .env("GPUFILL_TARGET", "")
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "GPUFILL_TARGET: invalid value '' for '--target <PCT>'",
+        ));
+}
+
+#[test]
+fn a_bad_gpufill_variable_exits_2_naming_the_variable() {
+    gpufill()
+        .args(["simulate", "--duration", "1"])
+        .env("GPUFILL_TARGET", "abc")
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "gpufill: GPUFILL_TARGET: invalid value 'abc' for '--target <PCT>'",
+        ));
+    gpufill()
+        .args(["simulate", "--duration", "1"])
+        .env("GPUFILL_TARGET", "500")
+        .assert()
+        .code(2)
+        .stderr(contains(
+            "gpufill: invalid GPUFILL_TARGET: target_percent: must be between 0 and 100, got 500",
+        ));
+    // The same value from the flag names the flag.
+    gpufill()
+        .args(["simulate", "--duration", "1", "--target", "500"])
+        .env("GPUFILL_TARGET", "30")
+        .assert()
+        .code(2)
+        .stderr(contains("gpufill: invalid --target: target_percent"));
+    gpufill()
+        .args(["simulate", "--duration", "1"])
+        .env("GPUFILL_LOG_FORMAT", "xml")
+        .assert()
+        .code(2)
+        .stderr(contains("GPUFILL_LOG_FORMAT: invalid value 'xml'"));
+}
+
+#[test]
+fn help_lists_each_flag_s_variable() {
+    let out = gpufill().args(["run", "--help"]).assert().success();
+    let help = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    for var in [
+        "GPUFILL_CONFIG",
+        "GPUFILL_TARGET",
+        "GPUFILL_CONTROLLER",
+        "GPUFILL_METRIC",
+        "GPUFILL_KERNEL",
+        "GPUFILL_WIDTH",
+        "GPUFILL_MAX_DUTY",
+        "GPUFILL_GRACE",
+        "GPUFILL_TICK_MS",
+        "GPUFILL_PERIOD_MS",
+        "GPUFILL_METRICS",
+        "GPUFILL_GPUS",
+        "GPUFILL_LOG_FORMAT",
+    ] {
+        assert!(help.contains(&format!("[env: {var}=")), "{var}:\n{help}");
+    }
+}
+
+#[test]
+fn healthcheck_refuses_an_address_it_cannot_probe_with_exit_2_and_a_silent_port_with_1() {
+    gpufill()
+        .args(["healthcheck", "--metrics", "localhost:9401"])
+        .assert()
+        .code(2)
+        .stderr(contains("expected IP:PORT"));
+    gpufill()
+        .args([
+            "healthcheck",
+            "--metrics",
+            "127.0.0.1:9401",
+            "--timeout",
+            "0",
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("--timeout must be more than 0"));
+    // A port nobody listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    gpufill()
+        .args(["healthcheck", "--metrics", &format!("0.0.0.0:{port}")])
+        .assert()
+        .code(1)
+        .stderr(contains(format!(
+            "http://127.0.0.1:{port}/healthz: no answer"
+        )));
+}

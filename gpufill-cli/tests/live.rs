@@ -167,6 +167,53 @@ fn simulate_realtime_serves_metrics_while_it_runs() {
 }
 
 #[test]
+fn healthcheck_passes_against_a_running_gpufill_and_logs_read_as_json() {
+    let mut g = Running::start(&[
+        "--log-format",
+        "json",
+        "simulate",
+        "--realtime",
+        "--duration",
+        "30",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let port = g.metrics_port();
+    // One JSON object a line, with the message among its fields.
+    let line = g.wait_for_line("metrics listening on http://");
+    let object: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    assert_eq!(object["level"], "INFO", "{line}");
+    assert!(
+        object["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("metrics listening on http://")),
+        "{line}"
+    );
+    scrape_until(port, "a first tick", |t| {
+        t.contains("gpufill_worker_up{") && t.contains("} 1\n")
+    });
+    let metrics = format!("127.0.0.1:{port}");
+    let out = Command::cargo_bin("gpufill")
+        .unwrap()
+        .args(["healthcheck", "--metrics", &metrics])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("ok: http://{metrics}/healthz answered 200\n")
+    );
+    // The address comes from GPUFILL_METRICS as well, as in the container image.
+    let out = Command::cargo_bin("gpufill")
+        .unwrap()
+        .arg("healthcheck")
+        .env("GPUFILL_METRICS", format!("0.0.0.0:{port}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
 fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("g.toml");
@@ -205,7 +252,32 @@ fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
     );
     // Give a wrongly applied target time to show, then check the old one held.
     thread::sleep(Duration::from_millis(200));
-    assert_eq!(target(&scrape(port)), Some(70.0));
+    let text = scrape(port);
+    assert_eq!(target(&text), Some(70.0));
+    // Said as Prometheus says its own: the last reload failed, the last success stays.
+    assert_eq!(
+        value(&text, "gpufill_config_last_reload_successful"),
+        Some(0.0),
+        "{text}"
+    );
+    let success = value(
+        &text,
+        "gpufill_config_last_reload_success_timestamp_seconds",
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(success <= now && success > now - 60.0, "{success}");
+    for series in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+    ] {
+        assert!(value(&text, series).is_some(), "{series}:\n{text}");
+    }
 }
 
 fn window_config(dir: &Path) -> std::path::PathBuf {

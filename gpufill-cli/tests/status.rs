@@ -42,3 +42,60 @@ fn status_needs_nvml_only_not_libcuda() {
         "{stdout}"
     );
 }
+
+/// `gpufill status --json` against the stand-in NVML, with `CUDA_MPS_PIPE_DIRECTORY`
+/// set to `pipe`.
+fn status_json(nvml: &Path, pipe: &Path) -> serde_json::Value {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+        .args(["status", "--json"])
+        .env("LD_LIBRARY_PATH", nvml)
+        .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn status_says_whether_an_mps_daemon_runs_as_json_and_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    build_fake_nvml(dir.path());
+    let pipe = dir.path().join("pipe");
+    std::fs::create_dir(&pipe).unwrap();
+    let status = status_json(dir.path(), &pipe);
+    assert_eq!(status["driver"], "999.99.99-fake");
+    assert_eq!(status["gpus"], serde_json::json!([]));
+    assert_eq!(status["mps"]["daemon"], "absent");
+    assert_eq!(status["mps"]["pipe_directory"], pipe.to_str().unwrap());
+
+    // A stand-in daemon: its endpoint, and a process named as the daemon in its PID file.
+    let _endpoint = std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap();
+    let bin = dir.path().join("nvidia-cuda-mps-control");
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let mut daemon = Command::new(&bin).arg("30").spawn().unwrap();
+    std::fs::write(
+        pipe.join("nvidia-cuda-mps-control.pid"),
+        daemon.id().to_string(),
+    )
+    .unwrap();
+    let running = status_json(dir.path(), &pipe);
+    let text = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+        .arg("status")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
+        .output()
+        .unwrap();
+    // As the daemon stops: its PID file goes, its endpoint stays.
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    std::fs::remove_file(pipe.join("nvidia-cuda-mps-control.pid")).unwrap();
+    let stopped = status_json(dir.path(), &pipe);
+    assert_eq!(running["mps"]["daemon"], "running");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("MPS: a control daemon runs (")
+            && text.contains("its clients (marked) share the SMs"),
+        "{text}"
+    );
+    assert_eq!(stopped["mps"]["daemon"], "absent");
+}

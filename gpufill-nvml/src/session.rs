@@ -73,6 +73,9 @@ pub struct ProcessEntry {
     pub used_memory_bytes: Option<u64>,
     /// Its name, when NVML can resolve the PID (not for host PIDs seen from a container).
     pub name: Option<String>,
+    /// Whether NVML lists it as a client of an MPS server: its kernels share the SMs
+    /// with the other clients'; a process that is not one time-slices with them.
+    pub mps_client: bool,
 }
 
 impl Nvml {
@@ -209,6 +212,7 @@ impl Nvml {
                     pid: p.pid,
                     used_memory_bytes: p.used_memory_bytes,
                     name: self.process_name(p.pid),
+                    mps_client: p.mps_client,
                 })
                 .collect(),
         })

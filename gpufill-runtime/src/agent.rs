@@ -136,6 +136,8 @@ pub struct Agent {
     settings: Mutex<Settings>,
     /// The GPUs filled, for the checks an update must pass as the start did.
     gpus: Vec<Gpu>,
+    /// Whether an MPS control daemon ran when the agent started.
+    mps: bool,
 }
 
 /// Whether `settings` fit every GPU in `gpus`: with the `util` metric, a grid of
@@ -209,6 +211,7 @@ impl Agent {
             stop: Arc::clone(&stop),
             settings: Mutex::new(settings.clone()),
             gpus: gpus.clone(),
+            mps: options.mps,
         };
         for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
@@ -290,6 +293,13 @@ impl Agent {
         }
         *in_force = settings;
         Ok(kept)
+    }
+
+    /// Whether an MPS control daemon ran when the agent started (`AgentOptions::mps`,
+    /// or found by [`Agent::on_this_machine`]): this process's CUDA contexts are then
+    /// its clients, for as long as the process lives ([`crate::mps`]).
+    pub fn mps(&self) -> bool {
+        self.mps
     }
 
     /// The settings in force (a copy).

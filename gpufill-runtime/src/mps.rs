@@ -1,4 +1,5 @@
-//! Whether an MPS control daemon runs, for `yield.mps = "auto"`.
+//! Whether an MPS control daemon runs, for `yield.mps = "auto"`, and [`DaemonWatch`],
+//! which follows it while gpufill runs.
 //!
 //! Under MPS gpufill never yields (kernels of MPS clients run together), so believing
 //! in a daemon that is not there switches yielding off: the check must not be one any
@@ -16,31 +17,182 @@
 //! they add is theirs, so it fails the owner check). A symbolic link on the way is
 //! followed only if root or we own it (`/var/run -> /run`), in a directory that passed;
 //! the endpoint itself is never a link.
+//!
+//! The endpoint outlives its daemon: `nvidia-cuda-mps-control` leaves `control` behind
+//! when it stops, and removes its PID file, `nvidia-cuda-mps-control.pid`, beside it
+//! (CUDA clients then fail to connect and run without MPS). So a daemon runs only
+//! where that PID file is there too, a regular file of root or ours, and the process
+//! it names, where this PID namespace shows it, is an `nvidia-cuda-mps-control` (on
+//! the host's PID view a PID that is not there is a daemon that died). Inside a PID
+//! namespace of our own, the daemon of a mounted pipe directory cannot be seen: its
+//! PID file stands for it.
+//!
+//! Whether a process is an MPS client is fixed by the CUDA driver when it first
+//! initializes ("When CUDA is first initialized in a program, the CUDA driver attempts
+//! to connect to the MPS control daemon", nvidia-cuda-mps-control(1); and a client whose
+//! server went away "must be terminated and relaunched", `CUDA_ERROR_MPS_CLIENT_TERMINATED`
+//! in the driver API's error codes). A new context in the same process cannot change
+//! it: a gpufill that follows the daemon starts afresh ([`DaemonWatch`]; the binary
+//! executes itself again).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// Symbolic links followed on the way to the endpoint, at most.
 const MAX_LINKS: usize = 8;
 
-/// Whether an MPS control daemon runs: a control pipe ([`control_pipe_in`]) in
-/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`), where CUDA clients look.
-pub fn daemon_running() -> bool {
-    let dir =
-        std::env::var_os("CUDA_MPS_PIPE_DIRECTORY").unwrap_or_else(|| "/tmp/nvidia-mps".into());
+/// The daemon's PID file in its pipe directory.
+pub const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
+
+/// How often [`DaemonWatch`] looks, and how many looks in a row must agree.
+pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// See [`WATCH_EVERY`].
+pub const WATCH_CONFIRM: u32 = 2;
+
+/// What a pipe directory shows of an MPS control daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Daemon {
+    /// A daemon runs: CUDA processes started now become its clients.
+    Running,
+    /// None: no endpoint, or one its daemon left behind when it stopped.
+    Absent,
+    /// Something is there that is not trusted as a daemon, and why.
+    Untrusted(String),
+}
+
+/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`): where CUDA clients look.
+pub fn pipe_directory() -> PathBuf {
+    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| "/tmp/nvidia-mps".into())
+        .into()
+}
+
+/// What [`pipe_directory`] shows now, to the user we run as ([`daemon_in`]).
+pub fn daemon() -> Daemon {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    let control = Path::new(&dir).join("control");
-    match untrusted_reason(&control, euid) {
-        None => true,
-        // Say why only where something is there: no MPS at all is the common case.
-        Some(why) if control.exists() => {
+    let host = gpufill_nvml::pid_view() == gpufill_core::PidView::Host;
+    daemon_in(&pipe_directory(), euid, host)
+}
+
+/// Whether an MPS control daemon runs ([`daemon`]); logs why something there is not
+/// trusted.
+pub fn daemon_running() -> bool {
+    match daemon() {
+        Daemon::Running => true,
+        Daemon::Absent => false,
+        Daemon::Untrusted(why) => {
             tracing::warn!("not trusted as an MPS control daemon: {why}");
             false
         }
-        Some(_) => false,
+    }
+}
+
+/// What `dir` shows to the user `euid`: a trusted endpoint ([`control_pipe_in`]) with
+/// its daemon's PID file beside it, naming a running `nvidia-cuda-mps-control` where
+/// `host_pids` says this process sees the host's PIDs (see the module docs).
+pub fn daemon_in(dir: &Path, euid: u32, host_pids: bool) -> Daemon {
+    let control = dir.join("control");
+    if let Some(why) = untrusted_reason(&control, euid) {
+        // Say why only where something is there: no MPS at all is the common case.
+        return if std::fs::symlink_metadata(&control).is_ok() {
+            Daemon::Untrusted(why)
+        } else {
+            Daemon::Absent
+        };
+    }
+    let pid_file = dir.join(PID_FILE);
+    let Ok(meta) = std::fs::symlink_metadata(&pid_file) else {
+        // The endpoint of a daemon that stopped.
+        return Daemon::Absent;
+    };
+    if !meta.file_type().is_file() || !(meta.uid() == 0 || meta.uid() == euid) {
+        return Daemon::Untrusted(format!(
+            "{} is not a regular file of root or uid {euid}",
+            pid_file.display()
+        ));
+    }
+    let pid = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .filter(|pid| *pid > 0);
+    let Some(pid) = pid else {
+        return Daemon::Untrusted(format!("{} holds no PID", pid_file.display()));
+    };
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        // `comm` is the executable's name cut to 15 bytes: "nvidia-cuda-mps".
+        Ok(comm) if comm.trim_end().starts_with("nvidia-cuda-mps") => Daemon::Running,
+        // Its PID taken by another process: the daemon is gone.
+        Ok(_) => Daemon::Absent,
+        Err(_) if host_pids => Daemon::Absent,
+        Err(_) => Daemon::Running,
+    }
+}
+
+/// Follows the MPS control daemon while gpufill runs: says when it has started or
+/// stopped, against what this process began with (its CUDA contexts are clients of the
+/// daemon that ran then, or of none, for good: see the module docs). Looks at most
+/// every [`WATCH_EVERY`]; a change counts once [`WATCH_CONFIRM`] looks in a row agree,
+/// so a daemon caught between its endpoint and its PID file is not a change.
+#[derive(Debug)]
+pub struct DaemonWatch {
+    client: bool,
+    every: Duration,
+    last: Option<Instant>,
+    differing: u32,
+    untrusted: Option<String>,
+}
+
+impl DaemonWatch {
+    /// A watch for a process whose contexts are MPS clients (`client`) or not.
+    pub fn new(client: bool) -> Self {
+        DaemonWatch {
+            client,
+            every: WATCH_EVERY,
+            last: None,
+            differing: 0,
+            untrusted: None,
+        }
+    }
+
+    /// Whether this process's contexts are MPS clients.
+    pub fn client(&self) -> bool {
+        self.client
+    }
+
+    /// At `now`, looks with `look` if a look is due; returns whether a daemon runs once
+    /// that has differed from [`DaemonWatch::client`] on [`WATCH_CONFIRM`] looks in a
+    /// row (then this process should start afresh). An untrusted endpoint counts as no
+    /// daemon, and its reason is logged once.
+    pub fn poll(&mut self, now: Instant, look: impl FnOnce() -> Daemon) -> Option<bool> {
+        if self
+            .last
+            .is_some_and(|at| now.saturating_duration_since(at) < self.every)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        let running = match look() {
+            Daemon::Running => true,
+            Daemon::Absent => false,
+            Daemon::Untrusted(why) => {
+                if self.untrusted.as_ref() != Some(&why) {
+                    tracing::warn!("not trusted as an MPS control daemon: {why}");
+                    self.untrusted = Some(why);
+                }
+                false
+            }
+        };
+        if running == self.client {
+            self.differing = 0;
+            return None;
+        }
+        self.differing += 1;
+        (self.differing >= WATCH_CONFIRM).then_some(running)
     }
 }
 
@@ -330,6 +482,128 @@ mod tests {
             !control_pipe_in(&real, owner),
             "a directory of uid {stranger}"
         );
+    }
+
+    /// A stand-in daemon in `dir`: its endpoint, and a process named
+    /// `nvidia-cuda-mps-control` (a copy of `sleep`) in its PID file.
+    struct FakeDaemon {
+        _endpoint: std::os::unix::net::UnixListener,
+        process: std::process::Child,
+    }
+
+    impl FakeDaemon {
+        fn start(dir: &Path) -> FakeDaemon {
+            let endpoint = std::os::unix::net::UnixListener::bind(dir.join("control")).unwrap();
+            let bin = dir.join("nvidia-cuda-mps-control");
+            let sleep = Command::new("sh")
+                .args(["-c", "command -v sleep"])
+                .output()
+                .unwrap();
+            let sleep = String::from_utf8(sleep.stdout).unwrap();
+            std::fs::copy(sleep.trim(), &bin).unwrap();
+            let process = Command::new(&bin).arg("60").spawn().unwrap();
+            std::fs::write(dir.join(PID_FILE), format!("{}\n", process.id())).unwrap();
+            FakeDaemon {
+                _endpoint: endpoint,
+                process,
+            }
+        }
+
+        /// Stops the process as a daemon stops: its PID file goes, its endpoint stays.
+        fn stop(&mut self, dir: &Path) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+            std::fs::remove_file(dir.join(PID_FILE)).unwrap();
+        }
+    }
+
+    impl Drop for FakeDaemon {
+        fn drop(&mut self) {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+
+    fn owner(dir: &Path) -> u32 {
+        std::fs::metadata(dir).unwrap().uid()
+    }
+
+    #[test]
+    fn a_daemon_runs_while_its_pid_file_names_it_and_the_endpoint_it_leaves_is_no_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        let euid = owner(dir.path());
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Absent);
+        let mut daemon = FakeDaemon::start(dir.path());
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Running);
+        daemon.stop(dir.path());
+        assert!(dir.path().join("control").exists(), "the endpoint stays");
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Absent);
+    }
+
+    #[test]
+    fn a_pid_file_naming_a_dead_or_other_process_is_no_daemon_where_host_pids_are_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let euid = owner(dir.path());
+        let _endpoint = std::os::unix::net::UnixListener::bind(dir.path().join("control")).unwrap();
+        // Our own PID: a process, but not an MPS control daemon.
+        std::fs::write(dir.path().join(PID_FILE), std::process::id().to_string()).unwrap();
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Absent);
+        // A PID nobody has (above the kernel's pid_max): dead on the host's view; in a
+        // PID namespace of our own the host's daemon cannot be seen, so it is believed.
+        std::fs::write(dir.path().join(PID_FILE), "4194305\n").unwrap();
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Absent);
+        assert_eq!(daemon_in(dir.path(), euid, false), Daemon::Running);
+        std::fs::write(dir.path().join(PID_FILE), "none").unwrap();
+        assert!(matches!(
+            daemon_in(dir.path(), euid, false),
+            Daemon::Untrusted(why) if why.contains("holds no PID")
+        ));
+        // A link in place of the PID file is not followed.
+        std::fs::remove_file(dir.path().join(PID_FILE)).unwrap();
+        std::os::unix::fs::symlink("/proc/self/stat", dir.path().join(PID_FILE)).unwrap();
+        assert!(matches!(
+            daemon_in(dir.path(), euid, false),
+            Daemon::Untrusted(_)
+        ));
+    }
+
+    #[test]
+    fn an_untrusted_endpoint_is_said_and_none_is_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("control"), b"").unwrap();
+        assert!(matches!(
+            daemon_in(dir.path(), owner(dir.path()), true),
+            Daemon::Untrusted(why) if why.contains("not a FIFO or a socket")
+        ));
+    }
+
+    #[test]
+    fn the_watch_reports_a_change_after_two_looks_a_second_apart_and_not_before() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut watch = DaemonWatch::new(false);
+        assert_eq!(watch.poll(at(0), || Daemon::Absent), None);
+        // Not due yet: the look is not even taken.
+        assert_eq!(watch.poll(at(500), || panic!("looked too soon")), None);
+        assert_eq!(watch.poll(at(1000), || Daemon::Running), None, "one look");
+        assert_eq!(watch.poll(at(2000), || Daemon::Running), Some(true));
+        // A flicker resets the count.
+        let mut watch = DaemonWatch::new(false);
+        assert_eq!(watch.poll(at(0), || Daemon::Running), None);
+        assert_eq!(watch.poll(at(1000), || Daemon::Absent), None);
+        assert_eq!(watch.poll(at(2000), || Daemon::Running), None);
+        assert_eq!(watch.poll(at(3000), || Daemon::Running), Some(true));
+    }
+
+    #[test]
+    fn a_client_watch_reports_the_daemon_gone_and_an_untrusted_one_counts_as_gone() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut watch = DaemonWatch::new(true);
+        assert!(watch.client());
+        assert_eq!(watch.poll(at(0), || Daemon::Running), None);
+        assert_eq!(watch.poll(at(1), || Daemon::Untrusted("x".into())), None);
+        assert_eq!(watch.poll(at(2), || Daemon::Absent), Some(false));
     }
 
     #[test]

@@ -5,6 +5,14 @@
 //! join with DCGM's series (`on(UUID)`), and the model as `model_name`: dcgm-exporter's
 //! `modelName` fails `promtool check metrics` (label names are snake_case), and a join
 //! can take DCGM's `modelName` along with `group_left(modelName)`.
+//!
+//! The process's own series have the names and help texts of Prometheus's client
+//! libraries (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+//! `process_open_fds`, `process_max_fds`, `process_start_time_seconds`), read from
+//! `/proc` by the `procfs` crate at each scrape ([`ProcessStats`]). The crate
+//! `prometheus-client` was weighed for the rendering and left: it writes OpenMetrics
+//! text only, which would change the content type and the form of every series that
+//! scrapers, `promtool check metrics` and the rules here are written against.
 
 use std::fmt::Write;
 use std::time::{Instant, UNIX_EPOCH};
@@ -146,6 +154,9 @@ pub struct Process {
     pub version: &'static str,
     /// `gpufill_build_info`'s `revision`: the commit built.
     pub revision: &'static str,
+    /// `gpufill_mps`: whether this process's CUDA contexts are clients of an MPS control
+    /// daemon (one ran when it started: [`crate::mps`]).
+    pub mps_client: bool,
 }
 
 impl Process {
@@ -165,37 +176,95 @@ impl Process {
             pid_view,
             version,
             revision,
+            mps_client: false,
         }
     }
 }
 
-/// Boot time (`btime` in `/proc/stat`) plus the process's start in clock ticks after
-/// boot (field 22 of `/proc/self/stat`), as Prometheus's client libraries compute it.
+/// Boot time plus the process's start in clock ticks after boot, as Prometheus's
+/// client libraries compute `process_start_time_seconds`.
 fn start_time_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let boot = std::fs::read_to_string("/proc/stat").ok()?;
-    // SAFETY: sysconf takes an integer and reads no memory of ours.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    start_time_from(&stat, &boot, ticks_per_second)
+    let stat = procfs::process::Process::myself().ok()?.stat().ok()?;
+    let boot = procfs::boot_time_secs().ok()? as f64;
+    Some(boot + stat.starttime as f64 / procfs::ticks_per_second() as f64)
 }
 
-fn start_time_from(stat: &str, boot: &str, ticks_per_second: f64) -> Option<f64> {
-    // The command name (field 2) is in parentheses and may hold spaces and ')': the
-    // fields after the last ')' start at field 3, so field 22 is the 20th of them.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let ticks: f64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
-    let btime: f64 = boot
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    (ticks_per_second > 0.0).then(|| btime + ticks / ticks_per_second)
+/// What the process uses now: the `process_*` series that change (read at each
+/// scrape).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcessStats {
+    /// `process_cpu_seconds_total`: user and system CPU time.
+    pub cpu_seconds: f64,
+    /// `process_resident_memory_bytes`.
+    pub resident_bytes: u64,
+    /// `process_open_fds`.
+    pub open_fds: u64,
+    /// `process_max_fds`: the soft limit of open files; `None` when unlimited.
+    pub max_fds: Option<u64>,
 }
 
-/// Renders every series for `gpus`, then `gpufill_build_info` and
-/// `process_start_time_seconds`.
+impl ProcessStats {
+    /// This process now, from `/proc/self`; `None` where it cannot be read.
+    pub fn current() -> Option<ProcessStats> {
+        let me = procfs::process::Process::myself().ok()?;
+        let stat = me.stat().ok()?;
+        let limits = me.limits().ok()?;
+        Some(ProcessStats {
+            cpu_seconds: (stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64,
+            resident_bytes: stat.rss * procfs::page_size(),
+            open_fds: me.fd_count().ok()? as u64,
+            max_fds: match limits.max_open_files.soft_limit {
+                procfs::process::LimitValue::Value(n) => Some(n),
+                procfs::process::LimitValue::Unlimited => None,
+            },
+        })
+    }
+}
+
+/// The process's series that change: name, type, help, value (`None`: no sample).
+type StatValue = fn(&ProcessStats) -> Option<f64>;
+const PROCESS_SERIES: &[(&str, &str, &str, StatValue)] = &[
+    (
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        |p| Some(p.cpu_seconds),
+    ),
+    (
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        |p| Some(p.resident_bytes as f64),
+    ),
+    (
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+        |p| Some(p.open_fds as f64),
+    ),
+    (
+        "process_max_fds",
+        "gauge",
+        "Maximum number of open file descriptors.",
+        |p| p.max_fds.map(|n| n as f64),
+    ),
+];
+
+/// The states of `gpufill_mps`, in order.
+pub const MPS_STATES: [&str; 2] = ["client", "none"];
+
+/// Renders every series for `gpus`, then the process's (`gpufill_build_info`,
+/// `gpufill_pid_view`, `gpufill_mps` and `process_*`, this process read now).
 pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
+    render_with(gpus, process, ProcessStats::current().as_ref())
+}
+
+/// [`render`] with `stats` for the `process_*` series that change (none: left out).
+pub fn render_with(
+    gpus: &[GpuSnapshot],
+    process: &Process,
+    stats: Option<&ProcessStats>,
+) -> String {
     let mut out = String::new();
     let host = &process.hostname;
     for &(name, kind, help, value) in SERIES {
@@ -239,6 +308,26 @@ pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
             &format!("view=\"{}\"", view.as_str()),
             v,
         );
+    }
+    header(
+        &mut out,
+        "gpufill_mps",
+        "gauge",
+        "1 for gpufill's MPS state: client (an MPS control daemon ran when gpufill started: its kernels run beside other clients' and it does not yield to them) or none (no daemon: the yield policy applies). gpufill restarts itself when the daemon starts or stops.",
+    );
+    for state in MPS_STATES {
+        let v = if (state == "client") == process.mps_client {
+            1.0
+        } else {
+            0.0
+        };
+        sample(&mut out, "gpufill_mps", &format!("state=\"{state}\""), v);
+    }
+    for &(name, kind, help, value) in PROCESS_SERIES {
+        if let Some(v) = stats.and_then(value) {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {}", number(v));
+        }
     }
     if let Some(start) = process.start_time_seconds {
         header(
@@ -359,6 +448,7 @@ mod tests {
             pid_view: PidView::Namespace,
             version: "1.2.3",
             revision: "0123456789ab",
+            mps_client: false,
         }
     }
 
@@ -426,13 +516,64 @@ mod tests {
     }
 
     #[test]
-    fn the_start_time_is_boot_time_plus_the_start_ticks() {
-        // Field 22 (starttime) is 500 ticks; the name holds a space and a ')'.
-        let stat = "42 (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 500 1000 200";
-        let boot = "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n";
-        assert_eq!(start_time_from(stat, boot, 100.0), Some(1_700_000_005.0));
-        assert_eq!(start_time_from(stat, "cpu 1\n", 100.0), None);
-        assert_eq!(start_time_from("42 (x) S 1", boot, 100.0), None);
+    fn the_mps_state_is_one_series_per_state_with_1_for_ours() {
+        let none = render(&[], &process());
+        assert_eq!(
+            value_of(&none, "gpufill_mps{state=\"none\"}").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value_of(&none, "gpufill_mps{state=\"client\"}").as_deref(),
+            Some("0")
+        );
+        let client = Process {
+            mps_client: true,
+            ..process()
+        };
+        let text = render(&[], &client);
+        assert_eq!(
+            value_of(&text, "gpufill_mps{state=\"client\"}").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value_of(&text, "gpufill_mps{state=\"none\"}").as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
+    fn the_process_series_carry_prometheus_names_and_leave_out_what_is_unknown() {
+        let stats = ProcessStats {
+            cpu_seconds: 1.25,
+            resident_bytes: 8 << 20,
+            open_fds: 12,
+            max_fds: None,
+        };
+        let text = render_with(&[], &process(), Some(&stats));
+        assert!(text.contains(
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.25\n"
+        ));
+        assert_eq!(
+            value_of(&text, "process_resident_memory_bytes").as_deref(),
+            Some("8388608")
+        );
+        assert_eq!(value_of(&text, "process_open_fds").as_deref(), Some("12"));
+        assert!(!text.contains("process_max_fds"), "unlimited: no sample");
+        assert!(!render_with(&[], &process(), None).contains("process_open_fds"));
+    }
+
+    #[test]
+    fn this_process_reads_its_cpu_memory_and_descriptors() {
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let stats = ProcessStats::current().expect("/proc gives them");
+        assert!(stats.resident_bytes > 1 << 20, "{stats:?}");
+        assert!(
+            stats.open_fds >= 4,
+            "stdin, stdout, stderr and the file: {stats:?}"
+        );
+        assert!(stats.max_fds.is_none_or(|max| max >= stats.open_fds));
+        assert!(stats.cpu_seconds >= 0.0);
+        drop(file);
     }
 
     #[test]

@@ -25,6 +25,9 @@ _gpufill() {
             gpufill,generate)
                 cmd="gpufill__subcmd__generate"
                 ;;
+            gpufill,healthcheck)
+                cmd="gpufill__subcmd__healthcheck"
+                ;;
             gpufill,run)
                 cmd="gpufill__subcmd__run"
                 ;;
@@ -50,12 +53,16 @@ _gpufill() {
 
     case "${cmd}" in
         gpufill)
-            opts="-v -q -h -V --verbose --quiet --help --version run simulate status config bench generate"
+            opts="-v -q -h -V --verbose --quiet --log-format --help --version run simulate status config bench generate healthcheck"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -64,7 +71,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__bench)
-            opts="-v -q -h --gpu --config --targets --seconds --out --no-yield --sim --force --verbose --quiet --help"
+            opts="-v -q -h --gpu --config --targets --seconds --out --no-yield --sim --force --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -90,6 +97,10 @@ _gpufill() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -98,12 +109,16 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__config)
-            opts="-v -q -h --verbose --quiet --help check"
+            opts="-v -q -h --verbose --quiet --log-format --help check"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -112,12 +127,16 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__config__subcmd__check)
-            opts="-v -q -h --verbose --quiet --help"
+            opts="-v -q -h --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -126,12 +145,16 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__generate)
-            opts="-v -q -h --verbose --quiet --help man completions"
+            opts="-v -q -h --verbose --quiet --log-format --help man completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -140,12 +163,16 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__generate__subcmd__completions)
-            opts="-v -q -h --verbose --quiet --help bash elvish fish powershell zsh"
+            opts="-v -q -h --verbose --quiet --log-format --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -154,12 +181,42 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__generate__subcmd__man)
-            opts="-v -q -h --verbose --quiet --help"
+            opts="-v -q -h --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpufill__subcmd__healthcheck)
+            opts="-v -q -h --metrics --timeout --verbose --quiet --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --metrics)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -168,7 +225,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__run)
-            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --gpus --duration --verbose --quiet --help"
+            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --gpus --duration --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -226,6 +283,10 @@ _gpufill() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -234,7 +295,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__simulate)
-            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --duration --foreign --service --csv --sample-ms --mps --pid-namespace --every --random-foreign --seed --realtime --start-time --verbose --quiet --help"
+            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --duration --foreign --service --csv --sample-ms --mps --pid-namespace --every --random-foreign --seed --realtime --start-time --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -320,6 +381,10 @@ _gpufill() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -328,12 +393,16 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__status)
-            opts="-v -q -h --verbose --quiet --help"
+            opts="-v -q -h --json --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_gpufill_global_optspecs
-    string join \n v/verbose q/quiet h/help V/version
+    string join \n v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_gpufill_needs_command
@@ -24,17 +24,20 @@ function __fish_gpufill_using_subcommand
     contains -- $cmd[1] $argv
 end
 
+complete -c gpufill -n "__fish_gpufill_needs_command" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_needs_command" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_needs_command" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_needs_command" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpufill -n "__fish_gpufill_needs_command" -s V -l version -d 'Print version'
 complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "run" -d 'Fill the selected GPUs until SIGINT/SIGTERM'
 complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "simulate" -d 'Run the real control loop against a simulated GPU, in virtual time'
-complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "status" -d 'Show each GPU: name, UUID, utilization, memory and compute processes'
+complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "status" -d 'Show each GPU: name, UUID, utilization, memory and compute processes, and whether MPS runs (its clients share SMs; other processes time-slice)'
 complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "config" -d 'Work with config files'
 complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "bench" -d 'Measure tracking, memory, power and yielding on this machine\'s GPU'
 complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "generate" -d 'Write the man pages or a shell\'s completions, generated from these flags'
-complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l config -d 'TOML config file (see gpufill.example.toml)' -r -F
+complete -c gpufill -n "__fish_gpufill_needs_command" -f -a "healthcheck" -d 'Probe a running gpufill\'s /healthz (a container\'s HEALTHCHECK): exit 0 when it answers 200, 1 otherwise'
+complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l config -d 'TOML config file (see gpufill.example.toml); without it `run` reads /etc/gpufill/gpufill.toml where that exists' -r -F
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l target -d 'Utilization to hold, percent 0-100 [config: target_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l controller -d 'Controller: pi (gpufill\'s PI controller, the default) or window (the original tool\'s 10 s rule, for comparison) [config: controller]' -r -f -a "pi\t''
 window\t''"
@@ -50,10 +53,12 @@ complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l period-ms -d 'La
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l metrics -d 'Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0 picks a free port (logged) [config: metrics.listen]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l gpus -d 'GPUs: "all", or a comma-separated list of NVML indices and UUIDs [config: gpus]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l duration -d 'Stop after this many seconds (for benchmarks and tests)' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand run" -s h -l help -d 'Print help'
-complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l config -d 'TOML config file (see gpufill.example.toml)' -r -F
+complete -c gpufill -n "__fish_gpufill_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l config -d 'TOML config file (see gpufill.example.toml); without it `run` reads /etc/gpufill/gpufill.toml where that exists' -r -F
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l target -d 'Utilization to hold, percent 0-100 [config: target_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l controller -d 'Controller: pi (gpufill\'s PI controller, the default) or window (the original tool\'s 10 s rule, for comparison) [config: controller]' -r -f -a "pi\t''
 window\t''"
@@ -76,41 +81,65 @@ complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l every -d 'S
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l random-foreign -d 'Random foreign jobs arriving at this mean rate per hour (Poisson), each staying 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l seed -d 'Seed of --random-foreign' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l start-time -d 'Local time of day at the start, HH:MM, for schedule windows (default: the host\'s local time)' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l mps -d 'Simulate an MPS server (kernels of different processes run together)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l pid-namespace -d 'Simulate gpufill inside a PID namespace of its own (a container without hostPID): foreign jobs are not listed; device memory, utilization and per-process samples (2.6 s late, as on an H100) still show them'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l realtime -d 'Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while it runs)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand status" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
+complete -c gpufill -n "__fish_gpufill_using_subcommand status" -l json -d 'Print one JSON object instead of the table'
 complete -c gpufill -n "__fish_gpufill_using_subcommand status" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand status" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand status" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpufill -n "__fish_gpufill_using_subcommand config; and not __fish_seen_subcommand_from check" -f -a "check" -d 'Validate a config file and print the resolved settings (defaults when no file)'
+complete -c gpufill -n "__fish_gpufill_using_subcommand config; and __fish_seen_subcommand_from check" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand config; and __fish_seen_subcommand_from check" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand config; and __fish_seen_subcommand_from check" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand config; and __fish_seen_subcommand_from check" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand config; and __fish_seen_subcommand_from check" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l gpu -d 'The GPU to measure: NVML index or UUID [default: the first GPU `run` would fill]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l config -d 'TOML config file: the loop, load and yield settings to measure (its target and GPUs are not used; `metric` must be `util`)' -r -F
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l targets -d 'Targets to hold one after the other, percent' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l seconds -d 'Seconds per target' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l out -d 'Directory for bench.svg, bench.csv and bench.json (created if missing)' -r -F
+complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l no-yield -d 'Skip the yield test'
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l sim -d 'Run on the simulated GPU, in virtual time (no GPU needed)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -l force -d 'Measure even while other processes use the GPU (they are ignored; the numbers will be off)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand bench" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -f -a "man" -d 'Write gpufill.1 and a page per subcommand (gpufill-run.1, ...) into DIR'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and not __fish_seen_subcommand_from man completions" -f -a "completions" -d 'Print SHELL\'s completion script to standard output'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from man" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from man" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from man" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from man" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from man" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
-complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s h -l help -d 'Print help'
+complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l metrics -d 'The metrics address of the gpufill to probe, as given to `run --metrics`; an unspecified address (0.0.0.0, [::]) is probed on loopback' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l timeout -d 'Seconds to wait for the answer' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
+json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -s h -l help -d 'Print help (see more with \'--help\')'

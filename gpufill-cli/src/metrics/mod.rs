@@ -8,9 +8,11 @@
 
 pub mod server;
 
+use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use gpufill_core::Backoff;
@@ -27,6 +29,71 @@ pub mod render {
 /// This process as the metrics describe it, seeing `pid_view`.
 pub fn this_process(pid_view: PidView) -> Process {
     Process::current(crate::version::VERSION, crate::version::REVISION, pid_view)
+}
+
+/// The outcome of the config's loads: at start, and at each SIGHUP reload (the
+/// `Reloader` records them; `run` too when the agent refuses what the file gave).
+/// Served as Prometheus serves its own (`prometheus_config_last_reload_*`).
+#[derive(Debug)]
+pub struct ReloadStatus {
+    refused: AtomicBool,
+    /// Unix time of the last successful load, in milliseconds; 0: none yet.
+    success_ms: AtomicU64,
+}
+
+/// The process's [`ReloadStatus`].
+pub static RELOADS: ReloadStatus = ReloadStatus {
+    refused: AtomicBool::new(false),
+    success_ms: AtomicU64::new(0),
+};
+
+/// The reload series: name, help.
+pub const RELOAD_SERIES: [(&str, &str); 2] = [
+    (
+        "gpufill_config_last_reload_successful",
+        "1 if the last load of the config file (at start or on SIGHUP) succeeded, 0 if it was refused (the old settings stay).",
+    ),
+    (
+        "gpufill_config_last_reload_success_timestamp_seconds",
+        "When the config file was last loaded successfully (at start or on SIGHUP), Unix time in seconds.",
+    ),
+];
+
+impl ReloadStatus {
+    /// The config was loaded and is in force, at `at`.
+    pub fn succeeded(&self, at: SystemTime) {
+        let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        self.success_ms
+            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.refused.store(false, Ordering::Relaxed);
+    }
+
+    /// A reload was refused: the old settings stay.
+    pub fn refused(&self) {
+        self.refused.store(true, Ordering::Relaxed);
+    }
+
+    /// The two series as Prometheus text (the timestamp only once a load succeeded).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let ok = if self.refused.load(Ordering::Relaxed) {
+            0
+        } else {
+            1
+        };
+        let ms = self.success_ms.load(Ordering::Relaxed);
+        let values = [
+            Some(ok.to_string()),
+            (ms > 0).then(|| gpufill_runtime::prometheus::number(ms as f64 / 1000.0)),
+        ];
+        for ((name, help), value) in RELOAD_SERIES.into_iter().zip(values) {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            if let Some(value) = value {
+                let _ = writeln!(out, "{name} {value}");
+            }
+        }
+        out
+    }
 }
 
 /// Starts the endpoint when `addr` is set and logs the address it bound
@@ -121,6 +188,33 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reloads_read_as_prometheus_reads_its_own() {
+        let status = ReloadStatus {
+            refused: AtomicBool::new(false),
+            success_ms: AtomicU64::new(0),
+        };
+        let text = status.render();
+        assert!(
+            text.contains("\ngpufill_config_last_reload_successful 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("\ngpufill_config_last_reload_success_timestamp_seconds "));
+        status.succeeded(UNIX_EPOCH + Duration::from_millis(1_700_000_000_250));
+        status.refused();
+        let text = status.render();
+        assert!(
+            text.contains("\ngpufill_config_last_reload_successful 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ngpufill_config_last_reload_success_timestamp_seconds 1700000000.25\n"),
+            "{text}"
+        );
+        status.succeeded(UNIX_EPOCH + Duration::from_secs(1_700_000_100));
+        assert!(status.render().contains("_successful 1\n"));
+    }
 
     #[test]
     fn a_daemon_goes_on_when_its_metrics_port_is_taken_or_the_address_is_not_up() {

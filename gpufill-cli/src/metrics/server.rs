@@ -1,4 +1,5 @@
-//! A small HTTP/1.x server for `GET /metrics` and `GET /healthz`, on `std::net`.
+//! A small HTTP/1.x server for `GET /metrics` and `GET /healthz` (also `/health`), on
+//! `std::net`.
 //!
 //! Nothing a client does can stall it for others, and nothing it does can make a fill
 //! loop wait (the loops only `try_lock` their snapshot):
@@ -127,7 +128,10 @@ impl RegistryExposition {
 
 impl Exposition for RegistryExposition {
     fn metrics(&self) -> String {
-        gpufill_runtime::prometheus::render(&self.registry.snapshots(), &self.process)
+        let mut text =
+            gpufill_runtime::prometheus::render(&self.registry.snapshots(), &self.process);
+        text.push_str(&super::RELOADS.render());
+        text
     }
     fn health(&self) -> Health {
         health_of(&self.registry.snapshots(), Instant::now())
@@ -476,7 +480,8 @@ fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static 
             content_type: CONTENT_TYPE,
             body: exposition.metrics(),
         },
-        "/healthz" => {
+        // /health is dcgm-exporter's path, /healthz Kubernetes' habit: the same answer.
+        "/healthz" | "/health" => {
             let health = exposition.health();
             if health.is_ok() {
                 Response::text(200, "ok\n".into())
@@ -489,7 +494,7 @@ fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static 
                 Response::text(503, body)
             }
         }
-        _ => Response::text(404, "not found; try /metrics or /healthz\n".into()),
+        _ => Response::text(404, "not found; try /metrics, /healthz or /health\n".into()),
     };
     (response, head_only, &[])
 }

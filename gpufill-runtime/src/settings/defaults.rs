@@ -160,7 +160,8 @@ pub enum YieldPolicyChoice {
 /// MPS co-residence (`yield.mps`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MpsChoice {
-    /// MPS mode when an MPS control daemon is found at start.
+    /// MPS mode while an MPS control daemon runs: `gpufill run` follows it, starting
+    /// afresh when one starts or stops.
     #[default]
     Auto,
     /// Always MPS mode (never yield).

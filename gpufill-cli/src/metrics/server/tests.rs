@@ -179,6 +179,20 @@ fn healthz_is_ok_until_a_worker_stops_ticking_and_then_names_it() {
     );
     let metrics = get(addr, "GET /metrics HTTP/1.1\r\n\r\n");
     assert!(metrics.ends_with("\r\n\r\nm 1\n"), "{metrics}");
+    // dcgm-exporter's path answers the same, and other paths name both.
+    let dcgm = get(addr, "GET /health HTTP/1.1\r\n\r\n");
+    assert!(
+        dcgm.starts_with("HTTP/1.1 503 ") && dcgm.ends_with(&bad[bad.find("\r\n\r\n").unwrap()..]),
+        "{dcgm}"
+    );
+    health.lock().unwrap().failing.clear();
+    let dcgm = get(addr, "GET /health HTTP/1.1\r\n\r\n");
+    assert!(dcgm.starts_with("HTTP/1.1 200 OK\r\n"), "{dcgm}");
+    let other = get(addr, "GET /healthy HTTP/1.1\r\n\r\n");
+    assert!(
+        other.starts_with("HTTP/1.1 404 ") && other.ends_with("/healthz or /health\n"),
+        "{other}"
+    );
 }
 
 #[test]
