@@ -139,6 +139,24 @@ sed -e 's#/usr/local/bin/gpufill#/usr/bin/gpufill#g' -e 's#/usr/local/share/doc/
   "$unit" | cmp -s - deploy/debian/gpufill.service ||
   fail "deploy/debian/gpufill.service is not $unit with /usr/bin paths: regenerate it (see deploy/check.sh)"
 ok "deploy/debian/gpufill.service follows $unit"
+# Documentation= names what the documented install puts there: a man page gpufill
+# generates, and files that operations.md's systemd steps install.
+for doc in $(sed -n 's#^Documentation=##p' "$unit"); do
+  case "$doc" in
+    man:*) page=${doc#man:}; page="${page%%(*}.${page##*(}"; page=${page%)}
+      [ -f "gpufill-cli/share/man/$page" ] || fail "$unit: Documentation=$doc: gpufill generates no $page" ;;
+    file://*) path=${doc#file://}
+      grep -Eq "^install .* $path\$" docs/operations.md ||
+        fail "$unit: Documentation=$doc: docs/operations.md's systemd steps do not install $path" ;;
+    *) fail "$unit: Documentation=$doc: neither man: nor file://" ;;
+  esac
+done
+ok "$unit: every Documentation= exists after the documented install"
+# No placeholder URL where users follow one (the .deb's Homepage comes from Cargo.toml).
+if grep -En 'https?://[^ "]*example\.invalid' Cargo.toml ./*/Cargo.toml deploy/helm/gpufill/Chart.yaml deploy/docker/Dockerfile; then
+  fail "a placeholder URL (example.invalid): name the project's real home, or leave the field out"
+fi
+ok "no placeholder URL in Cargo.toml, Chart.yaml or the OCI labels"
 
 # --- Dockerfile --------------------------------------------------------------------
 if [ -x "$venv/bin/hadolint" ]; then

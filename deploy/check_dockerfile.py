@@ -75,6 +75,15 @@ def problems(text):
             found.append(f"the final stage has no label org.opencontainers.image.{key}")
         elif m.group(1) != want:
             found.append(f"label org.opencontainers.image.{key} is {m.group(1)!r}, the final FROM's is {want!r}")
+    final_ins = ins[final_at:]
+    if not any(w == "HEALTHCHECK" and re.search(r'"healthcheck"\s*\]', a) for w, a in final_ins):
+        found.append("the final stage has no HEALTHCHECK running `gpufill healthcheck`")
+    served = re.search(r"\bGPUFILL_METRICS=(\S+)", " ".join(a for w, a in final_ins if w == "ENV"))
+    for port in " ".join(a for w, a in final_ins if w == "EXPOSE").split():
+        if not served or not served.group(1).endswith(":" + port.split("/")[0]):
+            found.append(f"EXPOSE {port}, but the default command serves no metrics there (ENV GPUFILL_METRICS)")
+    if "example.invalid" in text:
+        found.append("a placeholder URL (example.invalid): name the project's real home or leave it out")
     for word, args in ins:
         if word == "ARG" and re.match(r"VERSION=", args):
             found.append(f"ARG {args}: VERSION must have no default (it is Cargo's, checked in the build)")
@@ -159,6 +168,9 @@ def breakages(text):
         "COPY . . before the dependency build": text.replace("COPY Cargo.toml Cargo.lock ./", "COPY . .", 1),
         "a member's manifest not copied": text.replace("COPY gpufill-nvml/Cargo.toml gpufill-nvml/\n", ""),
         "an ARG above the dependency build": text.replace("SHELL [", "ARG REVISION\nSHELL [", 1),
+        "no HEALTHCHECK": re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", text),
+        "EXPOSE without metrics served by default": text.replace("ENV GPUFILL_METRICS=0.0.0.0:9401\n", ""),
+        "a placeholder URL": text.replace('image.title="gpufill"', 'image.title="gpufill" org.opencontainers.image.url="https://example.invalid/x"', 1),
     }
 
 
@@ -183,7 +195,8 @@ def main():
     if found:
         return 1
     print("ok   deploy/docker/Dockerfile: every FROM by digest, base.name and base.digest labels match the "
-          "runtime image, VERSION checked against Cargo, dependencies built before COPY . . (the stub workspace "
+          "runtime image, VERSION checked against Cargo, a HEALTHCHECK by `gpufill healthcheck`, metrics served on the "
+          "EXPOSEd port by default, no placeholder URL, dependencies built before COPY . . (the stub workspace "
           f"passes cargo check), and {len(breakages(text))} broken copies and a broken stub script fail")
     return 0
 

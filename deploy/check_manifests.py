@@ -385,8 +385,12 @@ def value_sets():
                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container(o)["env"]),
             expect("defaults: priority class system-node-critical, as the GPU Operator's node agents",
                    pod_spec(o).get("priorityClassName") == "system-node-critical"),
-            expect("defaults: tolerates the nvidia.com/gpu NoSchedule taint",
-                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(o)["tolerations"]),
+            expect("defaults: tolerates the nvidia.com/gpu NoSchedule taint and CriticalAddonsOnly, as the device plugin",
+                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec(o)["tolerations"]
+                   and {"key": "CriticalAddonsOnly", "operator": "Exists"} in pod_spec(o)["tolerations"]),
+            expect("defaults: metrics from the flag, no GPUFILL_METRICS override",
+                   "0.0.0.0:9401" in container(o)["args"]
+                   and not any(e["name"] == "GPUFILL_METRICS" for e in container(o)["env"])),
             expect("defaults: a NetworkPolicy, no egress, the metrics port from the namespace monitoring only",
                    find(o, "NetworkPolicy") is not None and find(o, "NetworkPolicy")["spec"]["egress"] == []
                    and find(o, "NetworkPolicy")["spec"]["ingress"] == [{
@@ -420,6 +424,9 @@ def value_sets():
                                           "serviceMonitor": {"enabled": True}}, "restricted", lambda o: [
             expect("no metrics: no probes, no ports",
                    not {"livenessProbe", "readinessProbe", "ports"} & set(container(o))),
+            expect("no metrics: the image's GPUFILL_METRICS emptied, so nothing listens",
+                   {"name": "GPUFILL_METRICS", "value": ""} in container(o)["env"]
+                   and "--metrics" not in container(o)["args"]),
             expect("no metrics: no Service, ServiceMonitor or PrometheusRule",
                    not {"Service", "ServiceMonitor", "PrometheusRule"} & {x["kind"] for x in o}),
         ]),
@@ -493,6 +500,25 @@ def run_init_container(objs, gpufill):
         return subprocess.run([gpufill] + args, capture_output=True, text=True)
 
 
+# GPU requests: the chart refuses each at render, naming it.
+GPU_REQUESTS = {
+    "resources.limits": {"resources": {"limits": {"nvidia.com/gpu": 1}}},
+    "resources.requests": {"resources": {"requests": {"cpu": "50m", "nvidia.com/gpu": 1}}},
+}
+
+
+def check_gpu_request_refusal(chart):
+    for what, values in GPU_REQUESTS.items():
+        try:
+            render(chart, values)
+            fail(f"helm render: {what}.\"nvidia.com/gpu\" rendered")
+        except Exception as e:
+            if f'{what}."nvidia.com/gpu": gpufill must not request a GPU' not in str(e):
+                fail(f"helm render: {what}.\"nvidia.com/gpu\" failed, but not naming it: {e}")
+    render(chart, {"resources": {"limits": {"cpu": "1", "memory": "512Mi"}}})
+    print('ok   helm chart: render refuses resources.limits and .requests "nvidia.com/gpu", naming them')
+
+
 def check_config_refusal(chart, gpufill):
     # `helm lint` only logs a template's `fail` (lint mode), so render is what refuses.
     for what, config in NOT_TOML.items():
@@ -544,6 +570,7 @@ def check_chart(plain, gpufill=None):
                 fail(f"helm render: values with {what} failed, but not by the schema: {e}")
     print(f"ok   helm chart: lint --strict; values.schema.json rejects {', '.join(BAD_VALUES)}")
     check_config_refusal(chart, gpufill)
+    check_gpu_request_refusal(chart)
     for what, (values, level, facts) in value_sets().items():
         objs = render(chart, values)
         check_objects(f"helm render ({what})", objs)
