@@ -73,6 +73,14 @@ fn status_says_whether_an_mps_daemon_runs_as_json_and_as_text() {
     let bin = dir.path().join("nvidia-cuda-mps-control");
     std::fs::copy("/bin/sleep", &bin).unwrap();
     let mut daemon = Command::new(&bin).arg("30").spawn().unwrap();
+    // Until it has executed the copy, the child still shows the test's name.
+    let comm = format!("/proc/{}/comm", daemon.id());
+    for _ in 0..200 {
+        if std::fs::read_to_string(&comm).is_ok_and(|c| c.starts_with("nvidia-cuda-mps")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     std::fs::write(
         pipe.join("nvidia-cuda-mps-control.pid"),
         daemon.id().to_string(),

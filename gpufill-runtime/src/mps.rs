@@ -502,6 +502,7 @@ mod tests {
             let sleep = String::from_utf8(sleep.stdout).unwrap();
             std::fs::copy(sleep.trim(), &bin).unwrap();
             let process = Command::new(&bin).arg("60").spawn().unwrap();
+            wait_for_comm(process.id());
             std::fs::write(dir.join(PID_FILE), format!("{}\n", process.id())).unwrap();
             FakeDaemon {
                 _endpoint: endpoint,
@@ -515,6 +516,18 @@ mod tests {
             let _ = self.process.wait();
             std::fs::remove_file(dir.join(PID_FILE)).unwrap();
         }
+    }
+
+    /// Waits until `pid` shows the daemon's name: the child may not have executed it yet.
+    fn wait_for_comm(pid: u32) {
+        for _ in 0..200 {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.starts_with("nvidia-cuda-mps") {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("process {pid} never showed the daemon's name");
     }
 
     impl Drop for FakeDaemon {
