@@ -90,7 +90,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct HealthcheckArgs {
     /// The metrics address of the gpufill to probe, as given to `run --metrics`; an
-    /// unspecified address (0.0.0.0, [::]) is probed on loopback.
+    /// unspecified address (0.0.0.0, or :: in IPv6) is probed on loopback.
     #[arg(
         long,
         value_name = "ADDR",

@@ -8,7 +8,7 @@
 //! build host); a test keeps those copies equal to what this module generates.
 //!
 //! Each page has clap_mangen's sections (NAME, SYNOPSIS, OPTIONS, SUBCOMMANDS, VERSION)
-//! and the ones a reader of a daemon's page looks for, written here ([`PAGES`]): a
+//! and the ones a reader of a daemon's page looks for, written here (`PAGES`): a
 //! DESCRIPTION longer than NAME's line, EXIT STATUS, SIGNALS, FILES, ENVIRONMENT (every
 //! `GPUFILL_*` variable comes from the flag's own `env`) and EXAMPLES.
 

@@ -136,7 +136,7 @@ json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), 
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand generate; and __fish_seen_subcommand_from completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l metrics -d 'The metrics address of the gpufill to probe, as given to `run --metrics`; an unspecified address (0.0.0.0, [::]) is probed on loopback' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l metrics -d 'The metrics address of the gpufill to probe, as given to `run --metrics`; an unspecified address (0.0.0.0, or :: in IPv6) is probed on loopback' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l timeout -d 'Seconds to wait for the answer' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand healthcheck" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
 json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"

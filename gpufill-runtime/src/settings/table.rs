@@ -1,4 +1,4 @@
-//! [`settings_table!`]: a table of settings, each key written once with its doc, its
+//! `settings_table!` (this file's macro): a table of settings, each key written once with its doc, its
 //! type, its default and its rule ([`super::rules`]). From that one line come the
 //! struct field, its part of `Default`, its check in [`crate::Settings::validate`], its
 //! key in the file, and (feature `serde`) how the file reads and writes it.
