@@ -208,6 +208,12 @@ pub struct SimulateArgs {
     /// per-process samples (2.6 s late, as on an H100) still show them.
     #[arg(long)]
     pub pid_namespace: bool,
+    /// Simulate the host's own jitter in our kernels' timing, as on the H100 hosts that
+    /// paused with nobody there: launches stalled 90-500 us about once a second, and
+    /// slower starts after an idle spell. Every group of our kernels is then judged by
+    /// the launcher's own rule (seeded by --seed).
+    #[arg(long)]
+    pub host_jitter: bool,
     /// Seconds between rows of the printed table.
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub every: f64,
@@ -215,7 +221,7 @@ pub struct SimulateArgs {
     /// 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed.
     #[arg(long, value_name = "PER_HOUR")]
     pub random_foreign: Option<f64>,
-    /// Seed of --random-foreign.
+    /// Seed of --random-foreign and --host-jitter.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while
