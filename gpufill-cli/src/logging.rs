@@ -163,23 +163,25 @@ fn colours(terminal: bool, no_color: Option<&OsStr>) -> bool {
     terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
+/// What tests log, captured.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn colours_only_on_a_terminal_without_no_color() {
-        assert!(colours(true, None));
-        assert!(colours(true, Some(OsStr::new(""))));
-        assert!(!colours(true, Some(OsStr::new("1"))));
-        assert!(!colours(false, None));
-    }
-
+pub(crate) mod capture {
+    use std::io::{self, Write};
     use std::sync::{Arc, Mutex, PoisonError};
+
+    use tracing_subscriber::fmt::MakeWriter;
 
     /// A log that writes into a shared buffer.
     #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Captured {
+        /// What was written so far.
+        pub(crate) fn text(&self) -> String {
+            let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }
 
     impl Write for Captured {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -203,6 +205,33 @@ mod tests {
         }
     }
 
+    /// Runs `f` with this thread's events at debug and above logged; returns its result
+    /// and the log.
+    pub(crate) fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(out.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let result = tracing::subscriber::with_default(subscriber, f);
+        (result, out.text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capture::Captured;
+    use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some(OsStr::new(""))));
+        assert!(!colours(true, Some(OsStr::new("1"))));
+        assert!(!colours(false, None));
+    }
+
     /// The lines logged by one error, one warning, one info and one debug event under
     /// `rust_log` at `level`, and the warning about `RUST_LOG`.
     fn logged(rust_log: Option<&str>, level: LevelFilter) -> (String, Option<String>) {
@@ -218,8 +247,7 @@ mod tests {
             tracing::info!("some info");
             tracing::debug!("a detail");
         });
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-        (text, warning)
+        (out.text(), warning)
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use gpufill_runtime::{Agent, AgentError, AgentOptions, DayClock, Liveness, down_of};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
@@ -58,20 +58,29 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         let lives = registry.liveness(Instant::now());
         systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
         log_health_changes(&mut known_sick, down_of(lives));
-        if let Some(new) = reloader.poll() {
-            // Validated by the reloader, restart keys already kept; the agent checks the
-            // GPUs too (a grid wider than one holds).
-            if let Err(e) = agent.update(new.to_settings()) {
-                error!("reload refused, old settings kept: {e}");
-                reloader.undo();
-            }
-        }
+        reload_step(&mut reloader, &agent);
         thread::sleep(Duration::from_millis(200));
     }
     systemd.stopping();
     agent.join()?;
     info!("stopped; every GPU left idle");
     Ok(())
+}
+
+/// Takes a reload one step ([`Reloader::propose`]): settings from a complete, valid file
+/// go to the agent, and are in force (and logged as reloaded) only once it took them.
+fn reload_step(reloader: &mut Reloader, agent: &Agent) {
+    let Some(proposal) = reloader.propose() else {
+        return;
+    };
+    // Validated by the reloader, restart keys already kept; the agent checks the GPUs
+    // too (a grid wider than one holds).
+    match agent.update(proposal.config().to_settings()) {
+        Ok(_) => {
+            reloader.commit(proposal);
+        }
+        Err(e) => reloader.refuse(proposal, e),
+    }
 }
 
 /// Logs a worker that went down (stalled, ended, or no first tick within the start-up
@@ -104,5 +113,53 @@ fn startup_error(e: AgentError) -> anyhow::Error {
         UsageError(e.into()).into()
     } else {
         e.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use crate::logging::capture::logged;
+    use gpufill_runtime::sim::SimOpener;
+
+    /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a
+    /// file with `target_percent = 30`.
+    fn agent_and_reloader() -> (tempfile::TempDir, std::path::PathBuf, Agent, Reloader) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpufill.toml");
+        std::fs::write(&path, "target_percent = 30\n").unwrap();
+        let config = crate::reload::load(&path, &Overrides::default()).unwrap();
+        let opener = SimOpener::default();
+        let mut gpus = opener.gpus(1);
+        gpus[0].max_resident_blocks = 8;
+        let agent =
+            Agent::start(opener, gpus, config.to_settings(), AgentOptions::default()).unwrap();
+        let reloader = Reloader::install(Some(path.clone()), Overrides::default(), config).unwrap();
+        (dir, path, agent, reloader)
+    }
+
+    #[test]
+    fn a_reload_the_gpu_refuses_is_logged_as_refused_and_never_as_reloaded() {
+        let (_dir, path, agent, mut reloader) = agent_and_reloader();
+        std::fs::write(&path, "target_percent = 39\n[load]\nwidth_blocks = 99\n").unwrap();
+        reloader.request();
+        let ((), log) = logged(|| reload_step(&mut reloader, &agent));
+        assert!(
+            log.contains("reload refused, old settings kept: ") && log.contains("99 blocks"),
+            "{log}"
+        );
+        assert!(!log.contains("config reloaded"), "{log}");
+        assert_eq!(reloader.current().target_percent, 30.0);
+        assert_eq!(agent.settings().target_percent, 30.0);
+        // A file the GPU can meet: in force, then logged.
+        std::fs::write(&path, "target_percent = 41\n[load]\nwidth_blocks = 8\n").unwrap();
+        reloader.request();
+        let ((), log) = logged(|| reload_step(&mut reloader, &agent));
+        assert!(log.contains("config reloaded target=41.0"), "{log}");
+        assert_eq!(reloader.current().target_percent, 41.0);
+        assert_eq!(agent.settings().load.width_blocks, 8);
+        agent.stop();
+        agent.join().unwrap();
     }
 }

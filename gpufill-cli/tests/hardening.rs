@@ -1,7 +1,13 @@
 //! Hardening, round 3 (issue 31), end to end: a log that cannot vanish, reloads applied
 //! whole or not at all, and the small ones (full streams, huge numbers, NUL bytes).
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
 
@@ -35,4 +41,176 @@ fn a_rust_log_that_is_not_understood_falls_back_to_the_flags_level_with_one_warn
             "RUST_LOG={rust_log:?}: {stderr}"
         );
     }
+}
+
+/// A running `gpufill simulate --realtime`, its stderr lines on a channel.
+struct Running {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let mut child = gpufill()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits up to 10 s until `count` stderr lines contain `needle`; returns the last.
+    fn wait_for(&mut self, needle: &str, count: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found: Vec<&String> = self.seen.iter().filter(|l| l.contains(needle)).collect();
+            if found.len() >= count {
+                return found[count - 1].clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("not {count} lines with {needle:?} in {:#?}", self.seen),
+            }
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn metrics_port(&mut self) -> u16 {
+        let line = self.wait_for("metrics listening on http://127.0.0.1:", 1);
+        let rest = &line[line.find("127.0.0.1:").unwrap() + 10..];
+        rest.split('/').next().unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The target gpufill holds, from its metrics.
+fn target_in_force(port: u16) -> f64 {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("gpufill_target_percent{")?
+                .split_once("} ")?
+                .1
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no target in {text}"))
+}
+
+/// A config whose first part alone is valid TOML that sets a key (target 41), and whose
+/// whole holds 70 all day but the last hour (a schedule window).
+const HEAD: &str = "target_percent = 41\n";
+const TAIL: &str = "[[schedule.window]]\nstart = \"00:00\"\nend = \"23:00\"\ntarget_percent = 70\n";
+
+#[test]
+fn a_writer_pausing_150_ms_between_two_writes_never_gets_its_half_file_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, format!("{HEAD}{TAIL}")).unwrap();
+    let mut g = Running::start(&[
+        "simulate",
+        "--realtime",
+        "--duration",
+        "60",
+        "--start-time",
+        "12:00",
+        "--config",
+        path.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let port = g.metrics_port();
+    assert_eq!(target_in_force(port), 70.0);
+    for cycle in 1..=4 {
+        // As the audit's writer: two writes 150 ms apart, a SIGHUP between them.
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(HEAD.as_bytes()).unwrap();
+        g.signal("HUP");
+        std::thread::sleep(Duration::from_millis(150));
+        f.write_all(TAIL.as_bytes()).unwrap();
+        drop(f);
+        g.wait_for("config reloaded", cycle);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(target_in_force(port), 70.0, "cycle {cycle}: {:#?}", g.seen);
+    }
+}
+
+#[test]
+fn sigterm_while_a_reload_waits_for_its_writer_ends_gpufill_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, HEAD).unwrap();
+    let mut g = Running::start(&[
+        "simulate",
+        "--realtime",
+        "--duration",
+        "60",
+        "--config",
+        path.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    g.metrics_port();
+    // A writer that keeps the file open and keeps writing: the reload waits.
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (path, writing) = (path.clone(), Arc::clone(&writing));
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            while writing.load(Ordering::Relaxed) {
+                f.write_all(b"# more\n").unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    g.signal("HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    g.signal("TERM");
+    let status = loop {
+        if let Some(status) = g.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(5), "still running");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    writing.store(false, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(took < Duration::from_millis(700), "exit took {took:?}");
 }
