@@ -21,8 +21,8 @@ use crate::reload::Reloader;
 ///
 /// # Errors
 /// [`UsageError`] for settings the machine cannot meet (a GPU that is not there, GPM
-/// missing for `metric = "sm"`); a runtime error when the driver is missing or a
-/// worker failed.
+/// missing for `metric = "sm"`, a GPU that another gpufill fills); a runtime error when
+/// the driver is missing or a worker failed.
 pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     // Signals first: a SIGINT, SIGTERM or SIGHUP during NVML's start-up and the GPU
     // listing must not kill the daemon.
@@ -35,6 +35,8 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         day_clock: DayClock::Local,
         device_readings: config.metrics.addr().is_some(),
         duration: args.duration.map(Duration::from_secs_f64),
+        // One gpufill per GPU: a second one on a GPU is refused (exit 2), naming this one.
+        claim_dir: Some(gpufill_runtime::CLAIM_DIR.into()),
         ..AgentOptions::default()
     };
     let settings = config.to_settings();
