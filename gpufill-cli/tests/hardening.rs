@@ -153,6 +153,11 @@ fn a_writer_pausing_150_ms_between_two_writes_never_gets_its_half_file_applied()
         "127.0.0.1:0",
     ]);
     let port = g.metrics_port();
+    // NaN until the first tick is published.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target_in_force(port).is_nan() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(target_in_force(port), 70.0);
     for cycle in 1..=4 {
         // As the audit's writer: two writes 150 ms apart, a SIGHUP between them.
@@ -213,4 +218,34 @@ fn sigterm_while_a_reload_waits_for_its_writer_ends_gpufill_at_once() {
     writer.join().unwrap();
     assert_eq!(status.code(), Some(0));
     assert!(took < Duration::from_millis(700), "exit took {took:?}");
+}
+
+#[test]
+fn help_and_version_into_a_full_stdout_exit_1_saying_so() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["run", "--help"],
+        &["help", "run"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = gpufill().args(args).stdout(full).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("gpufill: cannot write to standard output: "),
+            "{args:?}: {stderr}"
+        );
+    }
+    // Into a pipe whose reader has gone (`| head -1`) is no failure.
+    let mut child = gpufill()
+        .arg("--help")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }
