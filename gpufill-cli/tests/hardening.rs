@@ -249,3 +249,39 @@ fn help_and_version_into_a_full_stdout_exit_1_saying_so() {
     drop(child.stdout.take());
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+#[test]
+fn a_number_too_large_for_a_float_is_out_of_range_not_infinity() {
+    let digits = "1".repeat(100_000);
+    for (args, flag) in [
+        (vec!["simulate", "--target", &digits], "--target <PCT>"),
+        (vec!["run", "--duration", "1e400"], "--duration <SECS>"),
+        (vec!["simulate", "--max-duty", "-1e999"], "--max-duty <PCT>"),
+        (
+            vec!["bench", "--sim", "--targets", "5,1e999"],
+            "--targets <LIST>",
+        ),
+    ] {
+        let out = gpufill().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("' for '{flag}': out of range: ")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("got inf"), "{stderr}");
+        assert!(stderr.len() < 300, "the value is shortened: {stderr}");
+    }
+    let out = gpufill()
+        .args(["simulate", "--target", &digits])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "gpufill: invalid value '111111111111111111111111... (100000 characters)' for \
+             '--target <PCT>': out of range: above 1.8e308"
+        ),
+        "{stderr}"
+    );
+}
