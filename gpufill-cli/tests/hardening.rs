@@ -285,3 +285,24 @@ fn a_number_too_large_for_a_float_is_out_of_range_not_infinity() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_nul_byte_in_a_config_is_named_with_its_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, "target_percent = 40\n\0\n").unwrap();
+    let out = gpufill()
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "gpufill: {}:2:1: a NUL byte (\\0): a config is text, and TOML allows it nowhere",
+            path.display()
+        )
+    );
+}
