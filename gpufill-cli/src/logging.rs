@@ -205,17 +205,54 @@ pub(crate) mod capture {
         }
     }
 
+    thread_local! {
+        /// What this thread's events write while [`logged`] runs.
+        static BUFFER: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// This thread's [`BUFFER`], or nowhere.
+    struct ThreadBuffer;
+
+    impl Write for ThreadBuffer {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            BUFFER.with(|b| {
+                if let Some(out) = b.borrow_mut().as_mut() {
+                    out.extend_from_slice(buf);
+                }
+            });
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Installs the global subscriber of [`logged`] (once): a test that runs a scoped
+    /// subscriber of its own calls it first, for the same reason.
+    pub(crate) fn install() {
+        static INSTALL: std::sync::Once = std::sync::Once::new();
+        INSTALL.call_once(|| {
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(|| ThreadBuffer)
+                .with_ansi(false)
+                .with_max_level(tracing::Level::DEBUG)
+                .finish();
+            let _ = tracing::subscriber::set_global_default(subscriber);
+        });
+    }
+
     /// Runs `f` with this thread's events at debug and above logged; returns its result
-    /// and the log.
+    /// and the log. The subscriber is the test binary's global default, so it lives as
+    /// long as the tests: a scoped one (`with_default`) can miss events while other
+    /// tests' scoped subscribers come and go, which rebuild tracing's global interest
+    /// and maximum level from the subscribers alive at that moment.
     pub(crate) fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-        let out = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(out.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
-        let result = tracing::subscriber::with_default(subscriber, f);
-        (result, out.text())
+        install();
+        BUFFER.with(|b| *b.borrow_mut() = Some(Vec::new()));
+        let result = f();
+        let bytes = BUFFER.with(|b| b.borrow_mut().take()).unwrap_or_default();
+        (result, String::from_utf8_lossy(&bytes).into_owned())
     }
 }
 
@@ -235,6 +272,7 @@ mod tests {
     /// The lines logged by one error, one warning, one info and one debug event under
     /// `rust_log` at `level`, and the warning about `RUST_LOG`.
     fn logged(rust_log: Option<&str>, level: LevelFilter) -> (String, Option<String>) {
+        super::capture::install();
         let out = Captured::default();
         let (filter, warning) = filter_of(rust_log.map(OsStr::new), level);
         let layer = tracing_subscriber::fmt::layer()
