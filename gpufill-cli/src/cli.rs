@@ -93,7 +93,7 @@ pub struct LoopFlags {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Utilization to hold, percent 0-100 [config: target_percent].
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", value_parser = Number)]
     pub target: Option<f64>,
     /// Controller: pi (gpufill's PI controller, the default) or window (the original
     /// tool's 10 s rule, for comparison) [config: controller].
@@ -109,10 +109,10 @@ pub struct LoopFlags {
     #[arg(long, value_name = "BLOCKS")]
     pub width: Option<u32>,
     /// Upper bound of our own time share, percent [config: load.max_duty_percent].
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", value_parser = Number)]
     pub max_duty: Option<f64>,
     /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = Number)]
     pub grace: Option<f64>,
     /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
     #[arg(long, value_name = "MS")]
@@ -124,6 +124,63 @@ pub struct LoopFlags {
     /// picks a free port (logged) [config: metrics.listen].
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
+}
+
+/// The value parser of a number flag: as clap's own for `f64`, but a number too large
+/// for a float (`1e400`, 100,000 digits) is called out of range where the parse would
+/// give infinity, and a long value is shortened in the message. `inf` stays infinity, for
+/// the flag's own range check to refuse.
+#[derive(Clone, Copy, Debug)]
+pub struct Number;
+
+impl TypedValueParser for Number {
+    type Value = f64;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<f64, clap::Error> {
+        let text = value.to_string_lossy();
+        let reason = match number(&text) {
+            Ok(v) => return Ok(v),
+            Err(reason) => reason,
+        };
+        let arg = arg.map_or_else(|| "...".to_owned(), ToString::to_string);
+        // As clap words its own (its constructor for this one is private).
+        let message = format!(
+            "invalid value '{}' for '{arg}': {reason}\n\nFor more information, try '--help'.\n",
+            shortened(&text)
+        );
+        Err(clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd))
+    }
+}
+
+/// `text` as a number ([`Number`]), or why not.
+fn number(text: &str) -> Result<f64, String> {
+    let v: f64 = text.trim().parse().map_err(|e| format!("{e}"))?;
+    let named = text
+        .trim()
+        .trim_start_matches(['+', '-'])
+        .get(..3)
+        .is_some_and(|s| s.eq_ignore_ascii_case("inf"));
+    if v.is_infinite() && !named {
+        let side = if v > 0.0 { "above " } else { "below -" };
+        return Err(format!("out of range: {side}{:.1e}", f64::MAX));
+    }
+    Ok(v)
+}
+
+/// `text`, or its first 24 characters and how long it is.
+fn shortened(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= 40 {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(24).collect();
+        format!("{head}... ({count} characters)")
+    }
 }
 
 /// A value parser for a choice: its names in `--help`, parsed with its `FromStr`.
@@ -163,7 +220,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST", value_parser = parse_gpus)]
     pub gpus: Option<GpuSelector>,
     /// Stop after this many seconds (for benchmarks and tests).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = Number)]
     pub duration: Option<f64>,
 }
 
@@ -178,7 +235,7 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub flags: LoopFlags,
     /// Simulated seconds to run.
-    #[arg(long, value_name = "SECS", default_value_t = 20.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 20.0, value_parser = Number)]
     pub duration: f64,
     /// A foreign job, START-END:LOAD (seconds, seconds, percent of time it wants the GPU),
     /// e.g. 5-12:30. Repeatable.
@@ -215,11 +272,11 @@ pub struct SimulateArgs {
     #[arg(long)]
     pub host_jitter: bool,
     /// Seconds between rows of the printed table.
-    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
+    #[arg(long, value_name = "SECS", default_value_t = 0.5, value_parser = Number)]
     pub every: f64,
     /// Random foreign jobs arriving at this mean rate per hour (Poisson), each staying
     /// 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed.
-    #[arg(long, value_name = "PER_HOUR")]
+    #[arg(long, value_name = "PER_HOUR", value_parser = Number)]
     pub random_foreign: Option<f64>,
     /// Seed of --random-foreign and --host-jitter.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -298,11 +355,12 @@ pub struct BenchArgs {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = "10,25,50,75,90"
+        default_value = "10,25,50,75,90",
+        value_parser = Number
     )]
     pub targets: Vec<f64>,
     /// Seconds per target.
-    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 15.0, value_parser = Number)]
     pub seconds: f64,
     /// Directory for bench.svg, bench.csv and bench.json (created if missing).
     #[arg(long, value_name = "DIR", default_value = "gpufill-bench")]

@@ -14,14 +14,27 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// Prints every GPU NVML sees; gpufill's own processes are marked.
 ///
 /// # Errors
-/// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing.
+/// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing; `out` that
+/// cannot be written ("cannot write to standard output").
 pub fn run(out: &mut dyn Write) -> anyhow::Result<()> {
     let nvml = Nvml::init().context("cannot start NVML")?;
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
+    write_all(out, &driver, gpufill_runtime::pid_view(), &gpus)
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
+/// The whole report: the driver, the PID view, then each GPU.
+fn write_all(
+    out: &mut dyn Write,
+    driver: &str,
+    view: PidView,
+    gpus: &[GpuInfo],
+) -> std::io::Result<()> {
     writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
-    writeln!(out, "{}", view_line(gpufill_runtime::pid_view()))?;
-    for gpu in &gpus {
+    writeln!(out, "{}", view_line(view))?;
+    for gpu in gpus {
         write_gpu(out, gpu)?;
     }
     Ok(())

@@ -42,3 +42,26 @@ fn status_needs_nvml_only_not_libcuda() {
         "{stdout}"
     );
 }
+
+#[test]
+fn status_into_a_full_disk_says_what_it_could_not_write_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    build_fake_nvml(dir.path());
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+        .arg("status")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("gpufill: cannot write to standard output: "),
+        "{stderr}"
+    );
+}
