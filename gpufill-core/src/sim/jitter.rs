@@ -58,17 +58,17 @@ impl HostJitter {
     /// The jitter of the H100 host that paused (see the module docs).
     pub const H100_MEASURED: HostJitter = HostJitter {
         seed: 1,
-        episode_every: Duration::from_millis(2200),
+        episode_every: Duration::from_millis(2500),
         episode: Duration::from_millis(150),
         stall_chance: 0.7,
-        stall_us: (90.0, 300.0),
+        stall_us: (90.0, 170.0),
         long_stall_us: 500.0,
         in_record: 0.3,
         record_call_us: 6.0,
-        noise_us: 12.0,
+        noise_us: 6.0,
         resume_after_idle: Duration::from_millis(200),
-        resume_extra_us: 50.0,
-        resume_decay: Duration::from_millis(500),
+        resume_extra_us: 40.0,
+        resume_decay: Duration::from_millis(400),
     };
 
     /// The measured jitter with another seed.
