@@ -315,7 +315,8 @@ def part_yield(a, res):
     out = []
     for i in range(a.yield_runs):
         d = os.path.join(a.work, f"bench{i}")
-        r = subprocess.run([a.gpufill, "bench", "--targets", "50", "--seconds", "6", "--out", d],
+        r = subprocess.run([a.gpufill, "bench", "--gpu", str(a.gpu), "--targets", "50", "--seconds", "6",
+                            "--out", d],
                            capture_output=True, text=True, timeout=240)
         text = r.stdout + r.stderr
         with open(os.path.join(a.work, f"bench{i}.txt"), "w") as f:

@@ -99,7 +99,7 @@ pub struct HealthcheckArgs {
     )]
     pub metrics: String,
     /// Seconds to wait for the answer.
-    #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 2.0, value_parser = Number)]
     pub timeout: f64,
 }
 
@@ -138,7 +138,7 @@ pub struct LoopFlags {
     #[arg(long, value_name = "FILE", env = "GPUFILL_CONFIG")]
     pub config: Option<PathBuf>,
     /// Utilization to hold, percent 0-100 [config: target_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_TARGET")]
+    #[arg(long, value_name = "PCT", env = "GPUFILL_TARGET", value_parser = Number)]
     pub target: Option<f64>,
     /// Controller: pi (gpufill's PI controller, the default) or window (the original
     /// tool's 10 s rule, for comparison) [config: controller].
@@ -154,10 +154,10 @@ pub struct LoopFlags {
     #[arg(long, value_name = "BLOCKS", env = "GPUFILL_WIDTH")]
     pub width: Option<u32>,
     /// Upper bound of our own time share, percent [config: load.max_duty_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_MAX_DUTY")]
+    #[arg(long, value_name = "PCT", env = "GPUFILL_MAX_DUTY", value_parser = Number)]
     pub max_duty: Option<f64>,
     /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
-    #[arg(long, value_name = "SECS", env = "GPUFILL_GRACE")]
+    #[arg(long, value_name = "SECS", env = "GPUFILL_GRACE", value_parser = Number)]
     pub grace: Option<f64>,
     /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
     #[arg(long, value_name = "MS", env = "GPUFILL_TICK_MS")]
@@ -169,6 +169,71 @@ pub struct LoopFlags {
     /// picks a free port (logged) [config: metrics.listen].
     #[arg(long, value_name = "ADDR", env = "GPUFILL_METRICS")]
     pub metrics: Option<String>,
+}
+
+/// The value parser of a number flag: as clap's own for `f64`, but a number too large
+/// for a float (`1e400`, 100,000 digits) is called out of range where the parse would
+/// give infinity, and a long value is shortened in the message. `inf` stays infinity, for
+/// the flag's own range check to refuse.
+#[derive(Clone, Copy, Debug)]
+pub struct Number;
+
+impl TypedValueParser for Number {
+    type Value = f64;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<f64, clap::Error> {
+        let text = value.to_string_lossy();
+        let reason = match number(&text) {
+            Ok(v) => return Ok(v),
+            Err(reason) => reason,
+        };
+        let arg = arg.map_or_else(|| "...".to_owned(), ToString::to_string);
+        // As clap words its own (its constructor for this one is private).
+        let message = format!(
+            "invalid value '{}' for '{arg}': {reason}\n\nFor more information, try '--help'.\n",
+            shortened(&text)
+        );
+        let mut err =
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd);
+        // The flag, as clap's own errors carry it: the binary names a `GPUFILL_*`
+        // variable the value came from by it (`error::flag_error_text`).
+        err.insert(
+            clap::error::ContextKind::InvalidArg,
+            clap::error::ContextValue::String(arg),
+        );
+        Err(err)
+    }
+}
+
+/// `text` as a number ([`Number`]), or why not.
+fn number(text: &str) -> Result<f64, String> {
+    let v: f64 = text.trim().parse().map_err(|e| format!("{e}"))?;
+    let named = text
+        .trim()
+        .trim_start_matches(['+', '-'])
+        .get(..3)
+        .is_some_and(|s| s.eq_ignore_ascii_case("inf"));
+    if v.is_infinite() && !named {
+        let side = if v > 0.0 { "above " } else { "below -" };
+        return Err(format!("out of range: {side}{:.1e}", f64::MAX));
+    }
+    Ok(v)
+}
+
+/// `text`, or its first 24 characters and how long it is.
+fn shortened(text: &str) -> String {
+    let count = text.chars().count();
+    if count <= 40 {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(24).collect();
+        format!("{head}... ({count} characters)")
+    }
 }
 
 /// A value parser for a choice: its names in `--help`, parsed with its `FromStr`.
@@ -208,7 +273,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "LIST", value_parser = parse_gpus, env = "GPUFILL_GPUS")]
     pub gpus: Option<GpuSelector>,
     /// Stop after this many seconds (for benchmarks and tests).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = Number)]
     pub duration: Option<f64>,
 }
 
@@ -223,7 +288,7 @@ pub struct SimulateArgs {
     #[command(flatten)]
     pub flags: LoopFlags,
     /// Simulated seconds to run.
-    #[arg(long, value_name = "SECS", default_value_t = 20.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 20.0, value_parser = Number)]
     pub duration: f64,
     /// A foreign job, START-END:LOAD (seconds, seconds, percent of time it wants the GPU),
     /// e.g. 5-12:30. Repeatable.
@@ -253,14 +318,20 @@ pub struct SimulateArgs {
     /// per-process samples (2.6 s late, as on an H100) still show them.
     #[arg(long)]
     pub pid_namespace: bool,
+    /// Simulate the host's own jitter in our kernels' timing, as on the H100 hosts that
+    /// paused with nobody there: launches stalled 90-500 us about once a second, and
+    /// slower starts after an idle spell. Every group of our kernels is then judged by
+    /// the launcher's own rule (seeded by --seed).
+    #[arg(long)]
+    pub host_jitter: bool,
     /// Seconds between rows of the printed table.
-    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
+    #[arg(long, value_name = "SECS", default_value_t = 0.5, value_parser = Number)]
     pub every: f64,
     /// Random foreign jobs arriving at this mean rate per hour (Poisson), each staying
     /// 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed.
-    #[arg(long, value_name = "PER_HOUR")]
+    #[arg(long, value_name = "PER_HOUR", value_parser = Number)]
     pub random_foreign: Option<f64>,
-    /// Seed of --random-foreign.
+    /// Seed of --random-foreign and --host-jitter.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while
@@ -337,11 +408,12 @@ pub struct BenchArgs {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = "10,25,50,75,90"
+        default_value = "10,25,50,75,90",
+        value_parser = Number
     )]
     pub targets: Vec<f64>,
     /// Seconds per target.
-    #[arg(long, value_name = "SECS", default_value_t = 15.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 15.0, value_parser = Number)]
     pub seconds: f64,
     /// Directory for bench.svg, bench.csv and bench.json (created if missing).
     #[arg(long, value_name = "DIR", default_value = "gpufill-bench")]

@@ -43,6 +43,26 @@ pub fn flag_error_text(err: &clap::Error) -> Option<String> {
     }
 }
 
+/// Prints what clap prints instead of an error (`--help`, `--version` on stdout; the
+/// help for a missing subcommand on stderr, exit 2) and gives the exit status: 1, with
+/// `gpufill: cannot write to standard output: ...`, when stdout cannot take it
+/// (`--help > /dev/full`), as for every other command; 0 when its reader has gone
+/// (`| head -1`).
+pub fn print_help_or_version(err: &clap::Error) -> std::process::ExitCode {
+    use std::io::Write;
+    if err.use_stderr() {
+        err.exit();
+    }
+    match err.print().and_then(|()| std::io::stdout().flush()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            crate::logging::last_word(&format!("cannot write to standard output: {e}"));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,18 +116,18 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ),
     (
         "1",
-        "A runtime failure: no NVIDIA driver, NVML failing, a GPU that failed and was not reopened.",
+        "A runtime failure: no NVIDIA driver, NVML failing, a GPU that failed and was not reopened, standard output that cannot be written.",
     ),
     (
         "2",
-        "A usage or config error: a bad flag, variable or file (the message names the file, key and reason). systemd's unit does not restart on it.",
+        "A usage or config error: a bad flag, variable or file (the message names the file, key and reason), or, for run, a GPU that another gpufill already fills (the message names it). systemd's unit does not restart on it.",
     ),
 ];
 
 const SIGNALS: &[(&str, &str)] = &[
     (
         "SIGHUP",
-        "Re-read the config file once it has settled; a file that fails is refused with one error line and the settings in force stay. Keys that need a restart keep their old values.",
+        "Re-read the config file once its writer is done (closed, or renamed into place); the new settings are in force, and logged as reloaded, only once every worker took them. A file that fails, or settings a GPU cannot meet, are refused with one error line and the settings in force stay. Keys that need a restart keep their old values.",
     ),
     (
         "SIGTERM, SIGINT",
@@ -138,6 +138,10 @@ const SIGNALS: &[(&str, &str)] = &[
 const CONFIG_FILE: (&str, &str) = (
     "/etc/gpufill/gpufill.toml",
     "The config file read by run and config check when no --config (nor GPUFILL_CONFIG) names one, where it exists (the .deb installs it). Every key with its default: gpufill.example.toml.",
+);
+const CLAIM_FILES: (&str, &str) = (
+    "/run/gpufill/UUID.lock",
+    "run's claim of each GPU it fills (an flock, released when it ends, however it ends, and before it executes itself again to follow MPS): a second gpufill on that GPU exits 2, naming the first.",
 );
 const MPS_FILES: (&str, &str) = (
     "$CUDA_MPS_PIPE_DIRECTORY/control, nvidia-cuda-mps-control.pid",
@@ -151,7 +155,7 @@ const PAGES: &[Page] = &[
         description: "gpufill holds an NVIDIA GPU's utilization (NVML's, what nvidia-smi and DCGM show) at a target, 50 % by default, with the duty cycle of a one-warp spin kernel under closed-loop control, using no GPU memory beyond a CUDA context. It yields the moment another process uses the GPU: it reads the compute-process list before each burst of kernels and launches nothing once a newcomer is listed.\n\nUnder MPS, where kernels of different processes run together, it fills beside MPS clients instead, and restarts itself when an MPS control daemon starts or stops.\n\nSettings come from the flags, then the GPUFILL_* variables, then the config file, then the built-in defaults.",
         exit_status: EXIT_STATUS,
         signals: true,
-        files: &[CONFIG_FILE, MPS_FILES],
+        files: &[CONFIG_FILE, CLAIM_FILES, MPS_FILES],
         examples: &[
             ("gpufill run --target 40", "Fill every GPU at 40 %."),
             (
@@ -173,7 +177,7 @@ const PAGES: &[Page] = &[
         description: "Fills the selected GPUs until SIGINT or SIGTERM (or --duration): one worker thread per GPU holds its utilization at the target and stands aside whenever another process is on it (yield.policy). SIGHUP re-reads the config file. With --metrics it serves Prometheus metrics at /metrics, and /healthz and /health, which answer 200 while every GPU's worker ticks.\n\nUnder systemd (Type=notify) it reports READY=1 once every worker has ticked and pings the watchdog only while all tick.\n\nWith yield.mps = \"auto\" it follows the MPS control daemon: when one starts or stops it leaves every GPU idle and executes itself again with the same arguments, since the CUDA driver decides once per process whether it is an MPS client.",
         exit_status: EXIT_STATUS,
         signals: true,
-        files: &[CONFIG_FILE, MPS_FILES],
+        files: &[CONFIG_FILE, CLAIM_FILES, MPS_FILES],
         examples: &[
             (
                 "gpufill run",
@@ -353,7 +357,7 @@ fn environment(cmd: &clap::Command) -> Vec<(String, String)> {
     for (var, what) in [
         (
             "RUST_LOG",
-            "The log filter (tracing's EnvFilter syntax); overrides -v and -q.",
+            "The log filter (tracing's EnvFilter syntax); overrides -v and -q. One that is empty or not understood (it enables nothing of gpufill's) gives way to them, with one warning; errors are logged whatever it says.",
         ),
         (
             "NO_COLOR",

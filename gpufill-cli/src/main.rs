@@ -24,7 +24,7 @@ fn main() -> ExitCode {
                 gpufill_cli::logging::last_word(&text);
                 return ExitCode::from(USAGE_EXIT);
             }
-            None => e.exit(),
+            None => return gpufill_cli::error::print_help_or_version(&e),
         },
     };
     gpufill_cli::logging::init_as(cli.verbose, cli.quiet, cli.log_format);

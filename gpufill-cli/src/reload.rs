@@ -6,26 +6,47 @@
 //!
 //! A reload can race an editor or a script that is writing the file, and an empty or
 //! cut-short file is valid TOML: taken as it is, it would put the built-in defaults in
-//! place of every setting it lacks. So a reload reads the file only once it has
-//! settled ([`Settle`]): two reads [`Settle::quiet`] apart give the same text and
-//! modification time, and that time is at least `quiet` old; a file still changing
-//! after [`Settle::limit`] is refused. A file that sets no key at all (empty, blank or
-//! comments only) is refused too: to go back to the defaults on purpose, set one of
-//! them (`target_percent = 50`). A writer that replaces the file whole (write a new
-//! file, then rename it over the old one) never shows a reader a partial file. Keys that cannot change
-//! while running ([`gpufill_runtime::RESTART_KEYS`] and `metrics.listen`) keep their old values, each with a `warn` line; every
-//! other key (target, schedule, yield, max duty, width, grace, fault hold, controller)
-//! takes effect at each worker's next tick, without restarting workers or CUDA contexts.
+//! place of every setting it lacks. So a reload reads only a complete file. An inotify
+//! watch on the file's directory (`reload/watch.rs`) follows its writers: a writer in
+//! place is waited for until it closes the file (however long it pauses between writes),
+//! a file renamed over it is complete as it lands (the last one read wins, so a writer that
+//! renames a new file every 20 ms never blocks a reload), and a read during which the
+//! file changed is read again. A file still being written after [`Settle::limit`] is
+//! refused. Where inotify cannot be used, the file must have settled instead: two reads
+//! [`Settle::quiet`] apart give the same text and modification time, and that time is at
+//! least `quiet` old. A file that sets no key at all (empty, blank or comments only) is
+//! refused too: to go back to the defaults on purpose, set one of them
+//! (`target_percent = 50`).
+//!
+//! The wait never blocks: [`Reloader::propose`] answers at once, and a reload that waits
+//! for its file is taken up again at the next call, so a SIGTERM that comes meanwhile is
+//! acted on at once.
+//!
+//! A reload is two-phase: [`Reloader::propose`] gives the new settings, the caller hands
+//! them to its workers (`Agent::update`, which checks them against the GPUs too), and
+//! only then [`Reloader::commit`] makes them the settings in force and logs
+//! `config reloaded`, or [`Reloader::refuse`] logs why they were refused and keeps the
+//! old ones. `gpufill_config_last_reload_successful` and its timestamp
+//! ([`crate::metrics::RELOADS`]) follow that final outcome: a file refused, a commit or a
+//! refusal; a proposal not yet answered changes neither. Keys that cannot change while running ([`gpufill_runtime::RESTART_KEYS`] and
+//! `metrics.listen`) keep their old values, each with a `warn` line; every other key
+//! (target, schedule, yield, max duty, width, grace, fault hold, controller) takes effect
+//! at each worker's next tick, without restarting workers or CUDA contexts.
 
+mod watch;
+
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, Overrides};
+use crate::metrics::ReloadStatus;
+use watch::Watch;
 
 /// What a reload would do: the config to apply, with the keys that need a restart
 /// kept at their old values, and the names of those that the new file changed: the
@@ -54,9 +75,10 @@ pub fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
 /// How a reload waits for a file that is being written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settle {
-    /// How long the file must stay unchanged, and the pause between two reads.
+    /// Without inotify: how long the file must stay unchanged, and the least time
+    /// between the two reads that must agree.
     pub quiet: Duration,
-    /// How long to wait for that before refusing the reload.
+    /// How long to wait for the writer before refusing the reload.
     pub limit: Duration,
 }
 
@@ -75,7 +97,7 @@ pub enum Refused {
     /// The file, or the flags over it, did not load or validate.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The file kept changing.
+    /// The file kept being written.
     #[error("{}: still being written after {:.1} s", path.display(), limit.as_secs_f64())]
     Unsettled {
         /// The file.
@@ -94,55 +116,98 @@ pub enum Refused {
     },
 }
 
-/// Reads `path` once it has settled (see the module docs), then loads it as [`load`]
-/// does.
-///
-/// # Errors
-/// [`Refused`]: the file kept changing, sets no key, or did not load or validate.
-pub fn load_settled(path: &Path, flags: &Overrides, settle: Settle) -> Result<Config, Refused> {
-    let text = read_settled(path, settle)?;
-    if Config::sets_no_key(&text) {
+/// Loads the text of `path` as a reload does: refused when it sets no key, else
+/// parsed, with `flags` laid over it, and validated.
+fn load_text(path: &Path, text: &str, flags: &Overrides) -> Result<Config, Refused> {
+    if Config::sets_no_key(text) {
         return Err(Refused::NoKey {
             path: path.to_path_buf(),
         });
     }
-    let mut config = Config::from_toml_str(&text, Some(path))?;
+    let mut config = Config::from_toml_str(text, Some(path))?;
     config.apply(flags);
     config.validate(Some(path))?;
     Ok(config)
 }
 
-/// The text of `path` once two reads `settle.quiet` apart agree and its modification
-/// time is at least that old (a time in the future, after a clock step, counts as old).
-fn read_settled(path: &Path, settle: Settle) -> Result<String, Refused> {
-    settle_reads(path, settle, || crate::config::read_text(path))
+/// A read of the file: its text and modification time.
+type Read = (String, Option<SystemTime>);
+
+/// What a waiting reload does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Load this text.
+    Load(String),
+    /// Look again at the next call.
+    Wait,
+    /// The writer did not finish within the limit.
+    GiveUp,
 }
 
-/// [`read_settled`] over `read`, which gives the file's text and modification time.
-fn settle_reads(
-    path: &Path,
-    settle: Settle,
-    mut read: impl FnMut() -> Result<(String, Option<SystemTime>), ConfigError>,
-) -> Result<String, Refused> {
-    let give_up = Instant::now() + settle.limit;
-    let mut last: Option<(String, Option<SystemTime>)> = None;
-    loop {
-        let read = read()?;
+/// A reload that waits for its file, without inotify: the settle rule of the module
+/// docs, one read per call.
+#[derive(Debug)]
+struct Settling {
+    since: Instant,
+    last: Option<(Read, Instant)>,
+}
+
+impl Settling {
+    fn new(now: Instant) -> Self {
+        Settling {
+            since: now,
+            last: None,
+        }
+    }
+
+    /// Takes `read`, made at `now`: the text once it agrees with a read at least
+    /// `settle.quiet` older and its modification time is that old (a time in the future,
+    /// after a clock step, counts as old).
+    fn next(&mut self, read: Read, now: Instant, settle: Settle) -> Step {
         let quiet = read
             .1
             .and_then(|at| SystemTime::now().duration_since(at).ok())
             .is_none_or(|age| age >= settle.quiet);
-        if quiet && last.as_ref() == Some(&read) {
-            return Ok(read.0);
+        match &self.last {
+            Some((last, at)) if quiet && *last == read => {
+                if now.duration_since(*at) >= settle.quiet {
+                    return Step::Load(read.0);
+                }
+            }
+            _ => self.last = Some((read, now)),
         }
-        if Instant::now() >= give_up {
-            return Err(Refused::Unsettled {
-                path: path.to_path_buf(),
-                limit: settle.limit,
-            });
+        if now.duration_since(self.since) >= settle.limit {
+            Step::GiveUp
+        } else {
+            Step::Wait
         }
-        last = Some(read);
-        std::thread::sleep(settle.quiet);
+    }
+}
+
+/// A reload asked for and not yet answered.
+#[derive(Debug)]
+struct Pending {
+    since: Instant,
+    /// Without inotify: the reads so far.
+    settling: Settling,
+    /// Whether the wait for the writer has been logged.
+    told: bool,
+}
+
+/// New settings from the config file, not yet in force: hand them to the workers,
+/// then [`Reloader::commit`] or [`Reloader::refuse`] them.
+#[derive(Debug)]
+#[must_use = "a proposal is committed or refused"]
+pub struct Proposal {
+    config: Config,
+    kept: Vec<&'static str>,
+}
+
+impl Proposal {
+    /// The settings proposed: the file's, the flags over them, and the keys that need
+    /// a restart at their values in force.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 }
 
@@ -171,16 +236,18 @@ pub struct Reloader {
     path: Option<PathBuf>,
     flags: Overrides,
     current: Config,
-    /// What was in force before the last reload, for [`Reloader::undo`].
-    previous: Option<Config>,
     settle: Settle,
     hangup: Arc<AtomicBool>,
+    watch: Option<Watch>,
+    pending: Option<Pending>,
+    /// Where each reload's final outcome is recorded ([`crate::metrics::RELOADS`]).
+    status: &'static ReloadStatus,
 }
 
 impl Reloader {
-    /// Installs the SIGHUP handler. `path` is the `--config` file (none: a SIGHUP only
-    /// logs that there is nothing to reload), `flags` the command line's overrides,
-    /// `current` the settings in force.
+    /// Installs the SIGHUP handler and, with a file, the watch on its directory.
+    /// `path` is the `--config` file (none: a SIGHUP only logs that there is nothing to
+    /// reload), `flags` the command line's overrides, `current` the settings in force.
     ///
     /// # Errors
     /// When the signal handler cannot be installed.
@@ -190,15 +257,26 @@ impl Reloader {
         current: Config,
     ) -> anyhow::Result<Self> {
         let hangup = catch_hangups()?;
-        crate::metrics::RELOADS.succeeded(SystemTime::now());
+        let status = &crate::metrics::RELOADS;
+        status.succeeded(SystemTime::now());
+        let watch = path.as_deref().map(Watch::on);
         Ok(Reloader {
             path,
             flags,
             current,
-            previous: None,
             settle: Settle::default(),
             hangup,
+            watch,
+            pending: None,
+            status,
         })
+    }
+
+    /// Records the outcomes in `status` instead of the process's (tests).
+    #[cfg(test)]
+    pub(crate) fn recording_to(mut self, status: &'static ReloadStatus) -> Self {
+        self.status = status;
+        self
     }
 
     /// Waits for a file being written as `settle` says (tests shorten it).
@@ -207,58 +285,157 @@ impl Reloader {
         self
     }
 
-    /// If a SIGHUP came since the last call, reloads; returns the new settings when
-    /// they were accepted. Cheap when no signal came (one atomic swap).
+    /// [`Reloader::propose`], and the settings proposed taken at once
+    /// ([`Reloader::commit`]): for a caller whose workers cannot refuse them. Returns
+    /// them when a reload was accepted.
     pub fn poll(&mut self) -> Option<Arc<Config>> {
-        if !self.hangup.swap(false, Ordering::Relaxed) {
-            return None;
-        }
-        self.reload()
+        self.propose().map(|p| self.commit(p))
     }
 
-    /// Reloads now (what a SIGHUP does), logging the outcome.
-    pub fn reload(&mut self) -> Option<Arc<Config>> {
-        let Some(path) = &self.path else {
-            warn!("SIGHUP: no --config file, nothing to reload");
-            return None;
-        };
-        let new = match load_settled(path, &self.flags, self.settle) {
-            Ok(new) => new,
-            Err(e) => {
-                error!("reload refused, old settings kept: {e}");
-                crate::metrics::RELOADS.refused();
+    /// If a SIGHUP came since the last call, or a reload waits for its file, takes it
+    /// one step: new settings once the file is complete and valid; `None` while
+    /// waiting, when nothing was asked, or when the file was refused (logged). Never
+    /// blocks; cheap when no reload is asked (one atomic swap and one `read` of the
+    /// watch that finds nothing).
+    pub fn propose(&mut self) -> Option<Proposal> {
+        let seen = self.watch.as_mut().map(Watch::update);
+        if self.hangup.swap(false, Ordering::Relaxed) {
+            self.request();
+        }
+        let pending = self.pending.as_mut()?;
+        let path = self.path.as_deref()?;
+        let loaded = match next_step(path, pending, self.watch.as_mut(), seen, self.settle) {
+            Ok(Step::Wait) => {
+                if !std::mem::replace(&mut pending.told, true) {
+                    debug!(file = %path.display(), "reload: waiting for the file's writer");
+                }
                 return None;
             }
+            Ok(Step::Load(text)) => load_text(path, &text, &self.flags),
+            Ok(Step::GiveUp) => Err(Refused::Unsettled {
+                path: path.to_path_buf(),
+                limit: self.settle.limit,
+            }),
+            Err(e) => Err(e),
         };
-        let (new, kept) = diff(&self.current, new);
+        self.pending = None;
+        match loaded {
+            Ok(new) => {
+                let (config, kept) = diff(&self.current, new);
+                Some(Proposal { config, kept })
+            }
+            Err(why) => {
+                error!("reload refused, old settings kept: {why}");
+                self.status.refused();
+                None
+            }
+        }
+    }
+
+    /// Asks for a reload, as a SIGHUP does; [`Reloader::propose`] answers it.
+    pub fn request(&mut self) {
+        if self.path.is_none() {
+            warn!("SIGHUP: no --config file, nothing to reload");
+        } else if self.pending.is_none() {
+            let now = Instant::now();
+            self.pending = Some(Pending {
+                since: now,
+                settling: Settling::new(now),
+                told: false,
+            });
+        }
+    }
+
+    /// Reloads now and waits for the outcome, as a SIGHUP does (tests; the binary's
+    /// loops call [`Reloader::poll`] or [`Reloader::propose`], which never wait).
+    pub fn reload(&mut self) -> Option<Arc<Config>> {
+        self.request();
+        while self.pending.is_some() {
+            if let Some(new) = self.poll() {
+                return Some(new);
+            }
+            if self.pending.is_some() {
+                std::thread::sleep(self.settle.quiet / 4);
+            }
+        }
+        None
+    }
+
+    /// Makes `proposal` the settings in force, once its receiver has taken them, and
+    /// logs `config reloaded` (and each key kept for a restart). Returns them.
+    pub fn commit(&mut self, proposal: Proposal) -> Arc<Config> {
+        let Proposal { config, kept } = proposal;
+        let file = self.path.as_deref().unwrap_or(Path::new("")).display();
         for key in kept {
             warn!(
                 key,
                 "reload: {key} changed but needs a restart; old value kept"
             );
         }
-        info!(
-            target = new.target_percent,
-            file = %path.display(),
-            "config reloaded"
-        );
-        self.previous = Some(std::mem::replace(&mut self.current, new.clone()));
-        crate::metrics::RELOADS.succeeded(SystemTime::now());
-        Some(Arc::new(new))
+        info!(target = config.target_percent, file = %file, "config reloaded");
+        self.current = config;
+        self.status.succeeded(SystemTime::now());
+        Arc::new(self.current.clone())
     }
 
-    /// Goes back to the settings in force before the last reload, which its receiver
-    /// refused after all (the runtime checks the GPUs too).
-    pub fn undo(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            self.current = previous;
-        }
+    /// Drops `proposal`, which its receiver refused for `why`, keeping the settings in
+    /// force, and logs it.
+    pub fn refuse(&mut self, proposal: Proposal, why: impl Display) {
+        drop(proposal);
+        error!("reload refused, old settings kept: {why}");
+        self.status.refused();
     }
 
     /// The settings in force.
     pub fn current(&self) -> &Config {
         &self.current
     }
+}
+
+/// What a waiting reload does next: with an active watch, wait while the file is being
+/// written ([`read_complete`] once it is not); without, the settle rule ([`Settling`]).
+fn next_step(
+    path: &Path,
+    pending: &mut Pending,
+    watch: Option<&mut Watch>,
+    seen: Option<watch::Seen>,
+    settle: Settle,
+) -> Result<Step, Refused> {
+    let now = Instant::now();
+    match (watch, seen) {
+        (Some(watch), Some(seen)) if watch.active() => {
+            if !seen.writing {
+                Ok(read_complete(path, watch)?)
+            } else if now.duration_since(pending.since) >= settle.limit {
+                Ok(Step::GiveUp)
+            } else {
+                Ok(Step::Wait)
+            }
+        }
+        _ => {
+            let read = crate::config::read_text(path)?;
+            Ok(pending.settling.next(read, now, settle))
+        }
+    }
+}
+
+/// With the watch: the file's text when a read met no event on it, or wait for a
+/// writer that began writing during the read. A file replaced whole (or removed) during
+/// the read is read again, a few times; the last complete one read wins.
+fn read_complete(path: &Path, watch: &mut Watch) -> Result<Step, ConfigError> {
+    let mut last = None;
+    for _ in 0..3 {
+        let read = crate::config::read_text(path);
+        let seen = watch.update();
+        if seen.writing {
+            return Ok(Step::Wait);
+        }
+        if !seen.changed {
+            return read.map(|(text, _)| Step::Load(text));
+        }
+        last = read.ok();
+    }
+    Ok(last.map_or(Step::Wait, |(text, _)| Step::Load(text)))
 }
 
 #[cfg(test)]
@@ -370,39 +547,50 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             assert!(r.reload().is_none(), "{text:?}");
             assert!(is_full(r.current()), "{text:?}: {:?}", r.current());
-            let e = load_settled(&path, &Overrides::default(), QUICK).unwrap_err();
+            let e = load_text(&path, text, &Overrides::default()).unwrap_err();
             assert!(e.to_string().ends_with("sets no key (empty, or being written); to go back to the defaults, set one (target_percent = 50)"), "{e}");
         }
     }
 
-    #[test]
-    fn a_file_still_being_written_is_refused_once_the_limit_passes() {
-        // Every read finds new text, just written: a writer that never stops. (A writer
-        // thread made this depend on the scheduler: starved on a loaded machine, it left
-        // the file looking settled, sometimes empty.)
-        let path = Path::new("g.toml");
-        let mut n = 0u32;
-        let t = Instant::now();
-        let e = settle_reads(path, QUICK, || {
-            n += 1;
-            Ok((format!("{FULL}# {n}\n"), Some(SystemTime::now())))
-        })
-        .unwrap_err();
-        assert!(matches!(e, Refused::Unsettled { .. }), "{e}");
-        assert!(t.elapsed() >= QUICK.limit, "{:?}", t.elapsed());
-        assert!(n >= 2, "{n} reads");
+    /// The reads a [`Settling`] takes, `QUICK.quiet / 2` apart from a start in virtual
+    /// time, each of them `read(n)`; its steps.
+    fn settle_steps(mut read: impl FnMut(u32) -> Read) -> Vec<Step> {
+        let start = Instant::now();
+        let mut settling = Settling::new(start);
+        let mut steps = Vec::new();
+        for n in 0..100 {
+            let now = start + QUICK.quiet / 2 * n;
+            let step = settling.next(read(n), now, QUICK);
+            let done = step != Step::Wait;
+            steps.push(step);
+            if done {
+                break;
+            }
+        }
+        steps
     }
 
     #[test]
-    fn the_same_text_read_twice_a_quiet_apart_is_settled() {
+    fn without_inotify_a_file_still_being_written_is_refused_once_the_limit_passes() {
+        // Every read finds new text, just written: a writer that never stops.
+        let steps = settle_steps(|n| (format!("{FULL}# {n}\n"), Some(SystemTime::now())));
+        assert_eq!(steps.last(), Some(&Step::GiveUp));
+        // Reads QUICK.quiet / 2 apart: the limit passes at the 21st.
+        assert_eq!(steps.len(), 21);
+    }
+
+    #[test]
+    fn without_inotify_the_same_text_read_twice_a_quiet_apart_is_settled() {
         let old = SystemTime::now() - Duration::from_secs(1);
-        let mut reads = 0u32;
-        let text = settle_reads(Path::new("g.toml"), QUICK, || {
-            reads += 1;
-            Ok((FULL.to_string(), Some(old)))
-        })
-        .unwrap();
-        assert_eq!((text.as_str(), reads), (FULL, 2));
+        let steps = settle_steps(|_| (FULL.to_string(), Some(old)));
+        // The first read, one half a quiet later, then a whole quiet after the first.
+        assert_eq!(
+            steps,
+            [Step::Wait, Step::Wait, Step::Load(FULL.to_string())]
+        );
+        // A modification time less than a quiet old is not settled yet.
+        let steps = settle_steps(|_| (FULL.to_string(), Some(SystemTime::now())));
+        assert_eq!(steps.last(), Some(&Step::GiveUp));
     }
 
     #[test]
@@ -443,11 +631,118 @@ mod tests {
     }
 
     #[test]
-    fn undo_goes_back_to_the_settings_before_the_last_reload() {
+    fn a_writer_pausing_150_ms_between_two_writes_is_waited_for() {
         let (_dir, path, mut r) = reloader_on(FULL);
-        std::fs::write(&path, "target_percent = 40\n").unwrap();
-        assert_eq!(r.reload().unwrap().target_percent, 40.0);
-        r.undo();
+        r = r.with_settle(Settle::default());
+        let (head, tail) = FULL.split_at(FULL.find("[yield]").unwrap());
+        for _ in 0..3 {
+            let (wrote_head, head_written) = std::sync::mpsc::channel();
+            let writer = {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    use std::io::Write;
+                    let mut f = std::fs::File::create(&path).unwrap();
+                    f.write_all(head.as_bytes()).unwrap();
+                    wrote_head.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(150));
+                    f.write_all(tail.as_bytes()).unwrap();
+                })
+            };
+            head_written.recv().unwrap();
+            // A SIGHUP between the two writes: the file is taken once it is closed.
+            let new = r.reload().expect("the whole file, once written");
+            assert!(is_full(&new), "a reload applied {new:?}");
+            writer.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_writer_renaming_a_new_file_every_20_ms_never_blocks_a_reload() {
+        let (dir, path, mut r) = reloader_on(FULL);
+        r = r.with_settle(Settle::default());
+        let writing = Arc::new(AtomicBool::new(true));
+        let writer = {
+            let (tmp, path, writing) = (
+                dir.path().join("g.toml.new"),
+                path.clone(),
+                Arc::clone(&writing),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while writing.load(Ordering::Relaxed) {
+                    n += 1;
+                    let target = 40 + n % 20;
+                    std::fs::write(&tmp, format!("target_percent = {target}\n")).unwrap();
+                    std::fs::rename(&tmp, &path).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        while std::fs::read_to_string(&path).unwrap() == FULL {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for _ in 0..5 {
+            let t = Instant::now();
+            let new = r.reload().expect("the last complete file");
+            assert!((40.0..60.0).contains(&new.target_percent), "{new:?}");
+            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        }
+        writing.store(false, Ordering::Relaxed);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_reload_that_waits_for_its_writer_never_blocks_and_gives_up_at_the_limit() {
+        use std::io::Write;
+        let (_dir, path, mut r) = reloader_on(FULL);
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"target_percent = 40\n").unwrap();
+        r.request();
+        let t = Instant::now();
+        assert!(r.propose().is_none());
+        assert!(t.elapsed() < QUICK.quiet, "{:?}", t.elapsed());
+        // Held open past the limit: refused, the settings in force kept.
+        let ((), log) = crate::logging::capture::logged(|| {
+            while t.elapsed() <= QUICK.limit {
+                assert!(r.propose().is_none());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(r.propose().is_none());
+        });
+        assert!(
+            log.contains("reload refused, old settings kept: ")
+                && log.contains("g.toml: still being written after 0.4 s"),
+            "{log}"
+        );
         assert!(is_full(r.current()));
+        // Once closed, the next reload takes it.
+        drop(f);
+        assert_eq!(r.reload().unwrap().target_percent, 40.0);
+    }
+
+    #[test]
+    fn a_proposal_is_in_force_and_logged_as_reloaded_only_once_committed() {
+        let (_dir, path, mut r) = reloader_on(FULL);
+        std::fs::write(&path, "target_percent = 39\n[load]\nwidth_blocks = 99\n").unwrap();
+        r.request();
+        let (proposal, log) = crate::logging::capture::logged(|| r.propose());
+        let proposal = proposal.expect("a valid file");
+        assert_eq!(proposal.config().target_percent, 39.0);
+        assert!(!log.contains("config reloaded"), "{log}");
+        let ((), log) = crate::logging::capture::logged(|| r.refuse(proposal, "too wide"));
+        assert!(
+            log.contains("reload refused, old settings kept: too wide")
+                && !log.contains("reloaded"),
+            "{log}"
+        );
+        assert!(is_full(r.current()));
+        r.request();
+        let proposal = r.propose().unwrap();
+        let (new, log) = crate::logging::capture::logged(|| r.commit(proposal));
+        assert!(log.contains("config reloaded target=39.0"), "{log}");
+        assert_eq!(
+            (new.target_percent, r.current().load.width_blocks),
+            (39.0, 99)
+        );
     }
 }

@@ -5,7 +5,9 @@
 //! one starts or stops, it leaves every GPU idle and executes itself again (the same
 //! PID, arguments and environment), since the CUDA driver decides once per process
 //! whether its contexts are MPS clients ([`gpufill_runtime::mps`]). The new image finds
-//! the daemon, or none, as any start does.
+//! the daemon, or none, as any start does, and claims its GPUs afresh
+//! ([`gpufill_runtime::claim_all`]): the old image's claims are released before the
+//! exec, so its own lock never refuses it.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -18,9 +20,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use gpufill_runtime::mps::DaemonWatch;
 use gpufill_runtime::{
-    Agent, AgentError, AgentOptions, DayClock, Liveness, MpsChoice, Settings, down_of,
+    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings, down_of,
 };
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
@@ -33,8 +35,8 @@ use crate::reload::Reloader;
 ///
 /// # Errors
 /// [`UsageError`] for settings the machine cannot meet (a GPU that is not there, GPM
-/// missing for `metric = "sm"`); a runtime error when the driver is missing or a
-/// worker failed.
+/// missing for `metric = "sm"`, a GPU that another gpufill fills); a runtime error when
+/// the driver is missing or a worker failed.
 pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     // Signals first: a SIGINT, SIGTERM or SIGHUP during NVML's start-up and the GPU
     // listing must not kill the daemon.
@@ -47,6 +49,8 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         day_clock: DayClock::Local,
         device_readings: config.metrics.addr().is_some(),
         duration: args.duration.map(Duration::from_secs_f64),
+        // One gpufill per GPU: a second one on a GPU is refused (exit 2), naming this one.
+        claim_dir: Some(gpufill_runtime::CLAIM_DIR.into()),
         ..AgentOptions::default()
     };
     let settings = config.to_settings();
@@ -62,6 +66,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     let registry = agent.registry();
     let mut systemd = Notifier::from_env();
     let mut known_sick = Vec::new();
+    let mut health = Health::default();
     // The main thread only forwards stops and reloads; each worker applies a reload at
     // its next tick. Reloads are rare and need no haste: a slow poll keeps this
     // thread's wake-ups (and CPU) negligible beside the workers'.
@@ -70,18 +75,10 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
             agent.stop();
         }
         // READY=1 once every worker has ticked; the watchdog only while all tick.
-        let lives = registry.liveness(Instant::now());
+        let lives = health.look(Instant::now(), &registry.snapshots());
         systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
         log_health_changes(&mut known_sick, down_of(lives));
-        if let Some(new) = reloader.poll() {
-            // Validated by the reloader, restart keys already kept; the agent checks the
-            // GPUs too (a grid wider than one holds).
-            if let Err(e) = agent.update(new.to_settings()) {
-                error!("reload refused, old settings kept: {e}");
-                metrics::RELOADS.refused();
-                reloader.undo();
-            }
-        }
+        reload_step(&mut reloader, &agent);
         if restart.is_none() && follows_mps(&agent.settings()) {
             restart = mps.poll(Instant::now(), gpufill_runtime::mps::daemon);
             if let Some(running) = restart {
@@ -89,13 +86,17 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
                 agent.stop();
             }
         }
-        thread::sleep(Duration::from_millis(200));
+        thread::sleep(POLL);
     }
     if restart.is_some() {
         systemd.reloading();
     } else {
         systemd.stopping();
     }
+    // `join` consumes the agent: its GPU claims (the lock files' descriptors) are
+    // released here, before any exec, so the new image claims the GPUs as any start
+    // does and is not refused by this image's lock. (The descriptors are close-on-exec
+    // besides, so an exec could never carry a lock over by mistake.)
     agent.join()?;
     if restart.is_some() && !stop.load(Ordering::Relaxed) {
         info!("every GPU left idle; starting afresh");
@@ -110,6 +111,67 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
 /// the daemon ("on" and "off" are the operator's decision).
 fn follows_mps(settings: &Settings) -> bool {
     settings.yielding.mps == MpsChoice::Auto
+}
+
+/// How long the main loop sleeps between two looks at the workers.
+const POLL: Duration = Duration::from_millis(200);
+
+/// How much later than [`POLL`] a look may come before the process counts as paused
+/// meanwhile (SIGSTOP, a debugger, a frozen cgroup): its workers could not tick either.
+const PAUSED: Duration = Duration::from_secs(1);
+
+/// The workers' liveness as the main loop judges it: a pause of the whole process is not
+/// a stalled worker. After SIGSTOP and SIGCONT every worker's last tick is as old as the
+/// pause, though none of them stalled; such a tick is judged as if the pause had not
+/// been, and a worker that then does not tick is down once its stall limit has passed
+/// in the time the process ran.
+#[derive(Debug, Default)]
+struct Health {
+    last_look: Option<Instant>,
+    /// The process's last pause: when this thread found it, and how long it was.
+    pause: Option<(Instant, Duration)>,
+}
+
+impl Health {
+    /// Each GPU's liveness at `now` from its snapshot, the process's pauses left out.
+    fn look(&mut self, now: Instant, snapshots: &[GpuSnapshot]) -> Vec<(u32, Liveness)> {
+        let gap = self.last_look.map(|at| now.saturating_duration_since(at));
+        if let Some(gap) = gap.filter(|gap| *gap > POLL + PAUSED) {
+            self.pause = Some((now, gap - POLL));
+        }
+        self.last_look = Some(now);
+        snapshots
+            .iter()
+            .map(|s| (s.labels.index, s.liveness(self.judged_at(s, now))))
+            .collect()
+    }
+
+    /// When to judge `s`: `now`, or the pause's length earlier for a worker whose last
+    /// tick (or its start, before the first) came before the pause was found.
+    fn judged_at(&self, s: &GpuSnapshot, now: Instant) -> Instant {
+        match self.pause {
+            Some((found, pause)) if s.last_tick_at.unwrap_or(s.started) < found => {
+                now.checked_sub(pause).unwrap_or(now)
+            }
+            _ => now,
+        }
+    }
+}
+
+/// Takes a reload one step ([`Reloader::propose`]): settings from a complete, valid file
+/// go to the agent, and are in force (and logged as reloaded) only once it took them.
+fn reload_step(reloader: &mut Reloader, agent: &Agent) {
+    let Some(proposal) = reloader.propose() else {
+        return;
+    };
+    // Validated by the reloader, restart keys already kept; the agent checks the GPUs
+    // too (a grid wider than one holds).
+    match agent.update(proposal.config().to_settings()) {
+        Ok(_) => {
+            reloader.commit(proposal);
+        }
+        Err(e) => reloader.refuse(proposal, e),
+    }
 }
 
 /// The log line of a daemon that started (`running`) or stopped.
@@ -176,6 +238,155 @@ fn startup_error(e: AgentError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Overrides;
+    use crate::logging::capture::logged;
+    use gpufill_runtime::sim::SimOpener;
+    use gpufill_runtime::{GpuLabels, stall_after};
+    use std::path::PathBuf;
+
+    /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a
+    /// file with `target_percent = 30`.
+    fn agent_and_reloader() -> (tempfile::TempDir, std::path::PathBuf, Agent, Reloader) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gpufill.toml");
+        std::fs::write(&path, "target_percent = 30\n").unwrap();
+        let config = crate::reload::load(&path, &Overrides::default()).unwrap();
+        let opener = SimOpener::default();
+        let mut gpus = opener.gpus(1);
+        gpus[0].max_resident_blocks = 8;
+        let agent =
+            Agent::start(opener, gpus, config.to_settings(), AgentOptions::default()).unwrap();
+        let reloader = Reloader::install(Some(path.clone()), Overrides::default(), config).unwrap();
+        (dir, path, agent, reloader)
+    }
+
+    #[test]
+    fn a_reload_the_gpu_refuses_is_logged_as_refused_and_never_as_reloaded() {
+        let (_dir, path, agent, reloader) = agent_and_reloader();
+        let status: &'static metrics::ReloadStatus =
+            Box::leak(Box::new(metrics::ReloadStatus::new()));
+        let mut reloader = reloader.recording_to(status);
+        let successful = || {
+            let text = status.render();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("gpufill_config_last_reload_successful "))
+                .map(str::to_owned);
+            (
+                line,
+                text.contains("\ngpufill_config_last_reload_success_timestamp_seconds "),
+            )
+        };
+        std::fs::write(&path, "target_percent = 39\n[load]\nwidth_blocks = 99\n").unwrap();
+        reloader.request();
+        let ((), log) = logged(|| reload_step(&mut reloader, &agent));
+        assert!(
+            log.contains("reload refused, old settings kept: ") && log.contains("99 blocks"),
+            "{log}"
+        );
+        assert!(!log.contains("config reloaded"), "{log}");
+        assert_eq!(reloader.current().target_percent, 30.0);
+        assert_eq!(agent.settings().target_percent, 30.0);
+        // The file was valid, but the agent refused it: the metric says refused.
+        let refused = Some("gpufill_config_last_reload_successful 0".to_owned());
+        assert_eq!(successful(), (refused.clone(), false));
+        // A file the GPU can meet: proposed, but nothing recorded until it is committed.
+        std::fs::write(&path, "target_percent = 41\n[load]\nwidth_blocks = 8\n").unwrap();
+        reloader.request();
+        let proposal = loop {
+            if let Some(p) = reloader.propose() {
+                break p;
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(successful(), (refused, false));
+        agent.update(proposal.config().to_settings()).unwrap();
+        let ((), log) = logged(|| {
+            reloader.commit(proposal);
+        });
+        assert!(log.contains("config reloaded target=41.0"), "{log}");
+        assert_eq!(
+            successful(),
+            (
+                Some("gpufill_config_last_reload_successful 1".to_owned()),
+                true
+            )
+        );
+        assert_eq!(reloader.current().target_percent, 41.0);
+        assert_eq!(agent.settings().load.width_blocks, 8);
+        agent.stop();
+        agent.join().unwrap();
+    }
+
+    /// A GPU's snapshot whose worker ticked last at `at` (and ticks every 50 ms).
+    fn ticked_at(at: Instant) -> GpuSnapshot {
+        let mut s = GpuSnapshot::new(GpuLabels {
+            index: 0,
+            uuid: "GPU-0".into(),
+            model: "simulated GPU".into(),
+        });
+        s.started = at;
+        s.last_tick_at = Some(at);
+        s.stall_after = stall_after(Duration::from_millis(50));
+        s
+    }
+
+    /// The main loop's looks from `from` to `to`, a poll apart, at a worker that last
+    /// ticked at `tick`: the first that finds it down, as seconds after `from`.
+    fn first_down(health: &mut Health, tick: Instant, from: Instant, to: Duration) -> Option<f64> {
+        let snapshot = [ticked_at(tick)];
+        let mut at = Duration::ZERO;
+        while at <= to {
+            let lives = health.look(from + at, &snapshot);
+            if matches!(lives[0].1, Liveness::Down(_)) {
+                return Some(at.as_secs_f64());
+            }
+            at += POLL;
+        }
+        None
+    }
+
+    #[test]
+    fn a_stopped_process_s_own_pause_is_not_a_stalled_worker() {
+        let t0 = Instant::now();
+        let mut health = Health::default();
+        // Ticking, looked at every poll; then SIGSTOP for a minute (no look, no tick).
+        assert_eq!(
+            first_down(&mut health, t0, t0, Duration::from_secs(1)),
+            None
+        );
+        let woke = t0 + Duration::from_secs(61);
+        let last = ticked_at(t0 + Duration::from_secs(1));
+        // Judged on the clock alone, as before, it was "worker unhealthy: no tick for 60 s".
+        assert!(matches!(last.liveness(woke), Liveness::Down(_)));
+        let lives = health.look(woke, &[last]);
+        assert_eq!(lives, [(0, Liveness::Ticking)]);
+        // Back, the worker ticks again: healthy for as long as its ticks are recent.
+        let tick = woke + Duration::from_millis(50);
+        assert_eq!(
+            first_down(&mut health, tick, woke, Duration::from_secs(5)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_worker_that_never_ticks_again_after_a_pause_is_down_once_its_limit_ran() {
+        let t0 = Instant::now();
+        let mut health = Health::default();
+        health.look(t0, &[ticked_at(t0)]);
+        // A 60 s pause, then no tick: down after 5 s of the process running, not at once.
+        let woke = t0 + Duration::from_secs(60);
+        let down = first_down(&mut health, t0, woke, Duration::from_secs(20)).unwrap();
+        assert!((4.5..=5.5).contains(&down), "down {down} s after the pause");
+    }
+
+    #[test]
+    fn a_worker_that_stalls_while_the_process_runs_is_down_after_its_limit() {
+        let t0 = Instant::now();
+        let mut health = Health::default();
+        let down = first_down(&mut health, t0, t0, Duration::from_secs(20)).unwrap();
+        assert!((5.0..=5.5).contains(&down), "down after {down} s");
+    }
 
     #[test]
     fn the_restart_runs_this_image_with_the_same_arguments() {
@@ -196,5 +407,82 @@ mod tests {
         assert!(!follows_mps(&settings));
         assert!(mps_change(true).contains("restarting to become its client"));
         assert!(mps_change(false).contains("the yield policy applies again"));
+    }
+
+    /// What the copy of this test binary that [`a_re_executed_image_claims_the_gpu_its_old_image_held`]
+    /// starts does: an agent on a simulated GPU claims it in `GPUFILL_TEST_EXEC_DIR`,
+    /// stops and, as `run` does, is joined (`join`) or, to show that the exec alone lets
+    /// go of the lock, forgotten with its claim still open (`forget`); then the image
+    /// executes itself again ([`restart_command`], as `run` does to follow MPS). The new
+    /// image (`after`) claims the GPU anew, under the same PID, and says so.
+    fn exec_phase(phase: &str, dir: PathBuf) {
+        let claiming = || AgentOptions {
+            claim_dir: Some(dir.clone()),
+            ..AgentOptions::default()
+        };
+        let start = || {
+            let opener = SimOpener::default();
+            Agent::start(
+                opener.clone(),
+                opener.gpus(1),
+                Settings::default(),
+                claiming(),
+            )
+        };
+        let agent = start().unwrap_or_else(|e| panic!("{phase}: claim refused: {e}"));
+        if phase == "after" {
+            agent.stop();
+            agent.join().unwrap();
+            println!("claimed again by pid {}", std::process::id());
+            return;
+        }
+        let refused = start()
+            .err()
+            .expect("a second claim while the first is held");
+        assert!(matches!(refused, AgentError::Claimed(_)), "{refused}");
+        agent.stop();
+        if phase == "join" {
+            agent.join().unwrap();
+        } else {
+            std::mem::forget(agent);
+        }
+        let e = restart_command(std::env::args_os())
+            .env(EXEC_PHASE, "after")
+            .exec();
+        panic!("cannot execute again: {e}");
+    }
+
+    const EXEC_PHASE: &str = "GPUFILL_TEST_EXEC_PHASE";
+
+    #[test]
+    fn a_re_executed_image_claims_the_gpu_its_old_image_held() {
+        const DIR: &str = "GPUFILL_TEST_EXEC_DIR";
+        if let Ok(phase) = std::env::var(EXEC_PHASE) {
+            let dir = std::env::var_os(DIR).expect("the claim directory");
+            return exec_phase(&phase, dir.into());
+        }
+        for phase in ["join", "forget"] {
+            let dir = tempfile::tempdir().unwrap();
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "run::tests::a_re_executed_image_claims_the_gpu_its_old_image_held",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(EXEC_PHASE, phase)
+                .env(DIR, dir.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains(&format!("claimed again by pid {pid}\n")),
+                "{phase}: {out:?}"
+            );
+        }
     }
 }

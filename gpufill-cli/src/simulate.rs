@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpufill_core::{FillSettings, Tick, Utilization};
+use gpufill_core::{Event, FillSettings, Tick, Utilization};
 use gpufill_runtime::sim::{
-    Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, LongRunStats,
+    Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, HostJitter, LongRunStats,
     MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
     with_launch_settings,
 };
@@ -254,6 +254,7 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
             // As the H100 showed it: a service's bursts shorter than this never appear
             // in its per-process samples.
             process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
+            host_jitter: args.host_jitter.then(|| HostJitter::seeded(args.seed)),
             ..SimConfig::default()
         },
         settings,
@@ -270,6 +271,9 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
 pub struct Recorded {
     ticks: Vec<Tick>,
     judged_until: Time,
+    /// Pauses over the whole run, and signs of our kernels taken for the host's jitter.
+    pauses: usize,
+    unexplained: usize,
     hours: Vec<Period>,
     churn: ChurnReport,
     last_state: Option<(Time, State)>,
@@ -313,6 +317,7 @@ pub fn drive(
         .fold(args.duration.min(arrivals.next_at()), f64::min);
     let judged_until = Time::from_secs_f64(if long { judged_s.min(3600.0) } else { judged_s });
     let mut ticks: Vec<Tick> = Vec::new();
+    let (mut pauses, mut unexplained) = (0, 0);
     let mut hours = LongRunStats::new(Duration::from_secs(3600), Duration::from_secs(3));
     let mut churn = Churn::new(&mut arrivals);
     let mut last_state = None;
@@ -340,6 +345,10 @@ pub fn drive(
             stopped = tick.state == State::Stopped;
             last_state = Some((tick.at, tick.state));
             hours.record(tick);
+            for e in &tick.events {
+                pauses += usize::from(matches!(e, Event::Paused { .. }));
+                unexplained += usize::from(matches!(e, Event::Unexplained { .. }));
+            }
             let new_shape = ticks.last().is_none_or(|t| {
                 t.target != tick.target || t.width != tick.width || t.state != tick.state
             });
@@ -365,6 +374,8 @@ pub fn drive(
     Ok(Recorded {
         ticks,
         judged_until,
+        pauses,
+        unexplained,
         hours: hours.periods().to_vec(),
         churn: churn.finish(&setup.sim),
         last_state,
@@ -382,15 +393,7 @@ pub fn report(
     recorded: &Recorded,
     args: &SimulateArgs,
 ) -> anyhow::Result<()> {
-    summarize(
-        out,
-        &setup.sim,
-        &recorded.ticks,
-        recorded.judged_until,
-        args,
-        setup.sm,
-    )
-    .context(STDOUT)?;
+    summarize(out, &setup.sim, recorded, args, setup.sm).context(STDOUT)?;
     if args.random_foreign.is_some() || args.duration > 3600.0 {
         write_long_run(out, &recorded.churn, &recorded.hours).context(STDOUT)?;
     }
@@ -510,11 +513,11 @@ fn write_width_summary(
 fn summarize(
     out: &mut dyn Write,
     sim: &Simulation,
-    ticks: &[Tick],
-    until: Time,
+    recorded: &Recorded,
     args: &SimulateArgs,
     sm: bool,
 ) -> anyhow::Result<()> {
+    let (ticks, until) = (&recorded.ticks[..], recorded.judged_until);
     let end = sim.now().max(Time::from_secs_f64(args.duration));
     // A schedule may change the target: judge from its last change before `until`.
     let (from, target) = ticks
@@ -553,6 +556,7 @@ fn summarize(
         write_width_summary(out, ticks, t.settle)?;
     }
     let report = sim.gpu().report(end);
+    write_pauses(out, recorded, report.host_stalls)?;
     for (spec, job) in args.foreign.iter().zip(&report.foreign) {
         writeln!(
             out,
@@ -567,6 +571,32 @@ fn summarize(
     let services = report.foreign.iter().skip(args.foreign.len());
     for (spec, job) in args.service.iter().zip(services) {
         write_service(out, spec, job)?;
+    }
+    Ok(())
+}
+
+/// The pauses of the run (a quiet holder's work, or a sign of our kernels), how many
+/// signs of our kernels were taken for the host's own jitter, and with --host-jitter how
+/// often the host stalled.
+fn write_pauses(
+    out: &mut dyn Write,
+    recorded: &Recorded,
+    host_stalls: Option<(u64, u64)>,
+) -> std::io::Result<()> {
+    let (pauses, unexplained) = (recorded.pauses, recorded.unexplained);
+    write!(out, "{pauses} pauses")?;
+    if unexplained > 0 {
+        write!(
+            out,
+            "; {unexplained} signs of our kernels with nobody else there, taken as the host's own jitter"
+        )?;
+    }
+    writeln!(out)?;
+    if let Some((groups, stalls)) = host_stalls {
+        writeln!(
+            out,
+            "host jitter: {stalls} of {groups} groups of our kernels stalled on the host"
+        )?;
     }
     Ok(())
 }

@@ -21,7 +21,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// Prints every GPU NVML sees; gpufill's own processes and MPS clients are marked.
 ///
 /// # Errors
-/// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing.
+/// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing; `out` that
+/// cannot be written ("cannot write to standard output").
 pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let nvml = Nvml::init().context("cannot start NVML")?;
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
@@ -29,15 +30,30 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let view = gpufill_runtime::pid_view();
     let pipe = gpufill_runtime::mps::pipe_directory();
     let daemon = gpufill_runtime::mps::daemon();
-    if args.json {
+    let written = if args.json {
         let text = serde_json::to_string_pretty(&to_json(&driver, view, &pipe, &daemon, &gpus))?;
-        writeln!(out, "{text}")?;
-        return Ok(());
-    }
+        writeln!(out, "{text}")
+    } else {
+        write_all(out, &driver, view, &pipe, &daemon, &gpus)
+    };
+    written
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
+/// The whole report as text: the driver, the PID view, MPS, then each GPU.
+fn write_all(
+    out: &mut dyn Write,
+    driver: &str,
+    view: PidView,
+    pipe: &Path,
+    daemon: &Daemon,
+    gpus: &[GpuInfo],
+) -> std::io::Result<()> {
     writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
     writeln!(out, "{}", view_line(view))?;
-    writeln!(out, "{}", mps_line(&pipe, &daemon))?;
-    for gpu in &gpus {
+    writeln!(out, "{}", mps_line(pipe, daemon))?;
+    for gpu in gpus {
         write_gpu(out, gpu)?;
     }
     Ok(())

@@ -107,3 +107,29 @@ fn status_says_whether_an_mps_daemon_runs_as_json_and_as_text() {
     );
     assert_eq!(stopped["mps"]["daemon"], "absent");
 }
+
+#[test]
+fn status_into_a_full_disk_says_what_it_could_not_write_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    build_fake_nvml(dir.path());
+    // The table and the JSON alike.
+    for args in [&["status"][..], &["status", "--json"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+            .args(args)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .stdout(full)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with("gpufill: cannot write to standard output: "),
+            "{args:?}: {stderr}"
+        );
+    }
+}

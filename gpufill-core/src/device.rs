@@ -2,6 +2,7 @@
 //! [`LoadSource`] that loads it. `gpufill-nvml` and `gpufill-cuda` implement them for
 //! real hardware, [`crate::sim`] for the simulated GPU.
 
+use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::{Load, Utilization};
 use crate::unlisted::Unlisted;
@@ -175,16 +176,16 @@ pub trait LoadSource {
         let _ = shape;
     }
 
-    /// Whether, since the last call, a kernel of ours showed that another context ran
-    /// on the GPU: without MPS the GPU time-slices between contexts, so our first kernel
-    /// after anyone else's work starts a context switch late (docs/benchmarks.md, "Live
-    /// services"),
-    /// one launched while their work runs starts later still, and one of ours that
-    /// their work preempts is cut short (the spin kernels end at a jump of the GPU
-    /// clock). The loop asks at every step: beside quiet holders it is their first sign
-    /// of life, on a GPU nobody lists a short pause. The default sees nothing.
-    fn others_seen(&mut self) -> bool {
-        false
+    /// The strongest sign, since the last call, that a kernel of ours showed of another
+    /// context's work on the GPU ([`crate::kernel_timing`]): without MPS the GPU
+    /// time-slices between contexts, so our first kernel after anyone else's work starts
+    /// a context switch late (docs/benchmarks.md, "Live services"), one launched while
+    /// their work runs starts later still, and one of ours that their work preempts is
+    /// cut short (the spin kernels end at a jump of the GPU clock). A late start alone is
+    /// a weak sign: the host's own jitter can fake it. The loop asks at every step;
+    /// beside quiet holders it is their first sign of life. The default sees nothing.
+    fn others_seen(&mut self) -> Option<OthersSign> {
+        None
     }
 
     /// Whether another context has run on the GPU since our previous kernel, however
@@ -244,7 +245,7 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     fn set_shape(&mut self, shape: LaunchShape) {
         (**self).set_shape(shape)
     }
-    fn others_seen(&mut self) -> bool {
+    fn others_seen(&mut self) -> Option<OthersSign> {
         (**self).others_seen()
     }
     fn probe(&mut self, now: Time) -> Result<Option<bool>, Self::Error> {

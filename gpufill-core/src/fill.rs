@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::controller::Controller;
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
+use crate::kernel_timing::OthersSign;
 use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
 use crate::unlisted::{OwnShare, Unlisted};
 
@@ -118,6 +119,16 @@ pub enum Event {
         pids: Vec<u32>,
         /// A foreign process the list does not show is present.
         unlisted: bool,
+        /// What our kernels' timing showed, when that was the evidence (`None`: NVML
+        /// showed the work, or a probe found it).
+        sign: Option<OthersSign>,
+    },
+    /// A kernel of ours showed a sign of another context while nothing else could
+    /// be there (every context is listed, or shows in device memory): the host's own
+    /// jitter ([`crate::kernel_timing`]). Nothing pauses for it.
+    Unexplained {
+        /// What our kernels' timing showed.
+        sign: OthersSign,
     },
     /// The probe failed; the last load is held for now.
     ProbeFault {
@@ -573,7 +584,12 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             }
             Decision::Pause { pids, unlisted } => {
                 if self.state != Some(State::Yielding) {
-                    tick.events.push(Event::Paused { pids, unlisted });
+                    let sign = seen.held_back;
+                    tick.events.push(Event::Paused {
+                        pids,
+                        unlisted,
+                        sign,
+                    });
                     self.paused = true;
                 }
                 (State::Yielding, Load::IDLE, shape)
@@ -584,6 +600,11 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 (State::Off, Load::IDLE, shape)
             }
             Decision::Fill | Decision::FillBeside => {
+                if let (Decision::Fill, Some(sign)) = (&decision, seen.held_back)
+                    && seen.listed.is_empty()
+                {
+                    tick.events.push(Event::Unexplained { sign });
+                }
                 (State::Filling, self.fill(now, measured.sample), shape)
             }
         }

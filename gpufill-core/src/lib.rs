@@ -15,6 +15,8 @@
 //! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
 //!   metric it picks the width by a [`PowerModel`];
 //! - [`time`]: time is always passed in; [`SystemClock`] is the only real clock;
+//! - [`kernel_timing`]: what our own kernels' timing shows of other contexts, and what
+//!   is only the host's jitter ([`OthersSign`]);
 //! - [`unlisted`]: other GPU users that the process list misses inside a PID namespace
 //!   of our own ([`PidView`]), seen by device memory, per-process samples and
 //!   utilization beyond our own load;
@@ -40,6 +42,7 @@ pub mod controller;
 pub mod device;
 pub mod fill;
 pub mod hint;
+pub mod kernel_timing;
 pub mod policy;
 pub mod ratelimit;
 pub mod reopen;
@@ -57,6 +60,7 @@ pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRu
 pub use device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
 pub use fill::{Event, FillLoop, FillSettings, State, Tick};
 pub use hint::{Hint, HintsAt, NoHint};
+pub use kernel_timing::{GroupTiming, OthersSign, StartChain};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};
 pub use ratelimit::RateLimiter;
 pub use reopen::{ReopenError, ReopenSettings, Reopening};

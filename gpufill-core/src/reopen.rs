@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource};
+use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::Load;
 
@@ -236,8 +237,8 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
         }
     }
 
-    fn others_seen(&mut self) -> bool {
-        self.current.as_mut().is_some_and(LoadSource::others_seen)
+    fn others_seen(&mut self) -> Option<OthersSign> {
+        self.current.as_mut().and_then(LoadSource::others_seen)
     }
 
     /// Probes with the current source, opening one when due. A source opened for the

@@ -20,6 +20,7 @@ use crate::pacing::{Launcher, Pacing};
 use crate::plan::{Burst, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
 use crate::spin::{NEVER_YIELD, YIELD_JUMP, launch_spin};
+use gpufill_core::OthersSign;
 
 /// First wait before polling queued work again while draining (see [`backoff`]).
 const FIRST_POLL: Duration = Duration::from_micros(50);
@@ -146,6 +147,10 @@ pub struct LaunchStats {
     /// Groups of our kernels (bursts, one-in-flight kernels) whose timing showed
     /// another context's work: a start a context switch late, or a run cut short.
     pub others_seen: u64,
+    /// Bursts whose start the host stalled on (the record of its start event took
+    /// [`gpufill_core::kernel_timing::SLOW_RECORD`] longer than usual): their start can
+    /// only look early, so another context's switch before them may go unseen.
+    pub stalled_starts: u64,
     /// Probes run, and how many found that someone had run since our previous kernel.
     pub probes: u64,
     /// Probes that found someone.
@@ -207,14 +212,17 @@ pub struct CudaLoad {
     shape: LaunchShape,
     /// The one-in-flight thread, while one runs (or has exited and is not yet joined).
     pacing: Option<Pacing>,
-    /// Late kernels of a stopped pacing thread not yet reported by `others_seen`.
+    /// Late kernels of a stopped pacing thread not yet reported by `others_seen`, and
+    /// the strongest sign among them.
     late_unreported: u64,
+    late_sign: Option<OthersSign>,
     /// The error a pacing thread stopped on, returned (and checked) at the next call.
     fault: Option<CudaError>,
     /// The start events of our bursts and what their timing shows.
     watch: OthersWatch,
-    /// Groups judged to show someone else since the last `others_seen`.
-    seen: u64,
+    /// The strongest sign of another context that our bursts showed since the last
+    /// `others_seen`.
+    seen: Option<OthersSign>,
     /// Groups cut short in a row (see [`CUT_SHORT_IN_A_ROW`]).
     cut_in_a_row: u32,
     /// The `yield_ns` argument of our kernels ([`YIELD_JUMP`], or never once it misfired).
@@ -312,9 +320,10 @@ impl CudaLoad {
             shape: LaunchShape::default(),
             pacing: None,
             late_unreported: 0,
+            late_sign: None,
             fault: None,
             watch,
-            seen: 0,
+            seen: None,
             cut_in_a_row: 0,
             yield_ns: u64::try_from(YIELD_JUMP.as_nanos()).unwrap_or(NEVER_YIELD),
             timing_failed: false,
@@ -349,6 +358,7 @@ impl CudaLoad {
     pub fn stats(&self) -> LaunchStats {
         let running = self.pacing.as_ref().map_or(0, Pacing::kernels);
         LaunchStats {
+            stalled_starts: self.watch.stalled_starts,
             kernels_launched: self.stats.kernels_launched + running,
             one_in_flight: self.stats.one_in_flight + running,
             skipped_periods: self.skipped + self.pacer.missed(),
@@ -496,12 +506,12 @@ impl CudaLoad {
     /// short (on such a GPU the clock jumps on its own).
     fn judge_pending(&mut self) {
         match self.watch.judge(&self.event) {
-            Ok(Some(judged)) => {
-                if judged.others() {
-                    self.seen += 1;
+            Ok(Some(sign)) => {
+                if let Some(sign) = sign {
+                    self.seen = stronger(self.seen, Some(sign));
                     self.stats.others_seen += 1;
                 }
-                self.cut_in_a_row = if judged.cut_short {
+                self.cut_in_a_row = if matches!(sign, Some(OthersSign::CutShort { .. })) {
                     self.cut_in_a_row + 1
                 } else {
                     0
@@ -564,6 +574,7 @@ impl CudaLoad {
         self.stats.kernels_launched += stopped.kernels;
         self.stats.one_in_flight += stopped.kernels;
         self.late_unreported += stopped.late;
+        self.late_sign = stronger(self.late_sign, stopped.sign);
         self.pending = true;
         if let Some(e) = stopped.error {
             self.fault = Some(e);
@@ -614,16 +625,16 @@ impl CudaLoad {
 impl LoadSource for CudaLoad {
     type Error = CudaError;
 
-    /// Whether, since the last call, a burst of ours started a context switch late or
-    /// was cut short by a preemption (`others.rs`), or a kernel of the pacing
-    /// thread showed the same or was held back past its length.
-    fn others_seen(&mut self) -> bool {
+    /// The strongest sign, since the last call, that a burst of ours started a context
+    /// switch late or was cut short by a preemption (`others.rs`), or that a kernel of
+    /// the pacing thread showed the same or was held back past its length.
+    fn others_seen(&mut self) -> Option<OthersSign> {
         self.judge_pending();
-        let running = self.pacing.as_ref().map_or(0, Pacing::take_late);
+        let (running, running_sign) = self.pacing.as_ref().map_or((0, None), Pacing::take_late);
         let late = running + std::mem::take(&mut self.late_unreported);
         self.stats.late_kernels += late;
-        let seen = std::mem::take(&mut self.seen);
-        late + seen > 0
+        let paced = stronger(running_sign, self.late_sign.take());
+        stronger(self.seen.take(), paced)
     }
 
     /// Runs two tiny kernels and compares their starts (`others.rs`): whether
@@ -667,6 +678,9 @@ impl LoadSource for CudaLoad {
         if load.is_idle() {
             self.pacer.stop();
             self.stop_pacing();
+            // A resumption is never judged against the starts from before the idle
+            // spell (the GPU starts our first kernels late after idling).
+            self.watch.restart_next();
         } else if let Some(pacing) = &self.pacing {
             pacing.set_load(load);
         }
@@ -771,6 +785,14 @@ impl Drop for CudaLoad {
 /// that waits for the GPU sleeps instead of spinning a core. This works on any driver
 /// (`cuCtxSetFlags` after creation needs 12.1). Other flags set in this process are
 /// kept, except `CU_CTX_LMEM_RESIZE_TO_MAX`, which would pin grown stacks.
+/// The stronger of two optional signs.
+fn stronger(a: Option<OthersSign>, b: Option<OthersSign>) -> Option<OthersSign> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.stronger(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 fn set_primary_flags(device: sys::CUdevice) -> Result<(), CudaError> {
     let mut flags: std::ffi::c_uint = 0;
     let mut active: std::ffi::c_int = 0;

@@ -38,7 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
-use gpufill_core::Load;
+use gpufill_core::{Load, OthersSign};
 
 use crate::error::CudaError;
 use crate::others::OthersWatch;
@@ -100,8 +100,10 @@ struct State {
     error: Option<CudaError>,
     /// Kernels launched.
     kernels: u64,
-    /// Kernels seen held back by another context ([`LATE`]) and not yet reported.
+    /// Kernels whose timing showed another context, or that were held back by one
+    /// ([`LATE`]), not yet reported; and the strongest sign among them.
     late: u64,
+    sign: Option<OthersSign>,
     /// A new load was handed over since the last late kernel (ends the thread's pause).
     load_changed: bool,
 }
@@ -116,8 +118,10 @@ impl Shared {
 pub(crate) struct Stopped {
     /// Kernels it launched.
     pub kernels: u64,
-    /// Late kernels not yet reported.
+    /// Late kernels not yet reported, and the strongest sign among them.
     pub late: u64,
+    /// The strongest sign of the late kernels not yet reported.
+    pub sign: Option<OthersSign>,
     /// The error it stopped on, if it did.
     pub error: Option<CudaError>,
 }
@@ -146,6 +150,7 @@ impl Pacing {
                 error: None,
                 kernels: 0,
                 late: 0,
+                sign: None,
                 load_changed: false,
             }),
             wake: Condvar::new(),
@@ -171,9 +176,11 @@ impl Pacing {
         self.shared.wake.notify_all();
     }
 
-    /// Late kernels ([`LATE`]) seen since the last call.
-    pub(crate) fn take_late(&self) -> u64 {
-        std::mem::take(&mut self.shared.lock().late)
+    /// Kernels that showed another context since the last call, and the strongest
+    /// sign among them.
+    pub(crate) fn take_late(&self) -> (u64, Option<OthersSign>) {
+        let mut state = self.shared.lock();
+        (std::mem::take(&mut state.late), state.sign.take())
     }
 
     /// Kernels launched so far.
@@ -223,6 +230,7 @@ impl Pacing {
         Stopped {
             kernels: state.kernels,
             late: std::mem::take(&mut state.late),
+            sign: state.sign.take(),
             error,
         }
     }
@@ -272,20 +280,23 @@ impl Worker {
             // Slowed by another context's time slice: poll until it ends; held back
             // past LATE, someone else is working.
             let mut unfinished = false;
-            let mut held_back = false;
+            let mut held_back = None;
             if !self.is_done()? {
                 unfinished = true;
                 let unfinished_at = Instant::now();
                 if !self.wait_done(FIRST_POLL)? {
                     return Ok(());
                 }
-                held_back = unfinished_at.saturating_duration_since(launched + kernel) >= LATE;
+                let past = unfinished_at.saturating_duration_since(launched + kernel);
+                held_back = (past >= LATE).then_some(OthersSign::HeldBack {
+                    past_us: past.as_secs_f64() * 1e6,
+                });
             }
             // Held back, or its timing shows another context's work (a start a context
             // switch late, a run cut short by a preemption): say so, and launch nothing
             // more until the loop answers.
-            if held_back || self.judge() {
-                if !self.hold_after_late() {
+            if let Some(sign) = held_back.or_else(|| self.judge()) {
+                if !self.hold_after_late(sign) {
                     return Ok(());
                 }
                 continue;
@@ -312,25 +323,26 @@ impl Worker {
         Ok(launched)
     }
 
-    /// Whether the finished kernel's timing shows another context's work; a timing
+    /// What the finished kernel's timing shows of another context's work; a timing
     /// that cannot be read shows nothing (the held-back check still works).
-    fn judge(&mut self) -> bool {
+    fn judge(&mut self) -> Option<OthersSign> {
         let l = &mut self.launcher;
         match l.watch.judge(&l.event) {
-            Ok(judged) => judged.is_some_and(|j| j.others()),
+            Ok(judged) => judged.flatten(),
             Err(e) => {
                 tracing::debug!(error = %e, "kernel timing unavailable");
-                false
+                None
             }
         }
     }
 
     /// Records a late kernel and waits until the loop hands over a new load, or
     /// [`LATE_PAUSE`] has passed; `false` as soon as a stop is asked.
-    fn hold_after_late(&self) -> bool {
+    fn hold_after_late(&self, sign: OthersSign) -> bool {
         let deadline = Instant::now() + LATE_PAUSE;
         let mut state = self.shared.lock();
         state.late += 1;
+        state.sign = Some(state.sign.map_or(sign, |s| s.stronger(sign)));
         state.load_changed = false;
         self.wait_until(state, |_| Some(deadline), |s| s.load_changed)
     }

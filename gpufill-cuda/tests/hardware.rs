@@ -16,7 +16,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use gpufill_core::{DeviceError, Duty, ErrorKind, LaunchShape, Load, LoadSource, Time, Width};
+use gpufill_core::{
+    DeviceError, Duty, ErrorKind, LaunchShape, Load, LoadSource, OthersSign, Time, Width,
+};
 use gpufill_cuda::{CudaError, CudaLoad, LaunchStats, LauncherSettings, MemoryInfo};
 
 static GPU: Mutex<()> = Mutex::new(());
@@ -111,6 +113,7 @@ fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
         one_in_flight: b.one_in_flight - a.one_in_flight,
         late_kernels: b.late_kernels - a.late_kernels,
         others_seen: b.others_seen - a.others_seen,
+        stalled_starts: b.stalled_starts - a.stalled_starts,
         probes: b.probes - a.probes,
         probes_found: b.probes_found - a.probes_found,
         skipped_periods: b.skipped_periods - a.skipped_periods,
@@ -600,13 +603,16 @@ fn a_kernel_held_back_by_another_context_is_reported_and_nothing_more_launched()
         1,
         "nothing launched after a late kernel"
     );
-    assert!(gpu.others_seen());
-    assert!(!gpu.others_seen(), "reported once");
+    assert!(
+        matches!(gpu.others_seen(), Some(OthersSign::HeldBack { .. })),
+        "held back past its length"
+    );
+    assert_eq!(gpu.others_seen(), None, "reported once");
     // The loop's answer (a new load) lets it go on: the next kernel, late again.
     gpu.set_load(Time::ZERO, load(0.4)).unwrap();
     std::thread::sleep(100 * MS);
     assert_eq!(gpu.stats().one_in_flight, 2);
-    assert!(gpu.others_seen());
+    assert!(gpu.others_seen().is_some());
     assert_eq!(gpu.stats().late_kernels, 2);
     let stop = stop_and_time(&mut gpu);
     println!("hw: kernels 2 ms late: held after each; stopped in {stop:.2?}");
@@ -714,19 +720,28 @@ fn bursts_of_one_kernel_show_another_contexts_work_and_nothing_without_it() {
     let alone = gpu.stats();
     let seen_alone = gpu.others_seen();
     assert_eq!(alone.kernels_launched, alone.bursts, "one kernel a burst");
-    // Another context's kernel between two bursts: the next one starts late.
+    // Another context's kernel between two bursts: the next one starts late. Unless
+    // the host stalled in the record of that burst's start event (a busy CPU), so
+    // that its start could only look early: then that one may go unseen.
     let mut seen = 0;
+    let mut hidden = 0;
     for _ in 0..5 {
         let (_, _) = drive(&mut gpu, load(0.5), 50 * MS, 200 * MS);
         gpu.others_seen();
+        let stalled = gpu.stats().stalled_starts;
         foreign_work();
         let (_, _) = drive(&mut gpu, load(0.5), 50 * MS, 150 * MS);
-        seen += usize::from(gpu.others_seen());
+        // Its burst may have been launched at the last tick: let it finish, so that
+        // its timing is read (on a busy CPU the ticks come late).
+        assert!(gpu.quiesce(100 * MS));
+        let shown = gpu.others_seen().is_some();
+        seen += usize::from(shown);
+        hidden += usize::from(!shown && gpu.stats().stalled_starts > stalled);
     }
     println!(
-        "hw: one-kernel bursts: {} alone over 1 s with others seen {seen_alone}; {seen}/5 seen after another context's kernel",
+        "hw: one-kernel bursts: {} alone over 1 s with others seen {seen_alone:?}; {seen}/5 seen after another context's kernel ({hidden} hidden by a stalled start)",
         alone.bursts
     );
-    assert!(!seen_alone, "another context seen with nobody there");
-    assert_eq!(seen, 5);
+    assert_eq!(seen_alone, None, "another context seen with nobody there");
+    assert_eq!(seen + hidden, 5, "{hidden} hidden by a stalled start");
 }

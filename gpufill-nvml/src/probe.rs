@@ -218,6 +218,7 @@ impl NvmlProbe {
             Err(NvmlError::NotFound) => return Ok(Vec::new()),
             Err(e) => return Err(ProbeError::nvml("nvmlDeviceGetProcessUtilization", e)),
         };
+        tracing::trace!(gpu = %self.uuid, samples = samples.len(), "per-process samples read");
         let (fresh, last_seen) = fresh_process_utilization(&samples, self.process_last_seen_us);
         self.process_last_seen_us = last_seen;
         self.check_own_work(&fresh);
@@ -433,6 +434,7 @@ impl Probe for NvmlProbe {
             }
         }
         let mut list = running_processes(&self.device)?;
+        tracing::trace!(gpu = %self.uuid, listed = list.len(), "full process list read");
         let listed = list.len();
         for pid in self.own.recheck_list(&list) {
             tracing::warn!(gpu = %self.uuid, pid,

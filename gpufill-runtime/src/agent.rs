@@ -10,6 +10,7 @@
 //! errors, each a [`WorkerError`].
 
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -20,6 +21,7 @@ use gpufill_core::{Clock, SystemClock};
 use gpufill_nvml::Nvml;
 use tracing::{error, info};
 
+use crate::claim::{Claim, ClaimError, claim_all, listed_gpufill};
 use crate::open::OpenError;
 use crate::opener::{NvmlCuda, Opener};
 use crate::select::{Gpu, SelectError, select};
@@ -29,7 +31,7 @@ use crate::steering::{DayClock, Steering};
 use crate::worker::{Job, WorkerError};
 
 /// How an agent runs, besides its [`Settings`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AgentOptions {
     /// Whether an MPS control daemon runs ([`crate::mps::daemon_running`]): it decides
     /// `yield.mps = "auto"`.
@@ -41,6 +43,10 @@ pub struct AgentOptions {
     pub device_readings: bool,
     /// Stop by itself after this long.
     pub duration: Option<Duration>,
+    /// Where to claim each GPU, so that a second gpufill on it is refused: a lock file
+    /// per GPU ([`crate::claim_all`]; `gpufill run` uses [`crate::CLAIM_DIR`]). `None`
+    /// claims nothing (the default: tests, and embedders that coordinate otherwise).
+    pub claim_dir: Option<PathBuf>,
 }
 
 impl Default for AgentOptions {
@@ -50,6 +56,7 @@ impl Default for AgentOptions {
             day_clock: DayClock::Local,
             device_readings: false,
             duration: None,
+            claim_dir: None,
         }
     }
 }
@@ -73,6 +80,9 @@ pub enum AgentError {
     /// this machine has no NVIDIA driver ([`OpenError::NoDriver`]).
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// Another gpufill fills one of the GPUs.
+    #[error(transparent)]
+    Claimed(#[from] ClaimError),
     /// A worker thread could not be started.
     #[error("cannot start a worker thread: {0}")]
     Thread(#[from] std::io::Error),
@@ -95,6 +105,7 @@ impl AgentError {
             AgentError::Select(e) => e.is_settings_error(),
             AgentError::Gpm(e) => e.is_settings_error(),
             AgentError::Open(e) => e.is_settings_error(),
+            AgentError::Claimed(_) => true,
             _ => false,
         }
     }
@@ -138,6 +149,8 @@ pub struct Agent {
     gpus: Vec<Gpu>,
     /// Whether an MPS control daemon ran when the agent started.
     mps: bool,
+    /// Each GPU's claim ([`AgentOptions::claim_dir`]), held while the agent lives.
+    _claims: Vec<Claim>,
 }
 
 /// Whether `settings` fit every GPU in `gpus`: with the `util` metric, a grid of
@@ -155,7 +168,8 @@ fn check_fits(gpus: &[Gpu], settings: &Settings) -> Result<(), String> {
 impl Agent {
     /// Fills this machine's GPUs as `settings.gpus` selects them: checks the driver,
     /// starts NVML, selects the GPUs (MIG skipped), checks GPM for `metric = "sm"`,
-    /// and starts one worker per GPU. `options.mps` is or-ed with what
+    /// refuses GPUs where NVML lists another gpufill ([`crate::listed_gpufill`]), and
+    /// starts one worker per GPU. `options.mps` is or-ed with what
     /// [`crate::mps::daemon_running`] finds.
     ///
     /// # Errors
@@ -171,6 +185,10 @@ impl Agent {
         if settings.metric == Metric::Sm {
             crate::gpm::check_all(nvml, &gpus)?;
         }
+        // The list was read a moment ago by `select`; one that fails now skips the check.
+        if let Ok(listed) = nvml.gpus() {
+            listed_gpufill(&listed, &gpus, std::process::id())?;
+        }
         let mps = options.mps || crate::mps::daemon_running();
         if mps {
             info!("MPS control daemon found");
@@ -183,13 +201,15 @@ impl Agent {
         )
     }
 
-    /// Starts one worker per GPU in `gpus`, each opening its GPU through `opener`.
+    /// Starts one worker per GPU in `gpus`, each opening its GPU through `opener`, once
+    /// each GPU is claimed in `options.claim_dir` (if any).
     ///
     /// # Errors
     /// [`AgentError::Settings`] for invalid settings, [`AgentError::Open`] for settings a
-    /// GPU cannot meet (a grid wider than it holds at once), both before any worker
-    /// starts; [`AgentError::Thread`] when a thread cannot start (the workers already
-    /// started are stopped).
+    /// GPU cannot meet (a grid wider than it holds at once), [`AgentError::Claimed`] when
+    /// another gpufill holds a GPU's claim, all before any worker starts;
+    /// [`AgentError::Thread`] when a thread cannot start (the workers already started
+    /// are stopped).
     pub fn start<O: Opener>(
         opener: O,
         gpus: Vec<Gpu>,
@@ -199,6 +219,10 @@ impl Agent {
         settings.validate()?;
         // Up front, as a settings error (exit 2 in the binary).
         check_fits(&gpus, &settings).map_err(OpenError::Width)?;
+        let claims = match &options.claim_dir {
+            Some(dir) => claim_all(dir, &gpus)?,
+            None => Vec::new(),
+        };
         let labels = gpus.iter().map(labels_of).collect();
         let (registry, publishers) = Registry::new(labels);
         let stop = Arc::new(AtomicBool::new(false));
@@ -212,6 +236,7 @@ impl Agent {
             settings: Mutex::new(settings.clone()),
             gpus: gpus.clone(),
             mps: options.mps,
+            _claims: claims,
         };
         for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();

@@ -137,6 +137,7 @@ mod linux {
             let ready = unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
             if ready > 0 {
                 drain(fd);
+                tracing::trace!("device file opened");
                 return true;
             }
             if ready == 0 {

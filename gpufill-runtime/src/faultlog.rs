@@ -56,11 +56,39 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
                 "yielding to a process our PID namespace does not list (seen by device memory or its work)"
             ),
             // A dormant holder woke (or someone unlisted ran): rare now that a live
-            // holder is held off for longer and longer, so info.
-            Event::Paused { pids, unlisted } => info!(
+            // holder is held off for longer and longer, so info. The line names the
+            // evidence: a late start of ours alone may be the host's own jitter.
+            Event::Paused {
+                pids,
+                unlisted,
+                sign: Some(sign),
+            } if sign.is_weak() => info!(
                 foreign = ?pids,
                 unlisted,
-                "paused: another process ran a kernel beside ours; holding off"
+                "paused: {sign}, after another process's kernel or by the host's own jitter; probing before holding off"
+            ),
+            Event::Paused {
+                pids,
+                unlisted,
+                sign: Some(sign),
+            } => info!(
+                foreign = ?pids,
+                unlisted,
+                "paused: {sign}: another process ran a kernel beside ours; holding off"
+            ),
+            Event::Paused {
+                pids,
+                unlisted,
+                sign: None,
+            } => info!(
+                foreign = ?pids,
+                unlisted,
+                "paused: a quiet process showed work (NVML, or a probe of ours); holding off"
+            ),
+            // Nobody else can be there (every context is listed, or shows in device
+            // memory): the host's own jitter, so no pause, and not a line at info.
+            Event::Unexplained { sign } => debug!(
+                "{sign} with nobody else on the GPU: the host's own jitter, not a neighbour; no pause"
             ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")

@@ -27,7 +27,9 @@
 //! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
 //!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`], from any
 //!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
-//!   each worker that failed ([`WorkerError`]).
+//!   each worker that failed ([`WorkerError`]). With [`AgentOptions::claim_dir`] it
+//!   claims its GPUs first ([`claim_all`]), so a second gpufill on one is refused
+//!   ([`ClaimError`]).
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
 //! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
@@ -58,6 +60,7 @@
 //! subscriber, or exits the process. Logging goes through `tracing`.
 
 mod agent;
+mod claim;
 pub mod device_hint;
 mod faultlog;
 mod gpm;
@@ -76,6 +79,7 @@ mod steering;
 mod worker;
 
 pub use agent::{Agent, AgentError, AgentOptions, labels_of};
+pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, listed_gpufill};
 pub use gpm::{GpmError, check_all as check_gpm_all};
 pub use gpus::{GpuId, GpuSelector};
 pub use localtime::now as local_time_of_day;

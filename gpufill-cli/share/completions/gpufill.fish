@@ -79,12 +79,13 @@ complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l csv -d 'Wri
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l sample-ms -d 'NVML sampling period of the simulated GPU, in milliseconds' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l every -d 'Seconds between rows of the printed table' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l random-foreign -d 'Random foreign jobs arriving at this mean rate per hour (Poisson), each staying 10 s to 10 min and wanting 20-100 % of the GPU; reproducible with --seed' -r
-complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l seed -d 'Seed of --random-foreign' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l seed -d 'Seed of --random-foreign and --host-jitter' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l start-time -d 'Local time of day at the start, HH:MM, for schedule windows (default: the host\'s local time)' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l log-format -d 'Log lines as text, or as JSON objects (one a line, for a log collector)' -r -f -a "text\t'Human-readable lines'
 json\t'One JSON object a line: `timestamp`, `level`, `fields` (with `message`), and `span`/`spans` (the GPU\'s `gpu` index)'"
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l mps -d 'Simulate an MPS server (kernels of different processes run together)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l pid-namespace -d 'Simulate gpufill inside a PID namespace of its own (a container without hostPID): foreign jobs are not listed; device memory, utilization and per-process samples (2.6 s late, as on an H100) still show them'
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l host-jitter -d 'Simulate the host\'s own jitter in our kernels\' timing, as on the H100 hosts that paused with nobody there: launches stalled 90-500 us about once a second, and slower starts after an idle spell. Every group of our kernels is then judged by the launcher\'s own rule (seeded by --seed)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l realtime -d 'Pace virtual time at wall-clock speed (to scrape --metrics or send SIGHUP while it runs)'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s v -l verbose -d 'More log output (-v: debug, -vv: trace); RUST_LOG overrides'
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -s q -l quiet -d 'Less log output (-q: warnings only, -qq: errors only)'

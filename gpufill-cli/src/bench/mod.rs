@@ -190,6 +190,12 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         "wrote bench.svg, bench.csv and bench.json to {}",
         args.out.display()
     )?;
+    if summary.pauses() > 0 {
+        bail!(
+            "gpufill paused {} times with nobody else on the GPU",
+            summary.pauses()
+        );
+    }
     match &summary.yield_test {
         Some(y) if !y.passed() => bail!("the yield test failed"),
         _ => Ok(()),

@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use gpufill_core::{Tick, Utilization};
+use gpufill_core::{Event, Tick, Utilization};
 use gpufill_runtime::sim::tracking;
 use gpufill_runtime::{State, Time};
 use serde::Serialize;
@@ -19,8 +19,12 @@ pub struct TargetSummary {
     /// The target, percent.
     pub target_percent: f64,
     /// From the start of this target to the first sample from which every later one
-    /// stays within 2 points; `None` if it never settled.
+    /// stays within 2 points; `None` if it never settled, or if gpufill paused or
+    /// yielded in the window (nobody else is on the GPU during a bench: a pause there
+    /// misjudged the host, and what it took to settle again is no settle time).
     pub settle_s: Option<f64>,
+    /// How often gpufill paused or yielded in the window.
+    pub pauses: usize,
     /// Mean absolute error of the samples after settling, points.
     pub mean_abs_error_points: Option<f64>,
     /// Mean measured utilization after settling (all samples when it never settled).
@@ -44,6 +48,12 @@ pub fn summarize_target(
     memory_mib: Option<f64>,
 ) -> TargetSummary {
     let t = tracking(ticks, from, to, target, SETTLE_POINTS);
+    let pauses = ticks
+        .iter()
+        .filter(|t| t.at >= from && t.at < to)
+        .flat_map(|t| &t.events)
+        .filter(|e| matches!(e, Event::Paused { .. } | Event::Yielded { .. }))
+        .count();
     let steady_from = t.settle.map_or(from, |s| from + s);
     let samples: Vec<f64> = ticks
         .iter()
@@ -57,7 +67,8 @@ pub fn summarize_target(
         .collect();
     TargetSummary {
         target_percent: target.percent(),
-        settle_s: t.settle.map(|d| d.as_secs_f64()),
+        settle_s: t.settle.filter(|_| pauses == 0).map(|d| d.as_secs_f64()),
+        pauses,
         mean_abs_error_points: Some(t.mean_abs_error).filter(|e| e.is_finite()),
         mean_util_percent: mean(&samples),
         samples: t.samples,
@@ -188,6 +199,12 @@ fn opt(value: Option<f64>, decimals: usize) -> String {
 }
 
 impl BenchSummary {
+    /// How often gpufill paused or yielded in the targets' windows, where nobody else
+    /// was on the GPU.
+    pub fn pauses(&self) -> usize {
+        self.targets.iter().map(|t| t.pauses).sum()
+    }
+
     /// Whether the idle power is above some target's filling power: then it was read
     /// while the GPU was still clocked up from earlier work (seen on the H200 after
     /// other benchmarks: docs/benchmarks.md, section "`gpufill bench`: the same
@@ -216,7 +233,7 @@ impl BenchSummary {
         )?;
         writeln!(
             out,
-            "{:>8} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9}",
+            "{:>8} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9} {:>7}",
             "target_%",
             "settle_s",
             "mae_pts",
@@ -224,21 +241,37 @@ impl BenchSummary {
             "samples",
             "memory_MiB",
             "power_W",
-            "+idle_W"
+            "+idle_W",
+            "pauses"
         )?;
         for t in &self.targets {
             let extra = t.mean_power_w.zip(self.idle_power_w).map(|(p, i)| p - i);
+            let settle = if t.pauses > 0 {
+                "paused".to_owned()
+            } else {
+                opt(t.settle_s, 2)
+            };
             writeln!(
                 out,
-                "{:>8.1} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9}",
+                "{:>8.1} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9} {:>7}",
                 t.target_percent,
-                opt(t.settle_s, 2),
+                settle,
                 opt(t.mean_abs_error_points, 2),
                 opt(t.mean_util_percent, 1),
                 t.samples,
                 opt(t.own_memory_mib, 0),
                 opt(t.mean_power_w, 0),
-                opt(extra, 0)
+                opt(extra, 0),
+                t.pauses
+            )?;
+        }
+        let pauses = self.pauses();
+        if pauses > 0 {
+            writeln!(
+                out,
+                "gpufill paused or yielded {pauses} times in the targets with nobody else on the \
+                 GPU: it took the host for another process, so the targets marked \"paused\" \
+                 have no settle time (run with -v to see the evidence it logged)"
             )?;
         }
         if self.idle_power_suspect() {
@@ -487,7 +520,7 @@ mod tests {
         let cells: Vec<_> = row.split_whitespace().collect();
         assert_eq!(
             cells,
-            ["50.0", "0.00", "0.00", "50.0", "2", "-", "120", "40"]
+            ["50.0", "0.00", "0.00", "50.0", "2", "-", "120", "40", "0"]
         );
         assert!(text.contains("yield test skipped: --no-yield"));
         assert!(!summary.idle_power_suspect());
@@ -521,5 +554,51 @@ mod tests {
                 .unwrap()
                 .contains("+idle_W is not meaningful")
         );
+    }
+
+    #[test]
+    fn a_target_in_which_gpufill_paused_has_no_settle_time_and_says_so() {
+        // Settled at 0.4 s, then a pause with nobody there (a misjudged host) and back.
+        let mut ticks = samples(0, &[20.0, 40.0, 50.0, 50.0, 0.0, 0.0, 50.0, 50.0, 50.0]);
+        ticks[4].events.push(Event::Paused {
+            pids: Vec::new(),
+            unlisted: true,
+            sign: None,
+        });
+        let t = summarize_target(
+            &ticks,
+            Time::ZERO,
+            Time::from_millis(1800),
+            pct(50.0),
+            &[],
+            None,
+        );
+        assert_eq!((t.settle_s, t.pauses), (None, 1));
+        let clean = summarize_target(
+            &samples(0, &[20.0, 40.0, 50.0, 50.0, 50.0]),
+            Time::ZERO,
+            Time::from_millis(1000),
+            pct(50.0),
+            &[],
+            None,
+        );
+        assert_eq!((clean.settle_s, clean.pauses), (Some(0.4), 0));
+        let summary = BenchSummary {
+            gpu: "simulated GPU".into(),
+            simulated: true,
+            seconds_per_target: 2.0,
+            tick_ms: 10,
+            idle_power_w: None,
+            targets: vec![t, clean],
+            yield_test: None,
+            yield_skipped: None,
+        };
+        assert_eq!(summary.pauses(), 1);
+        let mut out = Vec::new();
+        summary.write_table(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let row: Vec<_> = text.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_eq!((row[1], row[8]), ("paused", "1"), "{text}");
+        assert!(text.contains("paused or yielded 1 times in the targets with nobody else"));
     }
 }

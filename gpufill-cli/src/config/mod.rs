@@ -230,7 +230,8 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 ///
 /// # Errors
 /// [`ConfigError::Read`] when the file cannot be read or is not a regular file of at
-/// most [`MAX_FILE_BYTES`]; [`ConfigError::Syntax`] when it is not UTF-8.
+/// most [`MAX_FILE_BYTES`]; [`ConfigError::Syntax`] when it is not UTF-8 or holds a NUL
+/// byte.
 pub fn read_text(path: &Path) -> Result<(String, Option<std::time::SystemTime>), ConfigError> {
     let (bytes, modified) = read_limited(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
@@ -245,6 +246,14 @@ pub fn read_text(path: &Path) -> Result<(String, Option<std::time::SystemTime>),
             reason: "not valid UTF-8".to_owned(),
         }
     })?;
+    // TOML allows NUL nowhere; toml's own message ("key with no value") would hide it.
+    if let Some(at) = text.find('\0') {
+        return Err(ConfigError::Syntax {
+            origin: Some(path.to_path_buf()),
+            position: Some(Position::of_offset(&text, at)),
+            reason: "a NUL byte (\\0): a config is text, and TOML allows it nowhere".to_owned(),
+        });
+    }
     Ok((text, modified))
 }
 

@@ -31,8 +31,10 @@ pub fn this_process(pid_view: PidView) -> Process {
     Process::current(crate::version::VERSION, crate::version::REVISION, pid_view)
 }
 
-/// The outcome of the config's loads: at start, and at each SIGHUP reload (the
-/// `Reloader` records them; `run` too when the agent refuses what the file gave).
+/// The outcome of the config's loads: at start, and at each SIGHUP reload. The
+/// `Reloader` records each final outcome only: a file refused, or new settings once
+/// their receiver (the agent) took them (`commit`) or refused them (`refuse`); a reload
+/// still waiting for its file, or proposed and not yet taken, changes nothing.
 /// Served as Prometheus serves its own (`prometheus_config_last_reload_*`).
 #[derive(Debug)]
 pub struct ReloadStatus {
@@ -41,11 +43,14 @@ pub struct ReloadStatus {
     success_ms: AtomicU64,
 }
 
+impl Default for ReloadStatus {
+    fn default() -> Self {
+        ReloadStatus::new()
+    }
+}
+
 /// The process's [`ReloadStatus`].
-pub static RELOADS: ReloadStatus = ReloadStatus {
-    refused: AtomicBool::new(false),
-    success_ms: AtomicU64::new(0),
-};
+pub static RELOADS: ReloadStatus = ReloadStatus::new();
 
 /// The reload series: name, help.
 pub const RELOAD_SERIES: [(&str, &str); 2] = [
@@ -60,6 +65,14 @@ pub const RELOAD_SERIES: [(&str, &str); 2] = [
 ];
 
 impl ReloadStatus {
+    /// No load recorded yet: successful, with no timestamp.
+    pub const fn new() -> Self {
+        ReloadStatus {
+            refused: AtomicBool::new(false),
+            success_ms: AtomicU64::new(0),
+        }
+    }
+
     /// The config was loaded and is in force, at `at`.
     pub fn succeeded(&self, at: SystemTime) {
         let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
@@ -191,10 +204,7 @@ mod tests {
 
     #[test]
     fn reloads_read_as_prometheus_reads_its_own() {
-        let status = ReloadStatus {
-            refused: AtomicBool::new(false),
-            success_ms: AtomicU64::new(0),
-        };
+        let status = ReloadStatus::new();
         let text = status.render();
         assert!(
             text.contains("\ngpufill_config_last_reload_successful 1\n"),

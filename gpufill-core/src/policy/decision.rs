@@ -9,6 +9,13 @@ use std::time::Duration;
 /// quiet sample ([`Seen::quiet_sample`](crate::policy::Seen::quiet_sample)) ends it sooner.
 pub const BURST_HOLD: Duration = Duration::from_millis(500);
 
+/// How long a late start of ours alone (a weak sign: the host's own jitter can fake it)
+/// pauses gpufill beside quiet holders before a probe confirms it (`policy/holders.rs`):
+/// the probe then asks whether anyone ran since that kernel. Long enough that a service
+/// answering one request a second is found again (a Poisson one misses the window
+/// 0.7 % of the time), short against the idle grace that a false sign would cost.
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(5);
+
 /// The longest [`live_hold`] grows to, in multiples of the idle grace.
 pub const LIVE_HOLD_MAX_FACTOR: u32 = 8;
 

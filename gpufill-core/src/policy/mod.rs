@@ -56,9 +56,9 @@ use crate::time::Time;
 use crate::unlisted::Unlisted;
 
 pub use decision::{
-    BURST_HOLD, Decision, LIVE_HOLD_MAX_FACTOR, YieldMode, YieldSettings, live_hold,
+    BURST_HOLD, CONFIRM_AFTER, Decision, LIVE_HOLD_MAX_FACTOR, YieldMode, YieldSettings, live_hold,
 };
-use holders::Holders;
+use holders::{Evidence, Holders};
 use seen::Hidden;
 pub use seen::Seen;
 use timers::Timers;
@@ -183,14 +183,20 @@ impl YieldPolicy {
         let listed = self.counted(seen.listed);
         let hidden = self.hidden(seen);
         // Work of a process already past its idle grace (a quiet holder we fill beside)
-        // is a burst, not a reason to yield for the idle grace again.
-        let mut burst = seen.beyond_own || seen.held_back;
+        // is a burst, not a reason to yield for the idle grace again. A late start of
+        // ours alone is a weak sign of one.
+        let mut burst = seen.beyond_own || seen.held_back.is_some_and(|s| !s.is_weak());
         let (unlisted_there, unlisted) = self
             .timers
             .unlisted_working(now, hidden, idle_grace, &mut burst);
         let working = self
             .timers
             .working(now, &listed, seen.active, idle_grace, &mut burst);
+        let evidence = match (burst, seen.held_back) {
+            (true, _) => Evidence::Strong,
+            (false, Some(_)) => Evidence::Weak,
+            (false, None) => Evidence::None,
+        };
         if !working.is_empty() || unlisted {
             return self.yield_to(now, working, unlisted);
         }
@@ -211,7 +217,7 @@ impl YieldPolicy {
         }
         self.timers.end_grace();
         self.holders
-            .decide(now, idle_grace, burst, (listed, unlisted_there))
+            .decide(now, idle_grace, evidence, (listed, unlisted_there))
     }
 
     /// MPS mode: only listed processes that are not MPS clients count, as in presence
@@ -243,11 +249,19 @@ impl YieldPolicy {
     }
 
     /// Nobody who counts is there: the grace if one is owed, else fill, unless a kernel
-    /// of ours has just shown someone the list does not (then idle for [`BURST_HOLD`],
-    /// or until a quiet sample). With anyone listed, ignored ones included, now or less
-    /// than [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so
-    /// it does not count: an ignored process (a monitoring agent, another gpufill) never
-    /// pauses us.
+    /// of ours has just shown someone that nothing else could have shown (then idle for
+    /// [`BURST_HOLD`], or until a quiet sample).
+    ///
+    /// Our kernels' timing counts here only where the device cannot show every context:
+    /// inside a PID namespace of our own whose memory reading cannot tell
+    /// ([`Unlisted::Unknown`]). In the host's view NVML lists every compute context
+    /// before its first kernel, and inside a namespace every context shows in device
+    /// memory ([`crate::unlisted`]): a sign with nobody there is the host's own jitter
+    /// (docs/benchmarks.md, "Start jitter on an empty GPU"), and the loop reports it
+    /// as such. With anyone listed, ignored ones included, now or less than
+    /// [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so it
+    /// does not count either: an ignored process (a monitoring agent, another gpufill)
+    /// never pauses us.
     fn nobody_there(&mut self, now: Time, seen: &Seen<'_>) -> Decision {
         self.holders.forget();
         if self.timers.in_grace(now, self.settings.grace) {
@@ -258,7 +272,8 @@ impl YieldPolicy {
         }
         if self.timers.burst_hold(
             now,
-            seen.held_back
+            seen.held_back.is_some()
+                && seen.unlisted == Unlisted::Unknown
                 && seen.listed.is_empty()
                 && self
                     .last_listed

@@ -2,6 +2,7 @@
 //! list misses ([`Hidden`]).
 
 use crate::device::ProcessInfo;
+use crate::kernel_timing::OthersSign;
 use crate::unlisted::Unlisted;
 
 /// What the policy weighs in one tick.
@@ -22,10 +23,11 @@ pub struct Seen<'a> {
     /// ([`crate::unlisted::OwnShare::window_idle`]) and that shows nothing beyond the
     /// margin: nobody worked over its window.
     pub quiet_sample: bool,
-    /// A kernel of ours showed another context's work since the last tick
-    /// ([`crate::LoadSource::others_seen`]): it started a context switch late or was
-    /// preempted. Someone ran on the GPU, listed or not.
-    pub held_back: bool,
+    /// The strongest sign a kernel of ours showed of another context's work since the
+    /// last tick ([`crate::LoadSource::others_seen`]): it started a context switch late,
+    /// ran long, was preempted or held back. A late start alone is weak: the host's own
+    /// jitter can fake it ([`crate::kernel_timing`]).
+    pub held_back: Option<OthersSign>,
 }
 
 impl<'a> Seen<'a> {
@@ -37,7 +39,7 @@ impl<'a> Seen<'a> {
             unlisted: Unlisted::ListComplete,
             beyond_own: false,
             quiet_sample: false,
-            held_back: false,
+            held_back: None,
         }
     }
 }

@@ -1,6 +1,12 @@
 //! Tests of the yield rule, mode by mode.
 
 use super::*;
+use crate::kernel_timing::OthersSign;
+
+/// A late start of ours alone: a weak sign.
+const LATE: Option<OthersSign> = Some(OthersSign::LateStart { late_us: 96.0 });
+/// A kernel of ours held back by another context's time slice: a strong sign.
+const HELD: Option<OthersSign> = Some(OthersSign::HeldBack { past_us: 400.0 });
 
 fn procs(pids: &[u32]) -> Vec<ProcessInfo> {
     pids.iter()
@@ -112,6 +118,22 @@ fn listed(p: &mut YieldPolicy, now: Time, foreign: &[ProcessInfo], active: &[u32
     answered(p, now, &Seen::complete(foreign, active))
 }
 
+/// A hold's marker probe is due at `now`: answered (found or not), the hold goes on.
+fn marker(p: &mut YieldPolicy, now: Time, seen: &Seen<'_>, paused: &Decision) {
+    let before = Time::from_duration(now.since_epoch() - Duration::from_millis(1));
+    assert_eq!(p.decide_seen(before, seen), *paused);
+    assert_eq!(
+        p.decide_seen(now, seen),
+        Decision::Probe,
+        "marker at {now:?}"
+    );
+    assert_eq!(
+        p.probed(now, Some(true)),
+        *paused,
+        "a marker only marks the time"
+    );
+}
+
 fn pause(pids: &[u32]) -> Decision {
     Decision::Pause {
         pids: pids.to_vec(),
@@ -131,7 +153,8 @@ fn activity_mode_probes_before_filling_beside_a_quiet_holder() {
     // Quiet for the idle grace: ask whether anyone ran since our last kernel.
     assert_eq!(p.decide_seen(ms(1000), &quiet), Decision::Probe);
     // Someone did (NVML saw nothing of it: a service of sub-millisecond requests):
-    // hold for the idle grace, then probe again.
+    // that probe spoke for its start-up too, so pause and probe again CONFIRM_AFTER
+    // later (at most the idle grace).
     assert_eq!(p.probed(ms(1000), Some(true)), pause(&[5]));
     assert_eq!(p.decide_seen(ms(1999), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(2000), &quiet), Decision::Probe);
@@ -161,10 +184,12 @@ fn a_live_holder_is_probed_ever_more_rarely_and_never_filled_beside() {
             d => assert_eq!(d, pause(&[5]), "at {t} ms"),
         }
     }
-    // After the idle grace, holds of 1, 2, 4, 8, then 8 idle graces.
+    // After the idle grace a confirming probe (CONFIRM_AFTER, at most the idle grace,
+    // later), then holds of 1, 2, 4, 8, then 8 idle graces; the first with its marker
+    // half-way.
     assert_eq!(
-        &probes[..7],
-        &[1000, 2000, 4000, 8000, 16_000, 24_000, 32_000]
+        &probes[..8],
+        &[1000, 2000, 2500, 3000, 5000, 9000, 17_000, 25_000]
     );
     assert_eq!(
         live_hold(Duration::from_secs(30), 1),
@@ -194,15 +219,16 @@ fn the_first_sign_of_life_pauses_at_once_and_holds_for_the_idle_grace() {
                 ..quiet
             },
             _ => Seen {
-                held_back: true,
+                held_back: HELD,
                 ..quiet
             },
         };
         p.decide_seen(ms(0), &quiet);
         assert_eq!(answered(&mut p, ms(1000), &quiet), Decision::FillBeside);
         assert_eq!(p.decide_seen(ms(5000), &working), pause(&[5]), "{sign}");
-        // More work extends the hold; it ends with a probe.
+        // More work extends the hold (and moves its marker); it ends with a probe.
         assert_eq!(p.decide_seen(ms(5500), &working), pause(&[5]), "{sign}");
+        marker(&mut p, ms(6000), &quiet, &pause(&[5]));
         assert_eq!(p.decide_seen(ms(6499), &quiet), pause(&[5]), "{sign}");
         assert_eq!(p.decide_seen(ms(6500), &quiet), Decision::Probe, "{sign}");
         assert_eq!(p.probed(ms(6500), Some(false)), Decision::FillBeside);
@@ -215,13 +241,14 @@ fn the_backoff_starts_afresh_once_a_holder_was_dormant_for_the_idle_grace() {
     let nb = procs(&[5]);
     let quiet = Seen::complete(&nb, &[]);
     let woke = Seen {
-        held_back: true,
+        held_back: HELD,
         ..quiet
     };
     p.decide_seen(ms(0), &quiet);
-    // Three late probes: the next hold is 4 idle graces.
+    // The first probe, its confirmation and two probes at the ends of holds found work
+    // (the first hold's marker between): the next hold is 4 idle graces.
     let mut t = 1000;
-    for _ in 0..3 {
+    for _ in 0..5 {
         while p.decide_seen(ms(t), &quiet) != Decision::Probe {
             t += 10;
         }
@@ -239,16 +266,53 @@ fn the_backoff_starts_afresh_once_a_holder_was_dormant_for_the_idle_grace() {
     assert_eq!(p.probed(ms(t), Some(false)), Decision::FillBeside);
     // Dormant for a whole idle grace, then it wakes: one idle grace again.
     assert_eq!(p.decide_seen(ms(t + 3000), &woke), pause(&[5]));
+    marker(&mut p, ms(t + 3500), &quiet, &pause(&[5]));
     assert_eq!(p.decide_seen(ms(t + 3999), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(t + 4000), &quiet), Decision::Probe);
 }
 
 #[test]
-fn on_a_gpu_nobody_lists_a_kernel_that_shows_someone_pauses_only_briefly() {
+fn in_the_host_view_with_nobody_listed_our_kernels_timing_never_pauses() {
+    // Every compute context is listed before its first kernel: a sign is the host's.
+    for sign in [LATE, HELD] {
+        let mut p = activity(1000);
+        let nobody = Seen::complete(&[], &[]);
+        let shown = Seen {
+            held_back: sign,
+            ..nobody
+        };
+        for t in 0..100 {
+            assert_eq!(
+                p.decide_seen(ms(t * 50), &shown),
+                Decision::Fill,
+                "{sign:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn in_a_namespace_where_memory_shows_every_context_our_kernels_timing_never_pauses() {
     let mut p = activity(1000);
-    let nobody = Seen::complete(&[], &[]);
+    let explained = hidden(0);
     let shown = Seen {
-        held_back: true,
+        held_back: HELD,
+        ..explained
+    };
+    for t in 0..100 {
+        assert_eq!(p.decide_seen(ms(t * 50), &shown), Decision::Fill);
+    }
+}
+
+#[test]
+fn where_nothing_else_could_show_a_neighbour_a_kernel_that_shows_one_pauses_briefly() {
+    let mut p = activity(1000);
+    let nobody = Seen {
+        unlisted: Unlisted::Unknown,
+        ..Seen::complete(&[], &[])
+    };
+    let shown = Seen {
+        held_back: LATE,
         ..nobody
     };
     let quiet_sample = Seen {
@@ -292,7 +356,7 @@ fn per_process_samples_are_read_only_until_a_probe_has_judged_the_holders() {
     p.decide_seen(
         ms(1100),
         &Seen {
-            held_back: true,
+            held_back: HELD,
             ..quiet
         },
     );
@@ -328,6 +392,7 @@ fn activity_mode_treats_an_unlisted_holder_like_a_listed_one() {
         unlisted: true,
     };
     assert_eq!(p.decide_seen(ms(5010), &working), unlisted);
+    marker(&mut p, ms(5510), &hidden(620), &unlisted);
     assert_eq!(p.decide_seen(ms(6009), &hidden(620)), unlisted);
     assert_eq!(p.decide_seen(ms(6010), &hidden(620)), Decision::Probe);
     assert_eq!(p.probed(ms(6010), Some(false)), Decision::FillBeside);
@@ -406,7 +471,7 @@ fn hidden(memory_mib: u64) -> Seen<'static> {
         },
         beyond_own: false,
         quiet_sample: false,
-        held_back: false,
+        held_back: None,
     }
 }
 
@@ -538,7 +603,7 @@ fn activity_mode_seeing_only_samples_yields_for_the_idle_grace_after_each() {
         unlisted: Unlisted::Unknown,
         beyond_own: false,
         quiet_sample: false,
-        held_back: false,
+        held_back: None,
     };
     let quiet = Seen {
         active: &[],
@@ -583,4 +648,73 @@ fn mps_mode_never_yields_to_mps_clients() {
         c.mps_client = true;
     }
     assert!(p.decide(Time::ZERO, &clients, &[5]).is_fill());
+}
+
+#[test]
+fn a_late_start_alone_beside_a_holder_pauses_only_until_a_confirming_probe() {
+    let mut p = activity(30_000);
+    let nb = procs(&[5]);
+    let quiet = Seen::complete(&nb, &[]);
+    let late = Seen {
+        held_back: LATE,
+        ..quiet
+    };
+    p.decide_seen(ms(0), &quiet);
+    assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
+    // The host's jitter: paused, probed CONFIRM_AFTER (5 s) later, clean: filling again.
+    assert_eq!(p.decide_seen(ms(40_000), &late), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(44_999), &quiet), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(45_000), &quiet), Decision::Probe);
+    assert_eq!(p.probed(ms(45_000), Some(false)), Decision::FillBeside);
+    // A live holder: the confirming probe finds it, and it is held off for the grace.
+    assert_eq!(p.decide_seen(ms(50_000), &late), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(55_000), &quiet), Decision::Probe);
+    assert_eq!(p.probed(ms(55_000), Some(true)), pause(&[5]));
+    marker(&mut p, ms(70_000), &quiet, &pause(&[5]));
+    assert_eq!(p.decide_seen(ms(84_999), &quiet), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(85_000), &quiet), Decision::Probe);
+}
+
+#[test]
+fn a_holder_that_ran_one_burst_is_filled_beside_again_one_idle_grace_after_it() {
+    let mut p = activity(30_000);
+    let nb = procs(&[5]);
+    let quiet = Seen::complete(&nb, &[]);
+    let burst = Seen {
+        held_back: HELD,
+        ..quiet
+    };
+    p.decide_seen(ms(0), &quiet);
+    assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
+    // A 0.5 s burst from 120 s: paused at its first sign.
+    assert_eq!(p.decide_seen(ms(120_000), &burst), pause(&[5]));
+    // The marker half-way finds the burst (it ran after our last kernel); the probe at
+    // the end of the hold asks only about the time since the marker: nobody.
+    marker(&mut p, ms(135_000), &quiet, &pause(&[5]));
+    assert_eq!(p.decide_seen(ms(150_000), &quiet), Decision::Probe);
+    assert_eq!(p.probed(ms(150_000), Some(false)), Decision::FillBeside);
+}
+
+#[test]
+fn nvml_showing_work_while_confirming_holds_the_holder_off_as_live() {
+    let mut p = activity(30_000);
+    let nb = procs(&[5]);
+    let quiet = Seen::complete(&nb, &[]);
+    p.decide_seen(ms(0), &quiet);
+    assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
+    let late = Seen {
+        held_back: LATE,
+        ..quiet
+    };
+    assert_eq!(p.decide_seen(ms(40_000), &late), pause(&[5]));
+    let beyond = Seen {
+        beyond_own: true,
+        ..quiet
+    };
+    assert_eq!(p.decide_seen(ms(40_500), &beyond), pause(&[5]));
+    // No confirming probe: held for the idle grace from the sample.
+    assert_eq!(p.decide_seen(ms(45_000), &quiet), pause(&[5]));
+    marker(&mut p, ms(55_500), &quiet, &pause(&[5]));
+    assert_eq!(p.decide_seen(ms(70_499), &quiet), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(70_500), &quiet), Decision::Probe);
 }

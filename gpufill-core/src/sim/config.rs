@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::jitter::HostJitter;
 use super::job::{ForeignJob, ForeignReport};
 use crate::device::{DeviceError, ErrorKind};
 use crate::time::Time;
@@ -102,6 +103,11 @@ pub struct SimConfig {
     /// [`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`] a service's short bursts never show,
     /// as on the H100.
     pub process_sample_min_run: Duration,
+    /// The host's own jitter in our kernels' timing (`gpufill simulate --host-jitter`):
+    /// `Some` times every group of ours as the launcher does and judges it with the
+    /// launcher's rule ([`super::HostJitter`]); `None` (the default) reports another
+    /// context's switch and preemptions directly.
+    pub host_jitter: Option<HostJitter>,
 }
 
 impl SimConfig {
@@ -212,6 +218,7 @@ impl Default for SimConfig {
             process_sizes: true,
             process_sample_lag: Duration::ZERO,
             process_sample_min_run: Duration::ZERO,
+            host_jitter: None,
         }
     }
 }
@@ -227,6 +234,9 @@ pub struct SimReport {
     pub samples: u64,
     /// Probes so far ([`crate::LoadSource::probe`]).
     pub probes: u64,
+    /// With [`SimConfig::host_jitter`]: our groups of kernels timed so far, and how many
+    /// of them the host stalled.
+    pub host_stalls: Option<(u64, u64)>,
 }
 
 /// An error of the simulated device.

@@ -7,6 +7,7 @@ use super::config::{SimConfig, SimError, SimReport};
 use super::job::{ForeignJob, ForeignReport};
 use super::model::Model;
 use crate::device::{LaunchShape, LoadSource, Probe, ProcessInfo};
+use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::{Load, Utilization};
 use crate::unlisted::{PidView, UnexplainedMemory, Unlisted};
@@ -253,8 +254,8 @@ impl LoadSource for SimLoad {
     /// (without MPS): one started after foreign work that came since our previous
     /// kernel (a switch late), or foreign work came while one ran (it was preempted),
     /// the model as of the probe's last reading.
-    fn others_seen(&mut self) -> bool {
-        std::mem::take(&mut self.gpu.lock().seen)
+    fn others_seen(&mut self) -> Option<OthersSign> {
+        self.gpu.lock().seen.take()
     }
 
     /// Whether foreign work (time-sliced with us: never an MPS client's) ran since our

@@ -78,6 +78,11 @@
 //!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
 //!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
 //!   before it fail as a CUDA context does after a sticky launch error.
+//! - **The host's jitter** ([`HostJitter`], `gpufill simulate --host-jitter`): with it
+//!   every group of our kernels is timed as the launcher times it, with the stalled
+//!   launches and slow resumptions of the H100 host that paused with nobody there, and
+//!   judged by the launcher's own rule ([`crate::kernel_timing`]); another context's
+//!   switch then shows only through that rule.
 //! - **Churn** ([`churn`]): random foreign arrivals from a seeded generator, added and
 //!   retired as a long run goes, so memory stays bounded.
 //! - **SM activity**: the share of SMs busy, `own_duty x width / sm_count` plus the
@@ -99,6 +104,7 @@
 pub mod churn;
 mod config;
 mod handles;
+mod jitter;
 mod job;
 mod kernels;
 mod model;
@@ -111,6 +117,7 @@ pub use churn::{
 };
 pub use config::{SimConfig, SimError, SimReport};
 pub use handles::{SimGpu, SimLoad, SimProbe};
+pub use jitter::HostJitter;
 pub use job::{ForeignJob, ForeignReport};
 pub use requests::MAX_WAITS_KEPT;
 pub use requests::{RequestReport, Requests, Spacing};

@@ -6,9 +6,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::config::{SimConfig, SimError, SimReport};
+use super::jitter::Timing;
 use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
 use crate::device::LaunchShape;
+use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::Load;
 use crate::unlisted::MemoryReading;
@@ -16,9 +18,14 @@ use crate::unlisted::MemoryReading;
 /// The simulated GPU's state; the handles ([`super::SimGpu`] and the rest) lock it.
 #[derive(Debug)]
 pub(super) struct Model {
-    /// A kernel of ours showed since the last `others_seen` that another context ran:
-    /// it started a switch late, or a request preempted it.
-    pub(super) seen: bool,
+    /// The strongest sign a kernel of ours showed since the last `others_seen` that
+    /// another context ran: it started a switch late, or a request preempted it.
+    pub(super) seen: Option<OthersSign>,
+    /// With [`SimConfig::host_jitter`]: our groups timed and judged as the launcher
+    /// does, the host's jitter included.
+    pub(super) timing: Option<Timing>,
+    /// With timing: the start of the group of ours that a context switch delays.
+    switch_at: Option<Time>,
     /// Foreign work ran (from this time on) that no kernel of ours has shown yet: the
     /// next kernel of ours starts a switch late, and a probe finds it.
     pub(super) pending: Option<Time>,
@@ -69,7 +76,9 @@ impl Model {
     pub(super) fn new(cfg: SimConfig) -> Self {
         let n = cfg.foreign.len();
         Model {
-            seen: false,
+            seen: None,
+            timing: cfg.host_jitter.map(Timing::new),
+            switch_at: None,
             pending: None,
             last_foreign_end: Time::ZERO,
             plan: Plan::default(),
@@ -163,6 +172,7 @@ impl Model {
                 self.publish();
             }
         }
+        self.judge_groups();
         self.show_active();
         while let Some(&(at, bytes)) = self.cfg.driver_memory.get(self.driver_taken) {
             if at > self.now {
@@ -294,8 +304,9 @@ impl Model {
         // A kernel of ours that starts at the very instant the work comes starts after
         // it; one that starts at `now` has not run yet (the step at `now` may cancel it).
         let running = self.plan.kernel_at(from);
-        if running.is_some_and(|k| k.start < from) {
-            self.seen = true;
+        if let Some(k) = running.filter(|k| k.start < from) {
+            let short_us = k.end.saturating_since(from).as_secs_f64() * 1e6;
+            self.note_sign(OthersSign::CutShort { short_us });
             self.pending = None;
             return;
         }
@@ -311,8 +322,44 @@ impl Model {
                 .saturating_sub(Duration::from_nanos(1)),
         );
         let previous = self.plan.last_end_before(just_before);
-        self.seen |= previous.is_some_and(|p| next.start - p < self.cfg.late_start_window);
         self.pending = None;
+        if self.timing.is_some() {
+            // The launcher's judge weighs the switch with the host's jitter.
+            self.switch_at = Some(next.start);
+        } else if previous.is_some_and(|p| next.start - p < self.cfg.late_start_window) {
+            let late_us = self.cfg.context_switch.as_secs_f64() * 1e6;
+            self.note_sign(OthersSign::LateStart { late_us });
+        }
+    }
+
+    fn note_sign(&mut self, sign: OthersSign) {
+        self.seen = Some(self.seen.map_or(sign, |s| s.stronger(sign)));
+    }
+
+    /// With timing: judges our groups that started since the last call, before now.
+    fn judge_groups(&mut self) {
+        let Some(timing) = &mut self.timing else {
+            return;
+        };
+        let mut signs = None;
+        while let Some(k) = self.plan.next_after(timing.judged_until) {
+            if k.start >= self.now {
+                break;
+            }
+            timing.judged_until = k.start;
+            let switch = if self.switch_at.is_some_and(|at| at <= k.start) {
+                self.switch_at = None;
+                self.cfg.context_switch
+            } else {
+                Duration::ZERO
+            };
+            if let Some(sign) = timing.group(k.start, k.end, switch) {
+                signs = Some(sign);
+            }
+        }
+        if let Some(sign) = signs {
+            self.note_sign(sign);
+        }
     }
 
     /// A probe at the model's time: whether foreign work ran since our previous kernel;
@@ -320,6 +367,9 @@ impl Model {
     pub(super) fn probe(&mut self) -> bool {
         self.probes += 1;
         self.plan.probe(self.now);
+        if let Some(timing) = &mut self.timing {
+            timing.restart();
+        }
         self.pending.take().is_some()
     }
 
@@ -464,6 +514,12 @@ impl Model {
     }
 
     pub(super) fn set_load(&mut self, load: Load) {
+        if load.is_idle()
+            && let Some(timing) = &mut self.timing
+        {
+            // The launcher starts a new chain after an idle spell.
+            timing.restart();
+        }
         self.requested = load;
         let fraction = load.duty.fraction();
         let duty = fraction * self.efficiency(self.shape, fraction);
@@ -497,6 +553,7 @@ impl Model {
             own_busy: Duration::from_secs_f64(self.own_busy),
             samples: self.samples,
             probes: self.probes,
+            host_stalls: self.timing.as_ref().map(|t| (t.groups, t.stalls)),
         }
     }
 
@@ -628,11 +685,11 @@ mod tests {
         source.set_load(Time::ZERO, load(0.5)).unwrap();
         // Nobody yet: nothing shows.
         g.report(ms(1000));
-        assert!(!source.others_seen());
+        assert!(source.others_seen().is_none());
         // A request at 1.011 s, inside our kernel of 1.000-1.025 s: it preempts it.
         g.report(ms(1012));
-        assert!(source.others_seen());
-        assert!(!source.others_seen(), "once");
+        assert!(source.others_seen().is_some());
+        assert!(source.others_seen().is_none(), "once");
         let r = served(&g, ms(1012));
         assert_eq!(r.met_kernel, 1);
         // 11 ms into the kernel: it waits the rest of its 2 ms slice, and a switch.
@@ -640,20 +697,20 @@ mod tests {
         // It ran after our kernel ended: our next kernel (1.050 s) starts late too, and
         // shows it once it has started (the step at 1.050 s could still cancel it).
         g.report(ms(1050));
-        assert!(!source.others_seen());
+        assert!(source.others_seen().is_none());
         g.report(ms(1051));
-        assert!(source.others_seen());
+        assert!(source.others_seen().is_some());
         // The next at 2.031 s arrives after ours (2.000-2.025 s): one switch. Our next
         // kernel, at 2.050 s, starts late and shows it then, not before.
         g.report(ms(2050));
-        assert!(!source.others_seen());
+        assert!(source.others_seen().is_none());
         g.report(ms(2051));
-        assert!(source.others_seen());
+        assert!(source.others_seen().is_some());
         assert_eq!(served(&g, ms(2051)).switched, 1);
         // While we are idle nothing shows, however much runs.
         source.set_load(ms(2100), Load::IDLE).unwrap();
         g.report(ms(9000));
-        assert!(!source.others_seen());
+        assert!(source.others_seen().is_none());
     }
 
     #[test]
@@ -674,7 +731,7 @@ mod tests {
         assert_eq!(r.waits, vec![(ms(5000), switch), (ms(15_000), switch)]);
         assert_eq!(g.report(ms(15_001)).probes, 3);
         assert!(
-            !source.others_seen(),
+            source.others_seen().is_none(),
             "a probe is not a kernel that shows others"
         );
     }
@@ -691,7 +748,7 @@ mod tests {
         let mut source = g.load();
         source.set_load(Time::ZERO, load(0.5)).unwrap();
         let r = served(&g, Time::from_secs_f64(60.0));
-        assert!(!source.others_seen());
+        assert!(source.others_seen().is_none());
         assert_eq!(source.probe(Time::from_secs_f64(60.0)), Ok(Some(false)));
         assert_eq!((r.met_kernel, r.switched), (0, 0));
         // 0.015 per unit of our duty (0.5), as the fluid model's MPS loss.
