@@ -7,6 +7,9 @@
 #        60 s (does this host stall?); the new build beside a dormant holder, a holder
 #        with a 0.5 s burst every 2 minutes, a live service (sub-ms requests at 20/s,
 #        3 pairs), a newcomer (the yield), and inside a PID namespace of its own
+#   bash scripts/jitter_session.sh extra [GPU]         # on the other GPU, the final build:
+#        052ca04 alone 60 s, a dormant holder, gpufill bench, the live service, and
+#        issue 33's MPS follow (scripts/mps_follow_check.sh)
 #   bash scripts/jitter_session.sh collect             # waits for `start`, copies to $OUT
 set -u
 cd "$(dirname "$0")/.."
@@ -52,11 +55,27 @@ torch.cuda.synchronize()' ) &
   echo "namespace: $(grep -c 'does not list' "$out/ns-gpu$gpu.log") yields to an unlisted process," \
     "$(grep -c 'paused' "$out/ns-gpu$gpu.log") pauses, filling lines $(grep -c ' filling' "$out/ns-gpu$gpu.log")"
   pack ;;
+extra)
+  # The final build's other checks on the second GPU while `start` holds the first:
+  # 052ca04 alone (does this host stall?), a dormant holder, gpufill bench (pauses per
+  # target, the newcomer yield), the live service, and issue 33's MPS follow.
+  gpu=${2:-1}
+  info
+  if [ -x carry/old/gpufill ]; then
+    timeout 100 $J idle --exe carry/old/gpufill --gpu "$gpu" --seconds 60 --tag "idle-old-gpu$gpu" --out "$out"
+  fi
+  timeout 90 $J holder --gpu "$gpu" --seconds 45 --grace 5 --tag "holder-gpu$gpu" --out "$out"
+  timeout 150 carry/gpufill bench --gpu "$gpu" --out "$out/bench" >"$out/bench.txt" 2>&1
+  echo "bench exit $?"; grep -v "^$" "$out/bench.txt" | tail -12
+  timeout 120 python3 scripts/live_service_bench.py --out "$out" --gpu "$gpu" --parts ab \
+    --pairs 3 --phase 10 --ab "mlp@20/s" 2>&1 | tail -2
+  OUT=$out/mps MPS_CHECK_GPU=$gpu timeout 240 bash scripts/mps_follow_check.sh carry/gpufill 2>&1 | tail -16
+  pack ;;
 collect)
   while pgrep -f "host_jitter.py idle" >/dev/null; do sleep 2; done
   cat /tmp/hj/host.txt /tmp/hj/idle.txt
   cp /tmp/hj/*.log /tmp/hj/*.json /tmp/hj/*.txt "$out"/ 2>/dev/null
   pack; ls -la "$out" ;;
 *)
-  echo "usage: $0 start [GPU] [SECS] | beside [GPU] | collect" >&2; exit 2 ;;
+  echo "usage: $0 start [GPU] [SECS] | beside [GPU] | extra [GPU] | collect" >&2; exit 2 ;;
 esac

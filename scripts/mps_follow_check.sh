@@ -22,6 +22,13 @@
 # Usage, from the repository root: bash scripts/mps_follow_check.sh [carry/gpufill]
 set -u
 g=${1:-carry/gpufill}
+# MPS_CHECK_GPU=N runs it all on NVML GPU N of a host of several (the daemon, gpufill and
+# the jobs see that GPU alone), leaving the others to other runs.
+gpus=${MPS_CHECK_GPU:-0}
+if [ -n "${MPS_CHECK_GPU:-}" ]; then
+  CUDA_VISIBLE_DEVICES=$(nvidia-smi -i "$MPS_CHECK_GPU" --query-gpu=uuid --format=csv,noheader)
+  export CUDA_VISIBLE_DEVICES
+fi
 out=${OUT:-/tmp/mps-follow-out}
 mkdir -p "$out"
 work=/tmp/gpufill-mps-follow
@@ -119,13 +126,13 @@ EOF
 # --- preflight ------------------------------------------------------------------------
 [ -x "$g" ] || { echo "no gpufill binary at $g"; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "run as root (the daemon's pipe directory, and its servers)"; exit 2; }
-nvidia-smi --query-gpu=name,driver_version,compute_mode,mig.mode.current --format=csv,noheader | tee "$out/gpu.txt"
-nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader >"$out/before-apps.txt"
+nvidia-smi -i "$gpus" --query-gpu=name,driver_version,compute_mode,mig.mode.current --format=csv,noheader | tee "$out/gpu.txt"
+nvidia-smi -i "$gpus" --query-compute-apps=pid,process_name --format=csv,noheader >"$out/before-apps.txt"
 [ -s "$out/before-apps.txt" ] && say "WARNING: compute processes already on the GPU: $(tr '\n' ' ' <"$out/before-apps.txt")"
 "$g" --version | head -1 | tee "$out/version.txt"
 
 # --- 1: gpufill without MPS -------------------------------------------------------------
-"$g" -v run --gpus 0 --metrics 127.0.0.1:$port >"$out/gpufill.log" 2>&1 &
+"$g" -v run --gpus "$gpus" --metrics 127.0.0.1:$port >"$out/gpufill.log" 2>&1 &
 gp=$!
 say "gpufill started, pid $gp"
 took=$(wait_for 40 's["up"] and s.get("mps") == "none" and s.get("state") == "filling" and (s.get("util") or 0) > 20')
