@@ -32,29 +32,12 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_lib import scrape  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp/host-jitter")
 TRACE = "info,gpufill_cuda=trace,gpufill_nvml=trace,gpufill_runtime=trace"
-
-
-def scrape(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-            text = r.read().decode()
-    except Exception:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("gpufill_"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if 'state="' in line:
-                name += "." + line.split('state="', 1)[1].split('"', 1)[0]
-            try:
-                out[name] = float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                pass
-    return out
 
 
 def uuid_of(index):

@@ -1,6 +1,29 @@
-"""Helpers shared by scripts/live_probe.py and scripts/live_service_bench.py (issue 21)."""
+"""Helpers shared by scripts/live_probe.py, scripts/live_service_bench.py (issue 21) and
+scripts/host_jitter.py (issue 30)."""
 import os
 import statistics
+import urllib.request
+
+
+def scrape(port):
+    """gpufill's metrics on 127.0.0.1:`port` as {name: value}, a state series as
+    "gpufill_state.<state>"; {} when the endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except Exception:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gpufill_"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if 'state="' in line:
+                name += "." + line.split('state="', 1)[1].split('"', 1)[0]
+            try:
+                out[name] = float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return out
 
 
 def pct(xs, q):

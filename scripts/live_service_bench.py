@@ -39,9 +39,9 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 
 from live_lib import pct, schedstat, switches
+from live_lib import scrape as live_scrape
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -49,22 +49,7 @@ PORT = 9418  # plus the GPU's index
 
 
 def scrape():
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT + GPU[0]}/metrics", timeout=1) as r:
-            text = r.read().decode()
-    except Exception:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("gpufill_") and not line.startswith("#"):
-            name = line.split("{", 1)[0].split(" ", 1)[0]
-            if 'state="' in line:
-                name += "." + line.split('state="', 1)[1].split('"', 1)[0]
-            try:
-                out[name] = float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                pass
-    return out
+    return live_scrape(PORT + GPU[0])
 
 
 GPU = [0]  # the NVML index this run uses (--gpu)
