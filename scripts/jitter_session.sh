@@ -24,6 +24,16 @@ info() {
   hostname
   nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,compute_mode --format=csv,noheader
 }
+# 052ca04 alone for a minute on GPU $1: whether this host stalls enough to pause it.
+old_alone() {
+  [ -x carry/old/gpufill ] || return 0
+  timeout 100 $J idle --exe carry/old/gpufill --gpu "$1" --seconds 60 --tag "idle-old-gpu$1" --out "$out"
+}
+# The live service of sub-ms requests at 20/s on GPU $1, 3 pairs alone/with.
+live_service() {
+  timeout 120 python3 scripts/live_service_bench.py --out "$out" --gpu "$1" --parts ab \
+    --pairs 3 --phase 10 --ab "mlp@20/s" 2>&1 | tail -2
+}
 case "$part" in
 start)
   gpu=${2:-0}; secs=${3:-600}
@@ -34,13 +44,10 @@ start)
 beside)
   gpu=${2:-1}
   info
-  if [ -x carry/old/gpufill ]; then
-    timeout 100 $J idle --exe carry/old/gpufill --gpu "$gpu" --seconds 60 --tag "idle-old-gpu$gpu" --out "$out"
-  fi
+  old_alone "$gpu"
   timeout 90 $J holder --gpu "$gpu" --seconds 60 --grace 5 --tag "holder-gpu$gpu" --out "$out"
   timeout 320 $J bursting --gpu "$gpu" --every 120 --bursts 2 --tag "bursting-gpu$gpu" --out "$out"
-  timeout 120 python3 scripts/live_service_bench.py --out "$out" --gpu "$gpu" --parts ab \
-    --pairs 3 --phase 10 --ab "mlp@20/s" 2>&1 | tail -3
+  live_service "$gpu"
   timeout 60 python3 scripts/live_service_bench.py --out "$out" --gpu "$gpu" --parts yield \
     --yield-runs 1 2>&1 | tail -2
   # A PyTorch job outside the namespace from 10 s: seen by device memory.
@@ -61,14 +68,11 @@ extra)
   # target, the newcomer yield), the live service, and issue 33's MPS follow.
   gpu=${2:-1}
   info
-  if [ -x carry/old/gpufill ]; then
-    timeout 100 $J idle --exe carry/old/gpufill --gpu "$gpu" --seconds 60 --tag "idle-old-gpu$gpu" --out "$out"
-  fi
+  old_alone "$gpu"
   timeout 90 $J holder --gpu "$gpu" --seconds 45 --grace 5 --tag "holder-gpu$gpu" --out "$out"
   timeout 150 carry/gpufill bench --gpu "$gpu" --out "$out/bench" >"$out/bench.txt" 2>&1
   echo "bench exit $?"; grep -v "^$" "$out/bench.txt" | tail -12
-  timeout 120 python3 scripts/live_service_bench.py --out "$out" --gpu "$gpu" --parts ab \
-    --pairs 3 --phase 10 --ab "mlp@20/s" 2>&1 | tail -2
+  live_service "$gpu"
   OUT=$out/mps MPS_CHECK_GPU=$gpu timeout 240 bash scripts/mps_follow_check.sh carry/gpufill 2>&1 | tail -16
   pack ;;
 collect)

@@ -179,20 +179,9 @@ fn view_line(view: PidView) -> &'static str {
     }
 }
 
-/// `s` safe for a terminal: a process name comes from its argv, which any user sets,
-/// so control characters (escape sequences that move the cursor, retitle the window or
-/// clear the screen) are shown escaped, as `\u{1b}`, never written raw.
+/// `s` safe for a terminal: a process name comes from its argv, which any user sets.
 fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
+    gpufill_runtime::escape_controls(s)
 }
 
 #[cfg(test)]

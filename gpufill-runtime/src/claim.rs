@@ -246,9 +246,14 @@ fn duration_words(s: u64) -> String {
 /// `s` with control characters escaped, at most 64 characters: the file is anyone's to
 /// write.
 fn printable(s: &str) -> String {
-    s.trim()
-        .chars()
-        .take(64)
+    escape_controls(&s.trim().chars().take(64).collect::<String>())
+}
+
+/// `s` safe for a terminal or a log: control characters (escape sequences that move the
+/// cursor, retitle the window or clear the screen) escaped, as `\u{1b}`, never raw. For
+/// text any user sets: a process name (its argv), a lock file's record.
+pub fn escape_controls(s: &str) -> String {
+    s.chars()
         .flat_map(|c| {
             let escaped: Vec<char> = if c.is_control() {
                 c.escape_default().collect()

@@ -79,7 +79,7 @@ mod steering;
 mod worker;
 
 pub use agent::{Agent, AgentError, AgentOptions, labels_of};
-pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, listed_gpufill};
+pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, escape_controls, listed_gpufill};
 pub use gpm::{GpmError, check_all as check_gpm_all};
 pub use gpus::{GpuId, GpuSelector};
 pub use localtime::now as local_time_of_day;
