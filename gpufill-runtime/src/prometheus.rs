@@ -13,13 +13,19 @@
 //! `prometheus-client` was weighed for the rendering and left: it writes OpenMetrics
 //! text only, which would change the content type and the form of every series that
 //! scrapers, `promtool check metrics` and the rules here are written against.
+//!
+//! Each series is described once, in [`series()`]: its name, type, labels, help text and
+//! what the docs say beyond the help. [`render`] writes them in that order, and the
+//! metric tables of README.md and docs/operations.md are generated from the same list
+//! (`gpufill_cli::generate::metric_table`, kept equal by a test of the binary's).
 
 use std::fmt::Write;
-use std::time::{Instant, UNIX_EPOCH};
 
 use gpufill_core::{PidView, State};
 
-use crate::snapshot::{GpuSnapshot, Liveness};
+use crate::snapshot::GpuSnapshot;
+
+mod list;
 
 /// The `Content-Type` of the rendered text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -32,111 +38,129 @@ const STATES: [State; 5] = [
     State::Off,
 ];
 
-type Value = fn(&GpuSnapshot) -> Option<f64>;
+/// The states of `gpufill_mps`, in order.
+pub const MPS_STATES: [&str; 2] = ["client", "none"];
 
-/// The per-GPU series other than the state: name, type, help, value (`None`: no sample).
-const SERIES: &[(&str, &str, &str, Value)] = &[
-    (
-        "gpufill_worker_up",
-        "gauge",
-        "1 while the GPU's worker runs and ticks; 0 before its first tick, and once it has ended or stalled (no tick for ten ticks, at least 5 s).",
-        |s| {
-            Some(if s.liveness(Instant::now()) == Liveness::Ticking {
-                1.0
-            } else {
-                0.0
-            })
-        },
-    ),
-    (
-        "gpufill_last_tick_timestamp_seconds",
-        "gauge",
-        "When the GPU's worker last ticked, Unix time in seconds.",
-        |s| {
-            s.last_tick
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map(|d| d.as_secs_f64())
-        },
-    ),
-    (
-        "gpufill_target_percent",
-        "gauge",
-        "Target gpufill holds now, percent (after schedules): utilization, or SM activity with metric = \"sm\".",
-        |s| Some(s.target_percent),
-    ),
-    (
-        "gpufill_utilization_percent",
-        "gauge",
-        "Last measured GPU utilization, percent (NVML); absent when unknown or with metric = \"sm\".",
-        |s| s.util_percent.filter(|_| !s.sm_metric),
-    ),
-    (
-        "gpufill_sm_activity_percent",
-        "gauge",
-        "Last measured SM activity, percent (GPM SM utilization); only with metric = \"sm\".",
-        |s| s.util_percent.filter(|_| s.sm_metric),
-    ),
-    (
-        "gpufill_duty_ratio",
-        "gauge",
-        "gpufill's own time share of the GPU, 0 to 1.",
-        |s| Some(s.duty_ratio),
-    ),
-    (
-        "gpufill_width_blocks",
-        "gauge",
-        "One-warp blocks per gpufill kernel.",
-        |s| Some(f64::from(s.width_blocks)),
-    ),
-    (
-        "gpufill_foreign_processes",
-        "gauge",
-        "Foreign processes gpufill yields to now.",
-        |s| Some(s.foreign as f64),
-    ),
-    (
-        "gpufill_yields_total",
-        "counter",
-        "Times gpufill started yielding to other processes.",
-        |s| Some(s.yields_total as f64),
-    ),
-    (
-        "gpufill_pauses_total",
-        "counter",
-        "Times gpufill paused beside a quiet holder of the GPU because the utilization showed a burst of its work.",
-        |s| Some(s.pauses_total as f64),
-    ),
-    (
-        "gpufill_filling_beside",
-        "gauge",
-        "1 while gpufill fills beside a quiet holder of the GPU, one short kernel at a time; else 0.",
-        |s| Some(f64::from(u8::from(s.filling_beside))),
-    ),
-    (
-        "gpufill_probe_faults_total",
-        "counter",
-        "Times measuring the GPU failed.",
-        |s| Some(s.probe_faults_total as f64),
-    ),
-    (
-        "gpufill_load_faults_total",
-        "counter",
-        "Ticks on which the load could not be applied (a launch or a CUDA context that failed; it is replaced with backoff).",
-        |s| Some(s.load_faults_total as f64),
-    ),
-    (
-        "gpufill_memory_used_bytes",
-        "gauge",
-        "GPU memory held by gpufill itself, bytes (NVML's process list).",
-        |s| s.memory_used_bytes.map(|b| b as f64),
-    ),
-    (
-        "gpufill_power_watts",
-        "gauge",
-        "Board power draw, watts.",
-        |s| s.power_watts,
-    ),
-];
+/// The PID views of `gpufill_pid_view`, in order.
+const PID_VIEWS: [PidView; 2] = [PidView::Host, PidView::Namespace];
+
+/// A series' type, as its TYPE line names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A value that goes up and down.
+    Gauge,
+    /// A count that only goes up (from 0 at start).
+    Counter,
+}
+
+impl Kind {
+    /// The name in a TYPE line: `gauge`, `counter`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Counter => "counter",
+        }
+    }
+}
+
+/// The labels of a series' samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Labels {
+    /// Whether each sample carries a GPU's labels (`gpu`, `UUID`, `model_name`,
+    /// `Hostname`): a sample per GPU.
+    pub gpu: bool,
+    /// Its own labels, after the GPU's.
+    pub own: Vec<&'static str>,
+    /// The values its one own label takes, a sample each: 1 for the one that holds, 0
+    /// for the others. Empty where the values are free (`gpufill_build_info`'s).
+    pub values: Vec<&'static str>,
+}
+
+/// Where a series' samples come from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    /// A value per GPU (`None`: no sample for that GPU).
+    Gpu(fn(&GpuSnapshot) -> Option<f64>),
+    /// `gpufill_state`: a sample per GPU (once it ticked) and state.
+    State,
+    /// One sample per value of the label, 1 for this process's.
+    Choice {
+        label: &'static str,
+        values: fn() -> Vec<&'static str>,
+        current: fn(&Process) -> &'static str,
+    },
+    /// `gpufill_build_info`.
+    BuildInfo,
+    /// One unlabelled sample about the process; the series is left out, HELP and
+    /// TYPE too, when there is no value.
+    Process(fn(&Process, Option<&ProcessStats>) -> Option<f64>),
+    /// Rendered by the series' owner, not by [`render`] ([`Series::elsewhere`]).
+    Elsewhere,
+}
+
+/// One series: what `/metrics` says of it, and what the docs' metric tables say.
+#[derive(Clone, Copy, Debug)]
+pub struct Series {
+    /// Its name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: Kind,
+    /// Its HELP text, plain text: the one line a README table gives it too.
+    pub help: &'static str,
+    /// What docs/operations.md says beyond the help (Markdown; may be empty).
+    pub notes: &'static str,
+    source: Source,
+}
+
+impl Series {
+    const fn new(name: &'static str, kind: Kind, help: &'static str, source: Source) -> Series {
+        Series {
+            name,
+            kind,
+            help,
+            notes: "",
+            source,
+        }
+    }
+
+    const fn notes(self, notes: &'static str) -> Series {
+        Series { notes, ..self }
+    }
+
+    /// A series of one unlabelled sample that its owner renders (the binary's reload
+    /// series): [`render`] knows nothing of it, the docs list it with the others.
+    pub const fn elsewhere(
+        name: &'static str,
+        kind: Kind,
+        help: &'static str,
+        notes: &'static str,
+    ) -> Series {
+        Series::new(name, kind, help, Source::Elsewhere).notes(notes)
+    }
+
+    /// The labels of its samples.
+    pub fn labels(&self) -> Labels {
+        let (gpu, own, values) = match self.source {
+            Source::Gpu(_) => (true, vec![], vec![]),
+            Source::State => (true, vec!["state"], STATES.map(State::as_str).to_vec()),
+            Source::Choice { label, values, .. } => (false, vec![label], values()),
+            Source::BuildInfo => (false, vec!["version", "revision"], vec![]),
+            Source::Process(_) | Source::Elsewhere => (false, vec![], vec![]),
+        };
+        Labels { gpu, own, values }
+    }
+
+    /// Writes its HELP and TYPE lines to `out`.
+    pub fn header(&self, out: &mut String) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, escape_help(self.help));
+        let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind.as_str());
+    }
+}
+
+/// Every series [`render`] writes, in its order, and none other.
+pub fn series() -> &'static [Series] {
+    list::SERIES
+}
 
 /// What the series about the process say, and the `Hostname` label: read once, at start.
 #[derive(Clone, Debug, PartialEq)]
@@ -221,38 +245,6 @@ impl ProcessStats {
     }
 }
 
-/// The process's series that change: name, type, help, value (`None`: no sample).
-type StatValue = fn(&ProcessStats) -> Option<f64>;
-const PROCESS_SERIES: &[(&str, &str, &str, StatValue)] = &[
-    (
-        "process_cpu_seconds_total",
-        "counter",
-        "Total user and system CPU time spent in seconds.",
-        |p| Some(p.cpu_seconds),
-    ),
-    (
-        "process_resident_memory_bytes",
-        "gauge",
-        "Resident memory size in bytes.",
-        |p| Some(p.resident_bytes as f64),
-    ),
-    (
-        "process_open_fds",
-        "gauge",
-        "Number of open file descriptors.",
-        |p| Some(p.open_fds as f64),
-    ),
-    (
-        "process_max_fds",
-        "gauge",
-        "Maximum number of open file descriptors.",
-        |p| p.max_fds.map(|n| n as f64),
-    ),
-];
-
-/// The states of `gpufill_mps`, in order.
-pub const MPS_STATES: [&str; 2] = ["client", "none"];
-
 /// Renders every series for `gpus`, then the process's (`gpufill_build_info`,
 /// `gpufill_pid_view`, `gpufill_mps` and `process_*`, this process read now).
 pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
@@ -266,101 +258,74 @@ pub fn render_with(
     stats: Option<&ProcessStats>,
 ) -> String {
     let mut out = String::new();
-    let host = &process.hostname;
-    for &(name, kind, help, value) in SERIES {
-        header(&mut out, name, kind, help);
-        for gpu in gpus {
-            if let Some(v) = value(gpu) {
-                sample(&mut out, name, &labels(gpu, host, None), v);
-            }
-        }
-        if name == "gpufill_width_blocks" {
-            render_state(&mut out, gpus, host);
-        }
-    }
-    header(
-        &mut out,
-        "gpufill_build_info",
-        "gauge",
-        "gpufill's version and the commit it was built from; always 1.",
-    );
-    sample(
-        &mut out,
-        "gpufill_build_info",
-        &format!(
-            "version=\"{}\",revision=\"{}\"",
-            escape_label(process.version),
-            escape_label(process.revision)
-        ),
-        1.0,
-    );
-    header(
-        &mut out,
-        "gpufill_pid_view",
-        "gauge",
-        "1 for the PID view gpufill has: host (NVML lists every process) or namespace (only this PID namespace's; the others are seen by memory and utilization).",
-    );
-    for view in [PidView::Host, PidView::Namespace] {
-        let v = if process.pid_view == view { 1.0 } else { 0.0 };
-        sample(
-            &mut out,
-            "gpufill_pid_view",
-            &format!("view=\"{}\"", view.as_str()),
-            v,
-        );
-    }
-    header(
-        &mut out,
-        "gpufill_mps",
-        "gauge",
-        "1 for gpufill's MPS state: client (an MPS control daemon ran when gpufill started: its kernels run beside other clients' and it does not yield to them) or none (no daemon: the yield policy applies). gpufill restarts itself when the daemon starts or stops.",
-    );
-    for state in MPS_STATES {
-        let v = if (state == "client") == process.mps_client {
-            1.0
-        } else {
-            0.0
-        };
-        sample(&mut out, "gpufill_mps", &format!("state=\"{state}\""), v);
-    }
-    for &(name, kind, help, value) in PROCESS_SERIES {
-        if let Some(v) = stats.and_then(value) {
-            header(&mut out, name, kind, help);
-            let _ = writeln!(out, "{name} {}", number(v));
-        }
-    }
-    if let Some(start) = process.start_time_seconds {
-        header(
-            &mut out,
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the process since unix epoch in seconds.",
-        );
-        let _ = writeln!(out, "process_start_time_seconds {}", number(start));
+    for series in list::SERIES {
+        series.render(&mut out, gpus, process, stats);
     }
     out
 }
 
-fn render_state(out: &mut String, gpus: &[GpuSnapshot], host: &str) {
-    header(
-        out,
-        "gpufill_state",
-        "gauge",
-        "1 for the loop's current state, 0 for the others; blind and stopped are error states.",
-    );
-    for gpu in gpus.iter().filter(|g| g.state.is_some()) {
-        for state in STATES {
-            let v = if gpu.state == Some(state) { 1.0 } else { 0.0 };
-            sample(out, "gpufill_state", &labels(gpu, host, Some(state)), v);
+impl Series {
+    fn render(
+        &self,
+        out: &mut String,
+        gpus: &[GpuSnapshot],
+        process: &Process,
+        stats: Option<&ProcessStats>,
+    ) {
+        let (name, host) = (self.name, &process.hostname);
+        match self.source {
+            Source::Gpu(value) => {
+                self.header(out);
+                for gpu in gpus {
+                    if let Some(v) = value(gpu) {
+                        sample(out, name, &labels(gpu, host, None), v);
+                    }
+                }
+            }
+            Source::State => {
+                self.header(out);
+                render_state(out, gpus, host);
+            }
+            Source::Choice {
+                label,
+                values,
+                current,
+            } => {
+                self.header(out);
+                let now = current(process);
+                for value in values() {
+                    let v = f64::from(u8::from(value == now));
+                    sample(out, name, &format!("{label}=\"{value}\""), v);
+                }
+            }
+            Source::BuildInfo => {
+                self.header(out);
+                let l = format!(
+                    "version=\"{}\",revision=\"{}\"",
+                    escape_label(process.version),
+                    escape_label(process.revision)
+                );
+                sample(out, name, &l, 1.0);
+            }
+            Source::Process(value) => {
+                if let Some(v) = value(process, stats) {
+                    self.header(out);
+                    let _ = writeln!(out, "{name} {}", number(v));
+                }
+            }
+            Source::Elsewhere => {}
         }
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+fn render_state(out: &mut String, gpus: &[GpuSnapshot], host: &str) {
+    for gpu in gpus.iter().filter(|g| g.state.is_some()) {
+        for state in STATES {
+            let v = f64::from(u8::from(gpu.state == Some(state)));
+            sample(out, "gpufill_state", &labels(gpu, host, Some(state)), v);
+        }
+    }
 }
-
 fn labels(gpu: &GpuSnapshot, host: &str, state: Option<State>) -> String {
     let l = &gpu.labels;
     let mut s = format!(
@@ -418,6 +383,8 @@ fn escape_help(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
     use crate::snapshot::{GpuLabels, Registry};
 
@@ -457,40 +424,102 @@ mod tests {
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ').map(str::to_owned))
     }
 
+    /// Every series with a sample: a GPU that ticked, and every process value known.
+    fn everything() -> String {
+        let stats = ProcessStats {
+            cpu_seconds: 1.25,
+            resident_bytes: 8 << 20,
+            open_fds: 12,
+            max_fds: Some(1024),
+        };
+        let mut g = gpu(0, "NVIDIA H200");
+        g.power_watts = Some(300.0);
+        g.last_tick = Some(UNIX_EPOCH);
+        let mut sm = gpu(1, "NVIDIA H200");
+        sm.sm_metric = true;
+        render_with(&[g, sm], &process(), Some(&stats))
+    }
+
     #[test]
     fn every_series_has_help_and_type_before_its_samples() {
-        let text = render(&[gpu(0, "NVIDIA H200")], &process());
-        let names = [
-            "gpufill_target_percent gauge",
-            "gpufill_utilization_percent gauge",
-            "gpufill_sm_activity_percent gauge",
-            "gpufill_duty_ratio gauge",
-            "gpufill_width_blocks gauge",
-            "gpufill_state gauge",
-            "gpufill_foreign_processes gauge",
-            "gpufill_yields_total counter",
-            "gpufill_pauses_total counter",
-            "gpufill_filling_beside gauge",
-            "gpufill_probe_faults_total counter",
-            "gpufill_memory_used_bytes gauge",
-            "gpufill_power_watts gauge",
-            "gpufill_build_info gauge",
-            "process_start_time_seconds gauge",
-        ];
-        for name_type in names {
-            let name = name_type.split(' ').next().unwrap();
-            let help = text.find(&format!("# HELP {name} ")).expect(name);
-            let kind = text.find(&format!("# TYPE {name_type}\n")).expect(name);
+        let text = everything();
+        for series in series() {
+            let name = series.name;
+            let help = text
+                .find(&format!("# HELP {name} {}\n", series.help))
+                .expect(name);
+            let kind = text
+                .find(&format!("# TYPE {name} {}\n", series.kind.as_str()))
+                .expect(name);
             let first = text
                 .find(&format!("\n{name}{{"))
                 .or_else(|| text.find(&format!("\n{name} ")))
-                .unwrap_or(usize::MAX);
+                .expect(name);
             assert!(help < kind && kind < first, "{name}");
         }
         assert!(
             text.contains("gpufill_build_info{version=\"1.2.3\",revision=\"0123456789ab\"} 1\n")
         );
         assert!(text.ends_with("process_start_time_seconds 1700000000.25\n"));
+    }
+
+    #[test]
+    fn the_series_list_is_what_render_writes_in_its_order() {
+        let text = everything();
+        let written: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        let listed: Vec<String> = series()
+            .iter()
+            .map(|s| format!("{} {}", s.name, s.kind.as_str()))
+            .collect();
+        assert_eq!(written, listed);
+        assert!(listed.len() > 20, "{listed:?}");
+    }
+
+    /// The label names of a sample line, and the value of `label` there.
+    fn label_names_and_value<'a>(line: &'a str, label: &str) -> (Vec<&'a str>, Option<&'a str>) {
+        let Some((_, rest)) = line.split_once('{') else {
+            return (Vec::new(), None);
+        };
+        let pairs = rest.split_once('}').unwrap().0.split("\",");
+        let pairs: Vec<(&str, &str)> = pairs.filter_map(|p| p.split_once("=\"")).collect();
+        let value = pairs
+            .iter()
+            .find(|(n, _)| *n == label)
+            .map(|(_, v)| v.trim_end_matches('"'));
+        (pairs.iter().map(|(n, _)| *n).collect(), value)
+    }
+
+    #[test]
+    fn each_series_labels_are_those_of_its_samples() {
+        let text = everything();
+        for series in series() {
+            let labels = series.labels();
+            let mut names: Vec<&str> = Vec::new();
+            if labels.gpu {
+                names.extend(["gpu", "UUID", "model_name", "Hostname"]);
+            }
+            names.extend(&labels.own);
+            let mut values = Vec::new();
+            let samples = text.lines().filter(|l| {
+                l.strip_prefix(series.name)
+                    .is_some_and(|r| r.starts_with(['{', ' ']))
+            });
+            for line in samples {
+                let own = labels.own.first().copied().unwrap_or("");
+                let (have, value) = label_names_and_value(line, own);
+                assert_eq!(have, names, "{line}");
+                values.extend(value.filter(|_| !labels.values.is_empty()));
+            }
+            values.dedup();
+            if series.name == "gpufill_state" {
+                assert_eq!(values.len(), labels.values.len() * 2, "two GPUs");
+                values.truncate(labels.values.len());
+            }
+            assert_eq!(values, labels.values, "{}", series.name);
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ use anyhow::Context;
 use gpufill_core::Backoff;
 use gpufill_runtime::PidView;
 pub use gpufill_runtime::prometheus::Process;
+use gpufill_runtime::prometheus::{Kind, Series};
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
 use tracing::{info, warn};
 
@@ -52,15 +53,21 @@ impl Default for ReloadStatus {
 /// The process's [`ReloadStatus`].
 pub static RELOADS: ReloadStatus = ReloadStatus::new();
 
-/// The reload series: name, help.
-pub const RELOAD_SERIES: [(&str, &str); 2] = [
-    (
+/// The reload series, described where their values are kept; rendered by
+/// [`ReloadStatus::render`], listed in the docs with the runtime's
+/// ([`gpufill_runtime::prometheus::series`]).
+pub const RELOAD_SERIES: [Series; 2] = [
+    Series::elsewhere(
         "gpufill_config_last_reload_successful",
+        Kind::Gauge,
         "1 if the last load of the config file (at start or on SIGHUP) succeeded, 0 if it was refused (the old settings stay).",
+        "As Prometheus's own `prometheus_config_last_reload_successful`.",
     ),
-    (
+    Series::elsewhere(
         "gpufill_config_last_reload_success_timestamp_seconds",
+        Kind::Gauge,
         "When the config file was last loaded successfully (at start or on SIGHUP), Unix time in seconds.",
+        "",
     ),
 ];
 
@@ -99,10 +106,10 @@ impl ReloadStatus {
             Some(ok.to_string()),
             (ms > 0).then(|| gpufill_runtime::prometheus::number(ms as f64 / 1000.0)),
         ];
-        for ((name, help), value) in RELOAD_SERIES.into_iter().zip(values) {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (series, value) in RELOAD_SERIES.iter().zip(values) {
+            series.header(&mut out);
             if let Some(value) = value {
-                let _ = writeln!(out, "{name} {value}");
+                let _ = writeln!(out, "{} {value}", series.name);
             }
         }
         out
