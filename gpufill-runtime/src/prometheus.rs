@@ -532,42 +532,21 @@ mod tests {
     }
 
     #[test]
-    fn the_pid_view_is_one_series_per_view_with_1_for_ours() {
-        let text = render(&[], &process());
-        assert_eq!(
-            value_of(&text, "gpufill_pid_view{view=\"namespace\"}").as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            value_of(&text, "gpufill_pid_view{view=\"host\"}").as_deref(),
-            Some("0")
-        );
-    }
-
-    #[test]
-    fn the_mps_state_is_one_series_per_state_with_1_for_ours() {
-        let none = render(&[], &process());
-        assert_eq!(
-            value_of(&none, "gpufill_mps{state=\"none\"}").as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            value_of(&none, "gpufill_mps{state=\"client\"}").as_deref(),
-            Some("0")
-        );
+    fn the_pid_view_and_the_mps_state_are_a_series_per_value_with_1_for_ours() {
         let client = Process {
             mps_client: true,
             ..process()
         };
-        let text = render(&[], &client);
-        assert_eq!(
-            value_of(&text, "gpufill_mps{state=\"client\"}").as_deref(),
-            Some("1")
-        );
-        assert_eq!(
-            value_of(&text, "gpufill_mps{state=\"none\"}").as_deref(),
-            Some("0")
-        );
+        for (p, series, ours, other) in [
+            (process(), "gpufill_pid_view{view=", "namespace", "host"),
+            (process(), "gpufill_mps{state=", "none", "client"),
+            (client, "gpufill_mps{state=", "client", "none"),
+        ] {
+            let text = render(&[], &p);
+            let value = |v: &str| value_of(&text, &format!("{series}\"{v}\"}}"));
+            assert_eq!(value(ours).as_deref(), Some("1"), "{series}{ours}");
+            assert_eq!(value(other).as_deref(), Some("0"), "{series}{other}");
+        }
     }
 
     #[test]
