@@ -185,7 +185,7 @@ def worker(argv):
 def training_step(model, dev, sync=True):
     """One step of ResNet-50 (`resnet50...`, batch 64) or GPT-2 (otherwise, 8 x 512)
     training on synthetic data, bf16 autocast, AdamW, synchronised when `sync`: also
-    coresidence_bench.py's training jobs."""
+    `coresidence`'s training jobs."""
     import torch
     if model.startswith("resnet50"):
         import torchvision
