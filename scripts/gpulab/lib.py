@@ -225,9 +225,16 @@ def log_time(line):
 
 
 def leftover_gpufill():
-    """PIDs of processes named gpufill still running."""
-    r = subprocess.run(["pgrep", "-x", "gpufill"], capture_output=True, text=True)
-    return r.stdout.split()
+    """PIDs of processes named gpufill still running (as `pgrep -x gpufill`)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "gpufill":
+                    out.append(pid)
+        except OSError:
+            pass
+    return out
 
 
 class Gpufill:

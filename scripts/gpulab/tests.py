@@ -200,6 +200,19 @@ class Proc(unittest.TestCase):
         self.assertEqual(sleeps, {"gpu0": 4.0})
         self.assertEqual(lib.threads_line(share, wakes, sleeps), "gpu0 2.00 (5/s, 4 vol/s)")
 
+    def test_leftover_gpufill_finds_a_process_by_that_name(self):
+        import shutil
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "gpufill")
+            shutil.copy(shutil.which("sleep"), exe)
+            p = subprocess.Popen([exe, "30"])
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+            self.assertIn(str(p.pid), lib.leftover_gpufill())
+            p.kill()
+            p.wait()
+            self.assertNotIn(str(p.pid), lib.leftover_gpufill())
+
     def test_own_threads(self):
         self.assertGreater(lib.cpu_seconds(os.getpid()), 0)
         self.assertIsNotNone(lib.status_kib(os.getpid(), "VmRSS"))
