@@ -8,7 +8,7 @@
 # Build here: scripts/build-carry.sh, then put the previous build at carry/old/gpufill.
 # On the GPU machine (carry: ["carry"]): bash scripts/cpu_compare.sh
 # CONFIGS=label:tick/period[/max_kernel_us],... picks the rows; REPEATS (3) repeats them;
-# TICK_COST=1 adds scripts/tick_cost.py; ROBUST=1 adds SIGKILL and churn runs; HW=0 skips
+# TICK_COST=1 adds `lab.py tick-cost`; ROBUST=1 adds SIGKILL and churn runs; HW=0 skips
 # the hardware tests; BENCH=0 skips the bench.
 set -uo pipefail
 OUT=${OUT:-cpu-compare-out}
@@ -27,17 +27,17 @@ fi
 if [ "${ROBUST:-0}" != 0 ]; then
   echo "== SIGKILL and churn at the new defaults"
   {
-    PYTHONUNBUFFERED=1 timeout 90 python3 scripts/sigkill_check.py carry/gpufill --rounds 3
-    PYTHONUNBUFFERED=1 timeout 120 python3 scripts/churn.py carry/gpufill --rate 3 --duration 30 --baseline 5
+    PYTHONUNBUFFERED=1 timeout 90 python3 scripts/lab.py sigkill carry/gpufill --rounds 3
+    PYTHONUNBUFFERED=1 timeout 120 python3 scripts/lab.py churn carry/gpufill --rate 3 --duration 30 --baseline 5
     echo "leftover gpufill processes: $(pgrep -x gpufill | wc -l)"
   } 2>&1 | tee "$OUT/robust.txt"
 fi
 echo "== CPU: old build (launcher thread) against new (launch in the loop thread)"
-python3 scripts/cpu_sweep.py carry/gpufill --exe old=carry/old/gpufill --exe new=carry/gpufill \
+python3 scripts/lab.py cpu-sweep carry/gpufill --exe old=carry/old/gpufill --exe new=carry/gpufill \
   --configs "$CONFIGS" --repeats "${REPEATS:-3}" --hold 10 2>&1 | tee "$OUT/cpu_sweep.txt"
 if [ "${TICK_COST:-0}" != 0 ]; then
   echo "== one tick of the loop thread, split"
-  python3 scripts/tick_cost.py carry/gpufill --repeats 2 2>&1 | tee "$OUT/tick_cost.txt"
+  python3 scripts/lab.py tick-cost carry/gpufill --repeats 2 2>&1 | tee "$OUT/tick_cost.txt"
 fi
 if [ "${BENCH:-1}" != 0 ]; then
   echo "== bench at the new defaults"

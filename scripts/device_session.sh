@@ -10,13 +10,9 @@
 #                                           # beside, GPU 1: services under MPS (2/s, GPT-2)
 #   bash scripts/device_session.sh training # GPU 1: training under MPS (5 pairs)
 # and on one GPU (nvidia-h100-x1):
-#   bash scripts/device_session.sh costs    # CPU, wall time and sleeps of each NVML call,
-#                                           # with nobody and with a holder listed
 #   bash scripts/device_session.sh cpu      # CPU by state, carry/gpufill against carry/old
 #   bash scripts/device_session.sh mps-scan # under MPS, the matmul service beside our
 #                                           # kernels of 50 ms, 200 us and 50 us
-#   bash scripts/device_session.sh ioctls   # the loop thread's driver calls by RM command,
-#                                           # idle and beside a dormant holder
 #   bash scripts/device_session.sh final    # newcomer yield; without MPS the MLP at 2/s and
 #                                           # GPT-2 (5 pairs); under MPS the MLP at 20/s and
 #                                           # GPT-2 (3 pairs)
@@ -28,7 +24,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/device-session}; mkdir -p "$out"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
-lb="python3 scripts/live_service_bench.py"
+lb="python3 scripts/lab.py live"
 for part in "$@"; do
   case "$part" in
   check)
@@ -44,7 +40,7 @@ for part in "$@"; do
     $lb --out "$out/gpu0" --gpu 0 --parts hw
     OUT="$out/smoke" timeout 120 bash scripts/smoke_run.sh carry/gpufill 2>&1 | grep -v "^gpufill_state" | tail -14
     timeout 30 carry/gpufill status >"$out/status.txt" 2>&1; echo "status exit $?"
-    OUT="$out/multi" timeout 240 python3 scripts/multi_gpu.py carry/gpufill 2>&1 | tee "$out/multi-gpu.txt" ;;
+    OUT="$out/multi" timeout 240 python3 scripts/lab.py multi-gpu carry/gpufill 2>&1 | tee "$out/multi-gpu.txt" ;;
   states)
     timeout 300 $lb --out "$out/gpu0" --gpu 0 --parts cpu,wake --wake-spells 4 >"$out/gpu0-states.txt" 2>&1 &
     timeout 300 $lb --out "$out/gpu1-mps" --gpu 1 --mps --parts ab --pairs 5 --phase 10 \
@@ -59,15 +55,9 @@ for part in "$@"; do
   training)
     timeout 330 $lb --out "$out/gpu1-mps" --gpu 1 --mps --parts ab --pairs 5 --phase 10 --skip 1 \
       --ab resnet50-train,gpt2-train >"$out/gpu1-mps-train.txt" 2>&1; cat "$out/gpu1-mps-train.txt" ;;
-  costs)
-    nvcc -O2 -arch=sm_90 -o /tmp/live_probe scripts/live_probe.cu -lcuda -ldl || continue
-    echo "nobody on the GPU:"; /tmp/live_probe nvml 2000 | tee "$out/nvml-costs.txt"
-    python3 -c 'import torch,time; torch.zeros(1,device="cuda"); print("ready",flush=True); time.sleep(60)' |
-      { read -r _; echo "one process listed (a holder):"; /tmp/live_probe nvml 2000 |
-        tee -a "$out/nvml-costs.txt"; pkill -f "torch.zeros\(1,device"; } ;;
   cpu)
     exes=(--exe new=carry/gpufill); [ -x carry/old/gpufill ] && exes+=(--exe old=carry/old/gpufill)
-    timeout 480 python3 scripts/cpu_states.py "${exes[@]}" --repeats 3 --hold 5 --out "$out/cpu" \
+    timeout 480 python3 scripts/lab.py cpu-states "${exes[@]}" --repeats 3 --hold 5 --out "$out/cpu" \
       2>&1 | tee "$out/cpu-states.txt" ;;
   mps-scan)
     timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
@@ -76,13 +66,12 @@ for part in "$@"; do
   mps-graphs)
     timeout 300 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
       --ab matmul@5/s --variants "default;mps_kernel_us=0" 2>&1 | tee "$out/mps-graphs.txt" ;;
-  ioctls)
-    timeout 120 python3 scripts/ioctl_profile.py carry/gpufill --out "$out/ioctls" 2>&1 |
-      tee "$out/ioctl-profile.txt" ;;
   final)
     timeout 330 $lb --out "$out/gpu0" --gpu 0 --parts yield,ab --yield-runs 1 --pairs 5 --phase 10 \
       --ab "mlp@2/s,gpt2@5/s" 2>&1 | tee "$out/final-services.txt"
     timeout 200 $lb --out "$out/gpu0-mps" --gpu 0 --mps --parts ab --pairs 3 --phase 8 \
       --ab "mlp@20/s,gpt2@5/s" 2>&1 | tee "$out/final-mps.txt" ;;
+  *)
+    echo "no part $part (costs and ioctls are retired: scripts/RETIRED.md)" >&2 ;;
   esac
 done

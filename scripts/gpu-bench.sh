@@ -3,7 +3,7 @@
 #
 # Build here first, then run this there with the binaries carried:
 #   scripts/build-carry.sh            # builds release binaries into carry/
-#   (device) bash scripts/gpu-bench.sh [extra args for gpu_bench.py]
+#   (device) bash scripts/gpu-bench.sh [extra args for `lab.py track`]
 # Writes at most 8 files under $OUT: env.txt, hardware.log, status.txt, tracking.json,
 # bench.txt, runs.log.
 set -u
@@ -29,5 +29,5 @@ timeout 20 carry/gpufill status >"$OUT/status.txt" 2>&1
 cat "$OUT/status.txt"
 
 echo "== tracking, memory, CPU, power, stop"
-PYTHONUNBUFFERED=1 timeout 400 python3 scripts/gpu_bench.py --gpufill carry/gpufill "$@" 2>&1 | tee "$OUT/bench.txt"
+PYTHONUNBUFFERED=1 timeout 400 python3 scripts/lab.py track --gpufill carry/gpufill "$@" 2>&1 | tee "$OUT/bench.txt"
 echo "leftover gpufill processes: $(pgrep -x gpufill | wc -l)"

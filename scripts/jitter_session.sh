@@ -19,7 +19,7 @@ part=${1:-}
 out=/tmp/js-$part; mkdir -p "$out" /tmp/hj
 pack() { [ -n "${OUT:-}" ] && tar czf "$OUT/$part.tgz" -C /tmp "js-$part"; }
 export PYTHONUNBUFFERED=1
-J="python3 scripts/host_jitter.py"
+J="python3 scripts/lab.py jitter"
 info() {
   hostname
   nvidia-smi --query-gpu=index,name,driver_version,persistence_mode,compute_mode --format=csv,noheader
@@ -31,7 +31,7 @@ old_alone() {
 }
 # The live service of sub-ms requests at 20/s on GPU $1, 3 pairs alone/with.
 live_service() {
-  timeout 120 python3 scripts/live_service_bench.py --out "$out" --gpu "$1" --parts ab \
+  timeout 120 python3 scripts/lab.py live --out "$out" --gpu "$1" --parts ab \
     --pairs 3 --phase 10 --ab "mlp@20/s" 2>&1 | tail -2
 }
 case "$part" in
@@ -48,7 +48,7 @@ beside)
   timeout 90 $J holder --gpu "$gpu" --seconds 60 --grace 5 --tag "holder-gpu$gpu" --out "$out"
   timeout 320 $J bursting --gpu "$gpu" --every 120 --bursts 2 --tag "bursting-gpu$gpu" --out "$out"
   live_service "$gpu"
-  timeout 60 python3 scripts/live_service_bench.py --out "$out" --gpu "$gpu" --parts yield \
+  timeout 60 python3 scripts/lab.py live --out "$out" --gpu "$gpu" --parts yield \
     --yield-runs 1 2>&1 | tail -2
   # A PyTorch job outside the namespace from 10 s: seen by device memory.
   ( sleep 10; CUDA_VISIBLE_DEVICES=$(nvidia-smi -i "$gpu" --query-gpu=uuid --format=csv,noheader) \
@@ -76,7 +76,7 @@ extra)
   OUT=$out/mps MPS_CHECK_GPU=$gpu timeout 240 bash scripts/mps_follow_check.sh carry/gpufill 2>&1 | tail -16
   pack ;;
 collect)
-  while pgrep -f "host_jitter.py idle" >/dev/null; do sleep 2; done
+  while pgrep -f "lab.py jitter idle" >/dev/null; do sleep 2; done
   cat /tmp/hj/host.txt /tmp/hj/idle.txt
   cp /tmp/hj/*.log /tmp/hj/*.json /tmp/hj/*.txt "$out"/ 2>/dev/null
   pack; ls -la "$out" ;;

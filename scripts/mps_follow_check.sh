@@ -73,26 +73,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # One sample of the metrics as JSON: mps state, gpufill's state on GPU 0, duty, util,
-# yields, foreign, worker_up ({} when the endpoint does not answer).
-cat >"$work/sample.py" <<'EOF'
-import json, re, sys, time, urllib.request
-url = sys.argv[1]
-try:
-    text = urllib.request.urlopen(url + "/metrics", timeout=1).read().decode()
-except Exception:
-    print(json.dumps({"t": time.time(), "up": False})); sys.exit(0)
-def one(name, extra=""):
-    m = re.search(r"^" + name + r"\{[^}]*" + extra + r"[^}]*\} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else None
-state = next((s for s in ("filling", "yielding", "blind", "stopped", "off")
-              if one("gpufill_state", 'state="%s"' % s) == 1), None)
-mps = next((s for s in ("client", "none") if one("gpufill_mps", 'state="%s"' % s) == 1), None)
-print(json.dumps({"t": time.time(), "up": True, "mps": mps, "state": state,
-                  "duty": one("gpufill_duty_ratio"), "util": one("gpufill_utilization_percent"),
-                  "yields": one("gpufill_yields_total"), "foreign": one("gpufill_foreign_processes"),
-                  "worker_up": one("gpufill_worker_up")}))
-EOF
-sample() { python3 "$work/sample.py" "$url" | tee -a "$out/samples.jsonl"; }
+# yields, foreign, worker_up ({"up": false} when the endpoint does not answer).
+lab="python3 $(dirname "$0")/lab.py"
+sample() { $lab sample "$url" | tee -a "$out/samples.jsonl"; }
 field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"; }
 # wait_for SECONDS PYTHON-CONDITION-ON-s: samples every 0.25 s; prints the seconds taken
 # or "timeout".
@@ -223,7 +206,7 @@ job=$!
 : >"$out/samples-plain.jsonl"
 for _ in $(seq 60); do
   kill -0 "$job" 2>/dev/null || break
-  python3 "$work/sample.py" "$url" >>"$out/samples-plain.jsonl"
+  $lab sample "$url" >>"$out/samples-plain.jsonl"
   sleep 0.1
 done
 wait "$job"; job=""

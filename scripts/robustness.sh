@@ -17,10 +17,10 @@ mkdir -p "$OUT"
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 {
-  PYTHONUNBUFFERED=1 timeout 90 python3 scripts/sigkill_check.py carry/gpufill --rounds 3
+  PYTHONUNBUFFERED=1 timeout 90 python3 scripts/lab.py sigkill carry/gpufill --rounds 3
   echo "leftover gpufill processes: $(pgrep -x gpufill | wc -l)"
-  PYTHONUNBUFFERED=1 timeout 150 python3 scripts/churn.py carry/gpufill --rate 3 --duration 60 --baseline 10
+  PYTHONUNBUFFERED=1 timeout 150 python3 scripts/lab.py churn carry/gpufill --rate 3 --duration 60 --baseline 10
   echo "leftover gpufill processes: $(pgrep -x gpufill | wc -l)"
-  PYTHONUNBUFFERED=1 timeout 330 python3 scripts/long_run.py carry/gpufill --duration 300 --every 60 --job 15
+  PYTHONUNBUFFERED=1 timeout 330 python3 scripts/lab.py long-run carry/gpufill --duration 300 --every 60 --job 15
   echo "leftover gpufill processes: $(pgrep -x gpufill | wc -l)"
 } 2>&1 | tee "$OUT/summary.txt"

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Issue 16's co-residence benchmark: real work beside gpufill, interleaved A/B.
+"""`coresidence`, issue 16's co-residence benchmark: real work beside gpufill, interleaved A/B.
 
 Parts (`--parts`, comma-separated):
 - `service`: ResNet-50 (torchvision, batch 1, fp32), or with `--service-model matmul`
@@ -18,85 +17,41 @@ and reports, per pair, `with / mean(alone before, alone after)`: the median rati
 spread. gpufill is started before each `with` run and stopped after it.
 
 Usage on the GPU machine (build here with scripts/build-carry.sh, carry `carry`):
-  python3 scripts/coresidence_bench.py --gpufill carry/gpufill --out "$OUT" [--parts ...]
+  python3 scripts/lab.py coresidence --gpufill carry/gpufill --out "$OUT" [--parts ...] \
+      -- --config scripts/coresidence-bench.toml
 Extra flags for gpufill go after `--`.
 """
 import argparse
 import json
 import os
-import signal
-import statistics
 import subprocess
-import sys
 import time
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from .lib import (Gpufill, fmt_spread, interleave, neighbour_diffs, neighbour_ratios, parser, pct,
+                  python_child, scrape)
+
 PORT = 9417
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    i = min(len(xs) - 1, max(0, int(round(q / 100 * (len(xs) - 1)))))
-    return xs[i]
-
-
-def scrape(port=PORT):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-            text = r.read().decode()
-    except Exception:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("gpufill_") and "{" in line:
-            name = line.split("{", 1)[0]
-            try:
-                out[name] = float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                pass
-    return out
-
-
-class Gpufill:
-    """gpufill run in the background, its duty and utilization scraped every 0.2 s."""
+class Filling:
+    """gpufill run beside a workload: started, settled 1.5 s at the target, its CPU share
+    of a core over the run."""
 
     def __init__(self, binary, extra, log):
         self.binary, self.extra, self.log = binary, extra, log
 
     def __enter__(self):
-        env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info")
-        self.logf = open(self.log, "a")
-        self.p = subprocess.Popen(
-            [self.binary, "run", "--gpus", "0", "--metrics", f"127.0.0.1:{PORT}", *self.extra],
-            stderr=self.logf, stdout=self.logf, env=env)
-        self.cpu0 = None
-        for _ in range(50):
-            if scrape():
-                break
-            time.sleep(0.1)
+        self.g = Gpufill(self.binary, ["--gpus", "0", *self.extra], port=PORT, log_path=self.log,
+                         rust_log="gpufill=info")
+        self.g.wait_healthy(5)
         time.sleep(1.5)  # settle at the target
-        self.cpu0 = (cpu_seconds(self.p.pid), time.monotonic())
+        self.cpu0 = (self.g.cpu(), time.monotonic())
         return self
 
-    def cpu_share(self):
-        c, t = cpu_seconds(self.p.pid), time.monotonic()
-        return (c - self.cpu0[0]) / (t - self.cpu0[1])
-
     def __exit__(self, *exc):
-        self.cpu = self.cpu_share()
-        self.p.send_signal(signal.SIGTERM)
-        self.p.wait(timeout=10)
-        self.logf.close()
+        self.cpu = (self.g.cpu() - self.cpu0[0]) / (time.monotonic() - self.cpu0[1])
+        self.g.stop()
         time.sleep(0.5)
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Sampler:
@@ -109,7 +64,7 @@ class Sampler:
 
     def run(self):
         while not self.stop:
-            m = scrape()
+            m = scrape(PORT)
             if m:
                 self.samples.append((time.monotonic(), m))
             time.sleep(0.2)
@@ -129,21 +84,27 @@ class Sampler:
 
 
 def worker(code, args):
-    """Runs `code` (a function name in this file) in a child Python; returns its JSON."""
-    out = subprocess.run([sys.executable, __file__, "--worker", code, *args],
+    """Runs the workload `code` (service, notebook, train) in a child Python; returns its
+    JSON."""
+    out = subprocess.run(python_child("coresidence", "workload", [code, *args]),
                          capture_output=True, text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"{code} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def workload(argv):
+    """The child's side of `worker`."""
+    {"service": w_service, "notebook": w_notebook, "train": w_train}[argv[0]](argv[1:])
+
+
 def ab(name, run_once, gpufill, pairs, extra, outdir, metric):
     """alone, with, alone, ... ; returns the runs and per-pair ratios of `metric`."""
     runs = []
-    for i in range(2 * pairs + 1):
-        with_ = i % 2 == 1
+    phases = interleave(pairs)
+    for with_ in phases:
         if with_:
-            with Gpufill(gpufill, extra, os.path.join(outdir, f"gpufill-{name}.log")) as g:
+            with Filling(gpufill, extra, os.path.join(outdir, f"gpufill-{name}.log")) as g:
                 with Sampler() as s:
                     r = run_once()
                 # While the workload's measured part ran (monotonic clock, shared).
@@ -154,17 +115,13 @@ def ab(name, run_once, gpufill, pairs, extra, outdir, metric):
             r["cpu"] = g.cpu
         else:
             r = run_once()
-        r["with"] = with_
+        r["with"] = bool(with_)
         runs.append(r)
         print(f"  {name} {'with ' if with_ else 'alone'} {metric}={r[metric]:.4f}"
               + (f" duty={r['duty']:.3f} beside={r['beside']:.2f} cpu={100 * r['cpu']:.2f}%"
                  if with_ else ""),
               flush=True)
-    ratios = []
-    for i in range(1, 2 * pairs, 2):
-        alone = (runs[i - 1][metric] + runs[i + 1][metric]) / 2
-        ratios.append(runs[i][metric] / alone)
-    return runs, ratios
+    return runs, neighbour_ratios([r[metric] for r in runs], phases)
 
 
 def outside(samples, spans, after):
@@ -291,7 +248,7 @@ def w_train(argv):
     p.add_argument("--model")
     p.add_argument("--iters", type=int)
     a = p.parse_args(argv)
-    from live_service_bench import training_step
+    from .live import training_step
     dev = torch.device("cuda")
     # Autotuning picks algorithms by timing, differently from run to run: off, so each
     # run trains with the same kernels.
@@ -311,8 +268,7 @@ def w_train(argv):
 
 # ------------------------------------------------------------------------- parts
 def summary(name, ratios, extra=""):
-    print(f"{name}: median {statistics.median(ratios):.4f} "
-          f"[{min(ratios):.4f}-{max(ratios):.4f}] over {len(ratios)} pairs {extra}", flush=True)
+    print(f"{name}: median {fmt_spread(ratios)} over {len(ratios)} pairs {extra}", flush=True)
 
 
 def part_service(a, extra, out):
@@ -321,15 +277,13 @@ def part_service(a, extra, out):
         "--bursts", str(a.bursts), "--burst", str(a.burst), "--gap", str(a.gap),
         "--quiet", str(a.quiet), "--model", a.service_model]),
         a.gpufill, a.pairs, extra, out, "p50")
-    r99 = [runs[i]["p99"] - (runs[i - 1]["p99"] + runs[i + 1]["p99"]) / 2
-           for i in range(1, 2 * a.pairs, 2)]
-    rf = [runs[i]["first_p50"] / ((runs[i - 1]["first_p50"] + runs[i + 1]["first_p50"]) / 2)
-          for i in range(1, 2 * a.pairs, 2)]
+    phases = interleave(a.pairs)
+    r99 = neighbour_diffs([r["p99"] for r in runs], phases)
+    rf = neighbour_ratios([r["first_p50"] for r in runs], phases)
     withs = [r for r in runs if r["with"]]
     summary("service p50 ratio", r50)
-    print(f"service p99 difference (ms): median {statistics.median(r99):+.3f} "
-          f"[{min(r99):+.3f}..{max(r99):+.3f}]; first request p50 ratio "
-          f"{statistics.median(rf):.4f} [{min(rf):.4f}-{max(rf):.4f}]")
+    print(f"service p99 difference (ms): median {fmt_spread(r99, 3, '+')}; first request p50 "
+          f"ratio {fmt_spread(rf)}")
     print(f"service util between bursts with gpufill: "
           f"{[round(r['util_between'], 1) for r in withs]}, from 1 s after each burst: "
           f"{[round(r['util_steady'], 1) for r in withs]}, alone: "
@@ -373,18 +327,12 @@ def part_mps(a, extra, out):
     return res
 
 
-def main():
-    if "--worker" in sys.argv:
-        i = sys.argv.index("--worker")
-        {"service": w_service, "notebook": w_notebook, "train": w_train}[sys.argv[i + 1]](
-            sys.argv[i + 2:])
-        return
-    argv = sys.argv[1:]
+def main(argv):
     extra = []
     if "--" in argv:
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
-    p = argparse.ArgumentParser()
+    p = parser("coresidence", __doc__)
     p.add_argument("--gpufill", default="carry/gpufill")
     p.add_argument("--out", default="/tmp/coresidence")
     p.add_argument("--parts", default="service,notebook,mps")
@@ -411,7 +359,3 @@ def main():
                     "mps": part_mps}[part](a, extra, a.out))
     with open(os.path.join(a.out, "coresidence-bench.json"), "w") as f:
         json.dump(res, f)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Issue 25: the runtime's agent on every GPU of one host, on the GPU machine.
+"""`multi-gpu`, issue 25: the runtime's agent on every GPU of one host, on the GPU machine.
 
 Part 1, `gpufill run` at the defaults (every GPU, target 50, `activity` policy), with
 `--metrics` only to read its per-GPU state:
@@ -23,24 +22,18 @@ probe; the metrics carry both GPUs with their index and UUID labels, and no othe
 
 Prints a short table; writes multi_gpu.json and the gpufill logs to $OUT. About 2.5 min.
 
-    python3 scripts/multi_gpu.py carry/gpufill [--job-gpu 0] [--grace 4]
+    python3 scripts/lab.py multi-gpu carry/gpufill [--job-gpu 0] [--grace 4]
 """
-import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
-import pynvml as N
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_lib import pct  # noqa: E402
-from robust_lib import Gpufill, cuda_visible, fmt, mae, samples_since, torch_job  # noqa: E402
+from .lib import (N, Gpufill, by_gpu, cuda_visible, fetch, fmt, mae, mean, nvml, out_dir,
+                  parse_metrics, parser, pct, samples_since, torch_job)
 
 PORT = 9425
 TARGET = 50.0  # the default target
@@ -49,20 +42,10 @@ TARGET = 50.0  # the default target
 def scrape():
     """({(metric, gpu index, state label or ""): value}, the text) of gpufill's series
     that carry a `gpu` label; ({}, "") while nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics", timeout=1) as r:
-            text = r.read().decode()
-    except Exception:
+    got = fetch(PORT)
+    if not got or got[0] != 200:
         return {}, ""
-    out = {}
-    for line in text.splitlines():
-        m = re.match(r"(gpufill_\w+)\{([^}]*)\}\s+(\S+)$", line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if "gpu" in labels:
-            out[(m.group(1), int(labels["gpu"]), labels.get("state", ""))] = float(m.group(3))
-    return out, text
+    return by_gpu(parse_metrics(got[1])), got[1]
 
 
 class Monitor:
@@ -123,17 +106,12 @@ class Monitor:
         return {k: round(v / n, 2) for k, v in counts.items()} if n else {}
 
 
-def mean(xs):
-    return statistics.mean(xs) if xs else None
-
-
 def part_defaults(a, hs, out):
     n = len(hs)
-    g = Gpufill(a.gpufill, ["--metrics", f"127.0.0.1:{PORT}"],
-                log_path=os.path.join(a.out, "gpufill-multi-defaults.log"),
-                env={"RUST_LOG": "gpufill=info"})
+    g = Gpufill(a.gpufill, port=PORT, log_path=os.path.join(a.out, "gpufill-multi-defaults.log"),
+                rust_log="gpufill=info")
     deadline = time.time() + 60
-    while time.time() < deadline and g.proc.poll() is None:
+    while time.time() < deadline and g.alive():
         m, _ = scrape()
         if sum(1 for i in range(n) if m.get(("gpufill_state", i, "filling")) == 1) == n:
             break
@@ -156,7 +134,7 @@ def part_defaults(a, hs, out):
             cpu_fill = 100 * (g.cpu() - cpu0) / (time.time() - t_fill)
         t += secs
     t_end = time.time()
-    alive = g.proc.poll() is None
+    alive = g.alive()
     cpu = 100 * (g.cpu() - cpu0) / (t_end - t_fill) if alive else None
     threads = {k: 100 * (v - threads0.get(k, 0.0)) / (t_end - t_fill)
                for k, v in (g.threads_cpu() if alive else {}).items()}
@@ -243,9 +221,6 @@ def part_holder_and_service(a, hs, out):
         print("== part 2 needs 2 GPUs")
         return
     uuid1 = cuda_visible(1)
-    conf = os.path.join(a.out, "multi-gpu-grace.toml")
-    with open(conf, "w") as f:
-        f.write(f"[yield]\nidle_grace_s = {a.grace}\n")
     alone1, withs, alone2 = 12.0, 24.0, 12.0
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(alone1 + withs + alone2 + 30)],
                               stdout=subprocess.PIPE, text=True,
@@ -261,10 +236,9 @@ def part_holder_and_service(a, hs, out):
     service.stdin.flush()
     time.sleep(max(0.0, t0 + alone1 - time.time()))
     t_with = time.time()
-    g = Gpufill(a.gpufill, ["--gpus", f"0,{uuid1}", "--config", conf, "--metrics",
-                            f"127.0.0.1:{PORT}"],
-                log_path=os.path.join(a.out, "gpufill-multi-holder-service.log"),
-                env={"RUST_LOG": "gpufill=info,gpufill_runtime=debug"})
+    g = Gpufill(a.gpufill, ["--gpus", f"0,{uuid1}"], config=f"[yield]\nidle_grace_s = {a.grace}\n",
+                port=PORT, log_path=os.path.join(a.out, "gpufill-multi-holder-service.log"),
+                rust_log="gpufill=info,gpufill_runtime=debug")
     mon = Monitor(hs, g.pid)
     cpu0 = g.cpu()
     time.sleep(max(0.0, t_with + withs - 0.5 - time.time()))
@@ -309,16 +283,15 @@ def part_holder_and_service(a, hs, out):
           f"CPU {cpu:.2f} % of a core; exit code {code}", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv):
+    ap = parser("multi-gpu", __doc__)
     ap.add_argument("gpufill", nargs="?", default="carry/gpufill")
     ap.add_argument("--job-gpu", type=int, default=0)
     ap.add_argument("--grace", type=float, default=4.0)
     ap.add_argument("--parts", default="defaults,holder-service")
-    a = ap.parse_args()
-    a.out = os.environ.get("OUT", "bench-out")
-    os.makedirs(a.out, exist_ok=True)
-    N.nvmlInit()
+    a = ap.parse_args(argv)
+    a.out = out_dir("bench-out")
+    nvml()
     hs = [N.nvmlDeviceGetHandleByIndex(i) for i in range(N.nvmlDeviceGetCount())]
     print(subprocess.run(["nvidia-smi", "--query-gpu=index,name,uuid,driver_version",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout,
@@ -330,10 +303,6 @@ def main():
     finally:
         with open(os.path.join(a.out, "multi_gpu.json"), "w") as f:
             json.dump(out, f, indent=1, default=str)
-        N.nvmlShutdown()
     d = out.get("defaults", {})
     return 0 if d.get("alive") and d.get("exit_code") == 0 else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,8 @@
-#!/usr/bin/env python3
-"""Issue 30: our kernels' start jitter on an empty GPU, and the target held at the defaults.
+"""`jitter`, issue 30: our kernels' start jitter on an empty GPU, and the target held at the defaults.
 
-Subcommands (run on the GPU machine; build here with scripts/build-carry.sh, carry `carry`):
+`python3 scripts/lab.py jitter WHAT ...`, WHAT one of these (run on the GPU machine;
+build here with scripts/build-carry.sh, carry `carry`; scripts/jitter_session.sh runs
+them):
 
 - `sweep --gpu N`: a probe pair (two 5 us kernels, the second launched once the first has
   finished; gpufill's `probe`) after idle gaps of 1 ms to 2 s, and after a gap of 25 ms
@@ -23,28 +24,19 @@ Subcommands (run on the GPU machine; build here with scripts/build-carry.sh, car
 
 Each prints one short line a run; the details go under $OUT (or --out).
 """
-import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_lib import scrape  # noqa: E402
+from .lib import Gpufill, cuda_visible, log_time, parser, scrape
 
 OUT = os.environ.get("OUT", "/tmp/host-jitter")
 TRACE = "info,gpufill_cuda=trace,gpufill_nvml=trace,gpufill_runtime=trace"
-
-
-def uuid_of(index):
-    import pynvml as N
-    N.nvmlInit()
-    u = N.nvmlDeviceGetUUID(N.nvmlDeviceGetHandleByIndex(index))
-    return u.decode() if isinstance(u, bytes) else u
 
 
 class Run:
@@ -53,15 +45,9 @@ class Run:
     def __init__(self, exe, gpu, tag, config=None, every=1.0):
         self.port = 9460 + gpu
         self.tag, self.every = tag, every
-        args = [exe, "run", "--gpus", str(gpu), "--metrics", f"127.0.0.1:{self.port}"]
-        if config:
-            path = os.path.join(OUT, f"{tag}.toml")
-            with open(path, "w") as f:
-                f.write(config)
-            args += ["--config", path]
-        self.log = open(os.path.join(OUT, f"{tag}.log"), "w")
-        env = dict(os.environ, NO_COLOR="1", RUST_LOG=TRACE)
-        self.p = subprocess.Popen(args, stdout=self.log, stderr=self.log, env=env)
+        self.g = Gpufill(exe, ["--gpus", str(gpu)], config=config, port=self.port,
+                         log_path=os.path.join(OUT, f"{tag}.log"), rust_log=TRACE)
+        self.p = self.g.proc
         self.t0 = time.monotonic()
         self.samples = []  # (seconds since start, metrics)
 
@@ -76,15 +62,10 @@ class Run:
             time.sleep(max(0.0, self.every - (time.monotonic() - self.t0 - t)))
 
     def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-        self.log.close()
+        rc, _ = self.g.stop(timeout=15)
         with open(os.path.join(OUT, f"{self.tag}.metrics.json"), "w") as f:
             json.dump(self.samples, f)
-        return self.p.returncode
+        return rc
 
     def util(self, start, end=float("inf")):
         xs = [m["gpufill_utilization_percent"] for t, m in self.samples
@@ -95,8 +76,7 @@ class Run:
         return self.samples[-1][1].get("gpufill_pauses_total", 0) if self.samples else float("nan")
 
     def count(self, word):
-        with open(os.path.join(OUT, f"{self.tag}.log"), errors="replace") as f:
-            return sum(1 for line in f if word in line)
+        return self.g.count(word)
 
 
 def cmd_idle(a):
@@ -129,7 +109,7 @@ time.sleep(float(sys.argv[3]))
 
 
 def holder(gpu, every, bursts, tail):
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid_of(gpu))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=cuda_visible(gpu))
     return subprocess.Popen([sys.executable, "-c", HOLDER, str(every), str(bursts), str(tail)],
                             env=env, stdout=subprocess.PIPE, text=True)
 
@@ -158,7 +138,6 @@ def cmd_bursting(a):
     t_start = time.monotonic()
     h = holder(a.gpu, a.every, a.bursts, 45)
     ends = []
-    import threading
 
     def read():
         for line in h.stdout:
@@ -194,7 +173,7 @@ extern "C" __global__ void spin(unsigned long long ns) {
 
 
 def cmd_sweep(a):
-    os.environ["CUDA_VISIBLE_DEVICES"] = uuid_of(a.gpu)
+    os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible(a.gpu)
     import cupy as cp
     import pynvml as N
     N.nvmlInit()
@@ -247,16 +226,7 @@ def cmd_sweep(a):
 
 
 # ------------------------------------------------------------------ analysis, here
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:(\d\d):(\d\d\.\d+))Z")
 FIELD = re.compile(r"(\w+)=(-?[\d.]+|true|false)")
-
-
-def seconds(line):
-    m = STAMP.match(line)
-    if not m:
-        return None
-    hh = int(line[11:13])
-    return hh * 3600 + int(m.group(2)) * 60 + float(m.group(3))
 
 
 def cmd_analyze(a):
@@ -264,7 +234,7 @@ def cmd_analyze(a):
         groups, full, samples, opens, pauses = [], [], [], [], []
         with open(path, errors="replace") as f:
             for line in f:
-                t = seconds(line)
+                t = log_time(line)
                 if t is None:
                     continue
                 if "group timing" in line:
@@ -322,9 +292,9 @@ def cmd_analyze(a):
               + "; ".join(f"{g[0] - t0:.2f} {g[1]:.0f} {g[2] / 1e3:.0f}" for g in late[:40]))
 
 
-def main():
+def main(argv):
     global OUT
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser("jitter", __doc__)
     ap.add_argument("command", choices=["sweep", "idle", "holder", "bursting", "analyze"])
     ap.add_argument("logs", nargs="*")
     ap.add_argument("--exe", default="carry/gpufill")
@@ -335,12 +305,8 @@ def main():
     ap.add_argument("--every", type=float, default=120)
     ap.add_argument("--bursts", type=int, default=2)
     ap.add_argument("--out", default=OUT)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     OUT = a.out
     os.makedirs(OUT, exist_ok=True)
     {"sweep": cmd_sweep, "idle": cmd_idle, "holder": cmd_holder, "bursting": cmd_bursting,
      "analyze": cmd_analyze}[a.command](a)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
-"""`metric = "sm"` on a real GPU (issue 6): tracking of GPM SM utilization, and power.
+"""`sm-track`: `metric = "sm"` on a real GPU (issue 6): tracking of GPM SM utilization, and power.
 
 1. For each SM target (10/30/50/70 %) runs `gpufill run --metric sm --target T` for
    `--hold` s (20) and samples, every 200 ms: GPM SM utilization (pynvml GPM bindings;
    when they are missing or refused, gpufill's own `-v` log lines, which carry the GPM
    reading as `util=`), board power and NVML utilization. Settle (within 2 points, from
-   gpufill's `filling` line) and MAE as in gpu_bench.py; power is the mean after settling.
+   gpufill's `filling` line) and MAE as in `track`; power is the mean after settling.
 2. (a) `gpufill run --metric util` at the NVML utilization that run 1 showed, one warp:
    the same time share with one SM instead of a wide grid.
 3. (b) a full-grid `spin` (gpufill-cuda/kernels/spin.ptx, sm_count x 8 blocks of 256 threads) launched
@@ -15,11 +14,9 @@
 Prints a table; writes $OUT/sm_check.json and $OUT/sm_runs.log. About 3.5 minutes with
 the defaults. Usage (GPU machine, release binary carried in carry/):
 
-    python3 scripts/sm_check.py --gpufill carry/gpufill [--targets 10,30,50,70] [--hold 20]
-        [--kernel spin|sleep]
+    python3 scripts/lab.py sm-track --gpufill carry/gpufill [--targets 10,30,50,70]
+        [--hold 20] [--kernel spin|sleep]
 """
-import argparse
-import datetime
 import json
 import os
 import re
@@ -29,12 +26,9 @@ import sys
 import threading
 import time
 
-import pynvml as N
+from .lib import N, SPIN_PTX, Gpufill, handle, out_dir, parser
+from .track import settle_and_mae
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_bench import settle_and_mae  # noqa: E402
-
-PTX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "spin.ptx")
 PERIOD_S = 0.2
 
 
@@ -77,13 +71,6 @@ class Gpm:
             return None
 
 
-def log_time(line):
-    try:
-        return datetime.datetime.fromisoformat(line.split()[0].replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def field(line, name):
     m = re.search(rf"\b{name}=([0-9.]+)", line)
     return float(m.group(1)) if m else None
@@ -100,29 +87,20 @@ def watch(h, gpm, seconds, stop=None):
 
 
 def gpufill_run(args, h, gpm, flags, seconds, runs_log):
-    cmd = [args.gpufill, "-v", "run", "--gpus", "0", "--duration", str(seconds)] + flags
-    if args.kernel:
-        cmd += ["--kernel", args.kernel]
+    kernel = ["--kernel", args.kernel] if args.kernel else []
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=dict(os.environ, NO_COLOR="1"))
-    log = []
-    th = threading.Thread(target=lambda: [log.append(l.rstrip()) for l in proc.stderr], daemon=True)
-    th.start()
-    rows = watch(h, gpm, seconds + 3, stop=lambda: proc.poll() is not None)
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    th.join(timeout=1)
-    runs_log.write(f"==== {' '.join(cmd)} (exit {proc.returncode})\n" + "\n".join(log) + "\n")
-    fill = next((log_time(l) for l in log if " filling" in l), None)
+    g = Gpufill(args.gpufill, ["--gpus", "0", "--duration", str(seconds), *flags, *kernel],
+                flags=["-v"], log_path=runs_log)
+    rows = watch(h, gpm, seconds + 3, stop=lambda: not g.alive())
+    code, _ = g.stop(timeout=5)
+    fill = next((t for t, line in g.lines if " filling" in line), None)
     # Judge only while gpufill ran: the samples after its stop (the loop's "GPU idle"
     # line) read the idle GPU and would count as off target.
-    stop = next((log_time(l) for l in log if "GPU idle" in l), None)
+    stop = next((t for t, line in g.lines if "GPU idle" in line), None)
     if stop is not None:
         rows = [r for r in rows if r[0] < stop - 0.2]
-    samples = [(log_time(l), l) for l in log if " sample " in l]
-    return t0, fill, rows, samples, proc.returncode
+    samples = [(t, line) for t, line in g.lines if " sample " in line]
+    return t0, fill, rows, samples, code
 
 
 def steady(rows, col, start):
@@ -185,7 +163,7 @@ def full_grid(args, h, gpm, targets):
     """Calibrates at full duty, then duty-cycles to each target; returns per target the
     GPM SM utilization and power measured meanwhile."""
     def phases(plan):
-        p = subprocess.Popen([sys.executable, "-c", CHILD, PTX, json.dumps(plan), "0.02"],
+        p = subprocess.Popen([sys.executable, "-c", CHILD, SPIN_PTX, json.dumps(plan), "0.02"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         marks, rows = [], []
         th = threading.Thread(target=lambda: [marks.append(l.split()) for l in p.stdout], daemon=True)
@@ -211,18 +189,16 @@ def full_grid(args, h, gpm, targets):
     return calib, [dict(r, target=t) for t, r in zip(targets, phases(plan))]
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv):
+    ap = parser("sm-track", __doc__)
     ap.add_argument("--gpufill", default="carry/gpufill")
     ap.add_argument("--targets", default="10,30,50,70")
     ap.add_argument("--hold", type=float, default=20.0)
     ap.add_argument("--cmp-hold", type=float, default=8.0)
     ap.add_argument("--kernel", choices=["spin", "sleep"], help="gpufill's kernel (default: its own)")
-    args = ap.parse_args()
-    out_dir = os.environ.get("OUT", "bench-out")
-    os.makedirs(out_dir, exist_ok=True)
-    N.nvmlInit()
-    h = N.nvmlDeviceGetHandleByIndex(0)
+    args = ap.parse_args(argv)
+    out = out_dir("bench-out")
+    h = handle(0)
     gpm = Gpm(h)
     idle = watch(h, gpm, 1.6)
     env = {"gpu": N.nvmlDeviceGetName(h), "driver": N.nvmlSystemGetDriverVersion(),
@@ -231,17 +207,18 @@ def main():
            "idle_gpm_sm": steady(idle, 1, 0)}
     print(json.dumps(env), flush=True)
     targets = [float(t) for t in args.targets.split(",")]
-    with open(os.path.join(out_dir, "sm_runs.log"), "w") as runs_log:
-        sm = [sm_run(args, h, gpm, t, runs_log) for t in targets]
-        one_warp = [util_run(args, h, gpm, r["nvml_util"] or r["target"], runs_log) for r in sm]
+    runs_log = os.path.join(out, "sm_runs.log")
+    sm = [sm_run(args, h, gpm, t, runs_log) for t in targets]
+    one_warp = [util_run(args, h, gpm, r["nvml_util"] or r["target"], runs_log) for r in sm]
     try:
         calib, grid = full_grid(args, h, gpm, targets)
     except Exception as e:  # noqa: BLE001 (CuPy missing or failing: report, keep the rest)
         calib, grid = {"error": str(e)}, [{} for _ in targets]
-    with open(os.path.join(out_dir, "sm_check.json"), "w") as f:
+    with open(os.path.join(out, "sm_check.json"), "w") as f:
         json.dump({"env": env, "sm": sm, "util_one_warp": one_warp, "full_grid_calibration": calib,
                    "full_grid": grid}, f, indent=1)
-    fmt = lambda x, p=1: "-" if x is None else f"{x:.{p}f}"
+    def fmt(x, p=1):
+        return "-" if x is None else f"{x:.{p}f}"
     print("target src    settle_s mae  sm    width duty  nvml  P_sm_W | P_util1warp_W (nvml) "
           "| P_fullgrid_W (sm)")
     for r, a, b in zip(sm, one_warp, grid):
@@ -251,8 +228,3 @@ def main():
               f"{fmt(a.get('power_w'), 0):>5s} ({fmt(a.get('nvml_util'))}) | "
               f"{fmt(b.get('power_w'), 0):>5s} ({fmt(b.get('gpm_sm'))})")
     print(f"full grid at 100 % duty: {calib}")
-    N.nvmlShutdown()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Issue 21's benchmark: gpufill beside live and dormant services, on the GPU machine.
+"""`live`, issue 21's benchmark: gpufill beside live and dormant services, on the GPU machine.
 
 Parts (`--parts`, comma-separated):
 - `hw`: the hardware tests (carry/hw-cuda, carry/hw-nvml) with --ignored.
@@ -26,66 +25,29 @@ gpufill runs with the defaults except `yield.idle_grace_s = --grace` (default 4,
 of 30, to fit the runs: it only scales when gpufill probes; see benchmarks.md).
 
 Usage on the GPU machine (build here with scripts/build-carry.sh, carry `carry`):
-  python3 scripts/live_service_bench.py --out "$OUT" --parts hw,yield,cpu,wake
-  python3 scripts/live_service_bench.py --out "$OUT" --gpu 1 --mps --parts ab --pairs 5 \
+  python3 scripts/lab.py live --out "$OUT" --parts hw,yield,cpu,wake
+  python3 scripts/lab.py live --out "$OUT" --gpu 1 --mps --parts ab --pairs 5 \
       --phase 10 --skip 1 --ab "resnet50-train,gpt2-train"
 Prints a short table; details go to $OUT/live-bench.json and the gpufill logs.
 """
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 
-from live_lib import pct, schedstat, switches
-from live_lib import scrape as live_scrape
+from .lib import (ROOT, Gpufill, cpu_between, cpu_sample, fmt_spread, gpu_env, interleave,
+                  neighbour_diffs, neighbour_ratios, parser, pct, python_child, scrape, state_of,
+                  threads_line)
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 PORT = 9418  # plus the GPU's index
 
 
-def scrape():
-    return live_scrape(PORT + GPU[0])
-
-
-GPU = [0]  # the NVML index this run uses (--gpu)
-
-
-def gpu_env(index):
-    """The environment of a workload on NVML GPU `index` (CUDA orders GPUs otherwise)."""
-    import pynvml
-    pynvml.nvmlInit()
-    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-    pynvml.nvmlShutdown()
-    return dict(os.environ, CUDA_VISIBLE_DEVICES=uuid.decode() if isinstance(uuid, bytes) else uuid)
-
-
-def cpu_sample(pid):
-    return schedstat(pid), switches(pid)
-
-
-def cpu_between(a, b, secs):
-    """Percent of a core per thread name (tids merged), times scheduled a second, and
-    voluntary context switches a second (sleeps, a driver call's waits included)."""
-    share, wakes, sleeps = {}, {}, {}
-    (a_sched, a_sw), (b_sched, b_sw) = a, b
-    for k, (run, n) in b_sched.items():
-        r0, n0 = a_sched.get(k, (0, 0))
-        name = k.split(":")[0]
-        share[name] = share.get(name, 0) + (run - r0) / secs / 1e7
-        wakes[name] = wakes.get(name, 0) + (n - n0) / secs
-    for k, (vol, _) in b_sw.items():
-        name = k.split(":")[0]
-        sleeps[name] = sleeps.get(name, 0) + (vol - a_sw.get(k, (0, 0))[0]) / secs
-    return share, wakes, sleeps
-
-
-class Gpufill:
-    """gpufill run on the run's GPU; `load` adds keys of its [load] table ("key=value,...")."""
+class Filling:
+    """gpufill run on the run's GPU, `yield.idle_grace_s` = --grace; `load` adds keys of
+    its [load] table ("key=value,..."); `last` holds its metrics just before the stop."""
 
     def __init__(self, a, log, extra=(), load=""):
         self.a, self.log, self.extra = a, log, list(extra)
@@ -94,28 +56,21 @@ class Gpufill:
             self.load.append(f"max_kernel_us={a.max_kernel_us}")
 
     def __enter__(self):
-        conf = os.path.join(self.a.work, "gpufill.toml")
-        with open(conf, "w") as f:
-            f.write(f"[yield]\nidle_grace_s = {self.a.grace}\n")
-            if self.load:
-                f.write("[load]\n" + "".join(f"{kv.replace('=', ' = ', 1)}\n" for kv in self.load))
-        self.logf = open(self.log, "a")
-        env = dict(os.environ, NO_COLOR="1", RUST_LOG="gpufill=info,gpufill_runtime=debug")
-        self.p = subprocess.Popen([self.a.gpufill, "run", "--gpus", str(self.a.gpu), "--config", conf,
-                                   "--metrics", f"127.0.0.1:{PORT + self.a.gpu}", *self.extra],
-                                  stdout=self.logf, stderr=self.logf, env=env)
-        for _ in range(100):
-            if scrape():
-                break
-            time.sleep(0.05)
+        config = f"[yield]\nidle_grace_s = {self.a.grace}\n"
+        if self.load:
+            config += "[load]\n" + "".join(f"{kv.replace('=', ' = ', 1)}\n" for kv in self.load)
+        self.port = PORT + self.a.gpu
+        self.g = Gpufill(self.a.gpufill, ["--gpus", str(self.a.gpu), *self.extra], config=config,
+                         port=self.port, log_path=self.log,
+                         rust_log="gpufill=info,gpufill_runtime=debug")
+        self.g.wait_healthy(5)
+        self.p = self.g.proc
         self.t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc):
-        self.last = scrape()
-        self.p.send_signal(signal.SIGTERM)
-        self.p.wait(timeout=10)
-        self.logf.close()
+        self.last = scrape(self.port)
+        self.g.stop()
 
 
 # ------------------------------------------------------------------ workload process
@@ -230,7 +185,7 @@ def worker(argv):
 def training_step(model, dev, sync=True):
     """One step of ResNet-50 (`resnet50...`, batch 64) or GPT-2 (otherwise, 8 x 512)
     training on synthetic data, bf16 autocast, AdamW, synchronised when `sync`: also
-    coresidence_bench.py's training jobs."""
+    `coresidence`'s training jobs."""
     import torch
     if model.startswith("resnet50"):
         import torchvision
@@ -263,8 +218,8 @@ def training_step(model, dev, sync=True):
 def start_worker(a, plan, model, lead=1.0):
     """Starts a workload process; once it is warm, its plan starts `lead` s later."""
     out = os.path.join(a.work, f"work-{time.monotonic():.0f}.json")
-    p = subprocess.Popen([sys.executable, __file__, "--worker", "--plan", json.dumps(plan),
-                          "--model", model, "--out", out, "--nvml-index", str(a.gpu)],
+    p = subprocess.Popen(python_child("live", "worker", ["--plan", json.dumps(plan), "--model", model,
+                                                        "--out", out, "--nvml-index", str(a.gpu)]),
                          stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=a.env)
     line = p.stdout.readline()
     if "ready" not in line:
@@ -317,11 +272,12 @@ def part_cpu(a, res):
     plan = [{"kind": "idle", "secs": 24}, {"kind": "requests", "secs": 24, "rate": 20},
             {"kind": "busy", "secs": 16}]
     out = {}
-    with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-cpu.log")) as g:
+    with Filling(a, os.path.join(a.out, f"gpufill-{a.tag}-cpu.log")) as g:
         time.sleep(3)
         s0, t0 = cpu_sample(g.p.pid), time.monotonic()
         time.sleep(10)
-        out["idle GPU"] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0), scrape())
+        out["idle GPU"] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0),
+                           scrape(g.port))
         p, path, start = start_worker(a, plan, "mlp")
         marks = {"beside a dormant holder": (start + 12, start + 23),
                  "beside a live service, holding off": (start + 34, start + 47),
@@ -330,16 +286,15 @@ def part_cpu(a, res):
             time.sleep(max(0.0, b - time.monotonic()))
             s0, t0 = cpu_sample(g.p.pid), time.monotonic()
             time.sleep(max(0.0, e - time.monotonic()))
-            out[label] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0), scrape())
+            out[label] = (cpu_between(s0, cpu_sample(g.p.pid), time.monotonic() - t0),
+                          scrape(g.port))
         work = finish_worker(p, path)
     print("gpufill CPU by state (% of one core: total; per thread, with times scheduled and "
           "voluntary switches a second) and its metrics then:")
     for label, ((share, wakes, sleeps), m) in out.items():
         total = sum(share.values())
-        parts = ", ".join(f"{k} {v:.2f} ({wakes[k]:.0f}/s, {sleeps.get(k, 0):.0f} vol/s)" for k, v in
-                          sorted(share.items(), key=lambda x: -x[1]) if v > 0.005)
-        state = [k.split(".", 1)[1] for k, v in m.items() if k.startswith("gpufill_state.") and v == 1]
-        print(f"  {label:38} {total:5.2f} %  [{parts}]  state={state} "
+        print(f"  {label:38} {total:5.2f} %  [{threads_line(share, wakes, sleeps)}]  "
+              f"state={state_of(m)} "
               f"duty={m.get('gpufill_duty_ratio', float('nan')):.2f} "
               f"beside={m.get('gpufill_filling_beside', float('nan')):.0f} "
               f"pauses={m.get('gpufill_pauses_total', float('nan')):.0f}", flush=True)
@@ -360,7 +315,7 @@ def part_wake(a, res):
     for mode in ("alone", "with"):
         p, path, start = start_worker(a, plan, "mlp")
         if mode == "with":
-            with Gpufill(a, os.path.join(a.out, f"gpufill-{a.tag}-wake.log")) as g:
+            with Filling(a, os.path.join(a.out, f"gpufill-{a.tag}-wake.log")) as g:
                 work = finish_worker(p, path)
             m = g.last
         else:
@@ -398,45 +353,44 @@ def part_ab(a, res):
         name = f"{model}@{rate:g}/s" if rate else model
         if names and name not in names:
             continue
-        phases = 2 * a.pairs * len(variants) + 1
+        phases = interleave(a.pairs, variants)
         plan = [{"kind": "requests", "secs": a.phase, "rate": rate} if rate else
-                {"kind": "train", "secs": a.phase} for _ in range(phases)]
+                {"kind": "train", "secs": a.phase} for _ in phases]
         p, path, start = start_worker(a, plan, model)
         runs = []
-        for i in range(phases):
+        for i, variant in enumerate(phases):
             p0 = start + i * a.phase
             time.sleep(max(0.0, p0 - time.monotonic()))
-            if i % 2 == 1:
-                variant = variants[(i // 2) % len(variants)]
+            if variant:
                 log = os.path.join(a.out, f"gpufill-{a.tag}-ab-{name.replace('/', '')}.log")
-                with Gpufill(a, log, load=variant) as g:
+                with Filling(a, log, load=variant) as g:
                     time.sleep(max(0.0, p0 + a.phase - 0.3 - time.monotonic()))
                 runs.append(g.last)
             else:
                 runs.append(None)
         work = finish_worker(p, path)
         stats = []
-        for i in range(phases):
+        for i, variant in enumerate(phases):
             lat = [(r[1] - r[0]) * 1e3 for r in work["reqs"]
                    if r[2] == i and r[0] >= start + i * a.phase + a.skip]
-            stats.append({"n": len(lat), "p50": pct(lat, 50), "mean": statistics.mean(lat) if lat else float("nan"),
+            stats.append({"n": len(lat), "p50": pct(lat, 50),
+                          "mean": statistics.mean(lat) if lat else float("nan"),
                           "p90": pct(lat, 90), "p99": pct(lat, 99), "metrics": runs[i],
-                          "variant": variants[(i // 2) % len(variants)] if i % 2 else None})
+                          "variant": variant})
         out[name] = {}
-        for v, variant in enumerate(variants):
-            withs = [i for i in range(1, phases, 2) if (i // 2) % len(variants) == v]
-            ratios = {k: [stats[i][k] / ((stats[i - 1][k] + stats[i + 1][k]) / 2) for i in withs]
+        for variant in variants:
+            ratios = {k: neighbour_ratios([s[k] for s in stats], phases, variant)
                       for k in ("p50", "mean", "p90")}
-            d99 = [stats[i]["p99"] - (stats[i - 1]["p99"] + stats[i + 1]["p99"]) / 2 for i in withs]
+            d99 = neighbour_diffs([s["p99"] for s in stats], phases, variant)
             line = f"  {name:13}" + (f" [{variant}]" if len(variants) > 1 else "")
             for k, r in ratios.items():
-                line += f" {k} {statistics.median(r):.4f} [{min(r):.4f}-{max(r):.4f}]"
-            line += f" p99 {statistics.median(d99):+.3f} ms [{min(d99):+.3f}..{max(d99):+.3f}]"
-            ms = [stats[i]["metrics"] or {} for i in withs]
+                line += f" {k} {fmt_spread(r)}"
+            line += f" p99 {fmt_spread(d99, 3, '+')} ms"
+            ms = [s["metrics"] or {} for s in stats if s["variant"] == variant]
             line += f"; pauses {[round(m.get('gpufill_pauses_total', 0)) for m in ms]}"
             line += f"; duty at end {[round(m.get('gpufill_duty_ratio', float('nan')), 2) for m in ms]}"
             line += f"; memory MiB {[round(m.get('gpufill_memory_used_bytes', float('nan')) / 2**20) for m in ms]}"
-            if v == len(variants) - 1:
+            if variant == variants[-1]:
                 line += f"; alone p50 {[round(s['p50'], 3) for s in stats[::2]]}"
             print(line, flush=True)
             out[name][variant] = {"ratios": ratios, "p99_diff_ms": d99}
@@ -444,11 +398,8 @@ def part_ab(a, res):
     res["ab"] = out
 
 
-def main():
-    if "--worker" in sys.argv:
-        worker([x for x in sys.argv[1:] if x != "--worker"])
-        return
-    ap = argparse.ArgumentParser()
+def main(argv):
+    ap = parser("live", __doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--parts", default="hw,yield,cpu,wake")
     ap.add_argument("--gpufill", default=os.path.join(ROOT, "carry", "gpufill"))
@@ -466,8 +417,7 @@ def main():
                     help="gpufill's load.max_kernel_us (0: the default)")
     ap.add_argument("--variants", default="",
                     help='the ab part\'s with-phases in turn, e.g. "default;max_kernel_us=200"')
-    a = ap.parse_args()
-    GPU[0] = a.gpu
+    a = ap.parse_args(argv)
     a.work = f"/tmp/live-bench-{a.gpu}"
     os.makedirs(a.work, exist_ok=True)
     os.makedirs(a.out, exist_ok=True)
@@ -498,7 +448,3 @@ def main():
             time.sleep(1)
         with open(os.path.join(a.out, f"live-bench-{tag}.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Check on a real GPU what the packaging in deploy/ assumes about gpufill.
+"""`deploy`: check on a real GPU what the packaging in deploy/ assumes about gpufill.
 
 Runs `gpufill run --gpus 0 --target 50 --duration 8` four times and reports, for each,
 whether it reached `filling`, the utilization it held, its peak host memory (VmHWM, for
@@ -15,7 +14,7 @@ the container memory limits), threads, CPU and its GPU memory:
                 the flag exits 2, reported as such).
 Also records the device nodes' modes and whether systemd runs here.
 
-Usage (about 60 s): python3 scripts/deploy_check.py carry/gpufill
+Usage (about 60 s): python3 scripts/lab.py deploy carry/gpufill
 Writes $OUT (or ./deploy-check-out): env.txt, runs.log, deploy_check.json.
 """
 import json
@@ -25,17 +24,11 @@ import shutil
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-import urllib.request
 
-import pynvml as N
-
-sys.dont_write_bytecode = True  # no scripts/__pycache__ from the import below
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_bench import cpu_seconds, proc_mem_mib  # noqa: E402
+from .lib import (N, Gpufill, cpu_seconds, fetch, handle, leftover_gpufill, out_dir, parser,
+                  proc_mem_mib, status_kib)
 
 DASHBOARD_METRICS = [
     "gpufill_target_percent", "gpufill_utilization_percent", "gpufill_duty_ratio",
@@ -44,16 +37,6 @@ DASHBOARD_METRICS = [
     "gpufill_build_info",
 ]
 UID = 65532
-
-
-def status_kib(pid, key):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
 
 
 def free_port():
@@ -71,61 +54,53 @@ def drop_to(uid):
 
 
 def run_case(name, exe, h, extra=(), env=None, preexec=None, port=None, seconds=8):
-    cmd = [exe, "run", "--gpus", "0", "--target", "50", "--duration", str(seconds), *extra]
-    t0 = time.time()
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=preexec)
-    log, marks = [], {}
-
-    def reader():
-        for line in proc.stderr:
-            log.append(f"{time.time() - t0:8.3f} {line.rstrip()}")
-            if "filling" in line and "fill" not in marks:
-                marks["fill"] = time.time()
-    threading.Thread(target=reader, daemon=True).start()
-    util, hwm, threads, mem, served, cpu0, cpu1 = [], None, None, [], None, None, None
-    while proc.poll() is None and time.time() < t0 + seconds + 5:
+    g = Gpufill(exe, ["--gpus", "0", "--target", "50", "--duration", str(seconds), *extra],
+                env=env, preexec=preexec)
+    util, hwm, threads, mem, served, cpu0, cpu1, fill = [], None, None, [], None, None, None, None
+    while g.alive() and time.time() < g.t0 + seconds + 5:
         time.sleep(0.2)
-        hwm = status_kib(proc.pid, "VmHWM") or hwm
-        threads = status_kib(proc.pid, "Threads") or threads
-        if "fill" in marks and time.time() > marks["fill"] + 2:
+        hwm = status_kib(g.pid, "VmHWM") or hwm
+        threads = status_kib(g.pid, "Threads") or threads
+        fill = fill or g.wait_for("filling", timeout=0)
+        if fill and time.time() > fill + 2:
             try:
-                cpu1 = (time.time(), cpu_seconds(proc.pid))
+                cpu1 = (time.time(), cpu_seconds(g.pid))
                 cpu0 = cpu0 or cpu1
             except OSError:  # exited meanwhile
                 pass
             util.append(N.nvmlDeviceGetUtilizationRates(h).gpu)
-            m = proc_mem_mib(h, proc.pid)
+            m = proc_mem_mib(h, g.pid)
             if m is not None:
                 mem.append(m)
             if port and served is None:
-                served = scrape(port)
+                served = dashboard_metrics(port)
     cpu = None
     if cpu0 and cpu1[0] > cpu0[0]:
         cpu = 100 * (cpu1[1] - cpu0[1]) / (cpu1[0] - cpu0[0])
     try:
-        rc = proc.wait(timeout=10)
+        rc = g.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        proc.kill()
         rc = "killed"
+    g.stop()
     time.sleep(0.2)
     return {
-        "case": name, "cmd": " ".join(cmd), "exit": rc,
-        "filling_after_s": round(marks["fill"] - t0, 3) if "fill" in marks else None,
+        "case": name, "cmd": " ".join(g.cmd), "exit": rc,
+        "filling_after_s": round(fill - g.t0, 3) if fill else None,
         "util_median": statistics.median(util) if util else None,
         "vmhwm_mib": round(hwm / 1024, 1) if hwm else None, "threads": threads,
         "cpu_pct_core": round(cpu, 2) if cpu is not None else None,
         "gpu_mem_mib": max(mem) if mem else None,
-        "metrics_served": served, "log": log,
+        "metrics_served": served, "log": [f"{line}" for _, line in g.lines],
     }
 
 
-def scrape(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-            ctype = r.headers.get("Content-Type")
-    except OSError as e:
-        return {"error": str(e)}
+def dashboard_metrics(port):
+    """Content type, line count, the first 40 lines, and which of the dashboard's metric
+    names the endpoint does not serve."""
+    got = fetch(port, timeout=2)
+    if got is None:
+        return {"error": "no answer"}
+    _, text, ctype = got
     names = set(re.findall(r"^(gpufill_[a-z_]+)", text, re.M))
     return {"content_type": ctype, "missing": [m for m in DASHBOARD_METRICS if m not in names],
             "lines": len(text.splitlines()), "sample": text.splitlines()[:40]}
@@ -145,18 +120,18 @@ def environment():
     return "\n".join(out)
 
 
-def main():
-    exe = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "carry/gpufill")
-    out = os.environ.get("OUT", "deploy-check-out")
-    os.makedirs(out, exist_ok=True)
+def main(argv):
+    ap = parser("deploy", __doc__)
+    ap.add_argument("gpufill", nargs="?", default="carry/gpufill")
+    exe = os.path.abspath(ap.parse_args(argv).gpufill)
+    out = out_dir("deploy-check-out")
     env_txt = environment()
     with open(os.path.join(out, "env.txt"), "w") as f:
         f.write(env_txt)
     print(env_txt)
-    N.nvmlInit()
-    h = N.nvmlDeviceGetHandleByIndex(0)
+    h = handle(0)
     results = [run_case("default", exe, h)]
-    nowrite = dict(os.environ, HOME="/nonexistent", CUDA_CACHE_PATH="/proc/gpufill-no-cache")
+    nowrite = {"HOME": "/nonexistent", "CUDA_CACHE_PATH": "/proc/gpufill-no-cache"}
     results.append(run_case("no-cache", exe, h, env=nowrite))
     if os.geteuid() == 0:
         # A copy any user can execute: the carried binary may sit under a private home.
@@ -186,8 +161,4 @@ def main():
               f"dashboard metrics missing: {m['missing'] or 'none'}")
     else:
         print(f"metrics: {m or 'no endpoint (exit ' + str(results[-1]['exit']) + ')'}")
-    print(f"leftover gpufill processes: {subprocess.run(['pgrep', '-x', 'gpufill'], capture_output=True).stdout.decode().split()}")
-
-
-if __name__ == "__main__":
-    main()
+    print(f"leftover gpufill processes: {leftover_gpufill()}")

@@ -1,0 +1,252 @@
+"""The lab's offline check, here with no GPU (.ci/run runs it): every command prints its
+--help with plain python3 (no pynvml, torch or CuPy needed), and the pure helpers of
+`gpulab.lib` do what the measurements rely on.
+
+    cd scripts && python3 -m unittest gpulab.tests
+"""
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from . import lib
+from .cli import COMMANDS, main
+
+SAMPLE = """\
+# HELP gpufill_state Whether the GPU's worker is in this state (1) or not (0).
+# TYPE gpufill_state gauge
+gpufill_state{gpu="0",uuid="GPU-a",state="filling"} 1
+gpufill_state{gpu="0",uuid="GPU-a",state="yielding"} 0
+gpufill_state{gpu="1",uuid="GPU-b",state="filling"} 0
+gpufill_state{gpu="1",uuid="GPU-b",state="yielding"} 1
+gpufill_duty_ratio{gpu="0",uuid="GPU-a"} 0.42
+gpufill_duty_ratio{gpu="1",uuid="GPU-b"} 0
+gpufill_mps{state="client"} 0
+gpufill_mps{state="none"} 1
+gpufill_build_info{version="1.2.3"} 1
+gpufill_scrapes_total 17
+process_cpu_seconds_total 3.5
+gpufill_odd{gpu="0"} NaN-ish
+"""
+
+
+class Metrics(unittest.TestCase):
+    def test_parse_keeps_sample_lines_with_their_labels(self):
+        series = lib.parse_metrics(SAMPLE)
+        self.assertEqual(len(series), 11)  # no comments, no value that is not a number
+        self.assertIn(("gpufill_duty_ratio", {"gpu": "0", "uuid": "GPU-a"}, 0.42), series)
+        self.assertIn(("gpufill_scrapes_total", {}, 17.0), series)
+
+    def test_flat_keys_states_and_keeps_the_first_gpu(self):
+        m = lib.flat(lib.parse_metrics(SAMPLE))
+        self.assertEqual(m["gpufill_state.filling"], 1)
+        self.assertEqual(m["gpufill_state.yielding"], 0)  # GPU 0's, the first
+        self.assertEqual(m["gpufill_duty_ratio"], 0.42)
+        self.assertEqual(m["gpufill_mps.none"], 1)
+        self.assertNotIn("process_cpu_seconds_total", m)
+        self.assertEqual(lib.state_of(m), ["filling"])
+
+    def test_flat_of_one_gpu(self):
+        m = lib.flat(lib.parse_metrics(SAMPLE), gpu=1)
+        self.assertEqual(lib.state_of(m), ["yielding"])
+        self.assertEqual(m["gpufill_duty_ratio"], 0)
+        self.assertEqual(m["gpufill_mps.none"], 1)  # no gpu label: every GPU's
+
+    def test_by_gpu(self):
+        m = lib.by_gpu(lib.parse_metrics(SAMPLE))
+        self.assertEqual(m[("gpufill_state", 1, "yielding")], 1)
+        self.assertEqual(m[("gpufill_duty_ratio", 0, "")], 0.42)
+        self.assertNotIn(("gpufill_mps", 0, "none"), m)
+
+    def test_urls(self):
+        self.assertEqual(lib.metrics_url(9411), "http://127.0.0.1:9411/metrics")
+        self.assertEqual(lib.metrics_url("9411", "/healthz"), "http://127.0.0.1:9411/healthz")
+        self.assertEqual(lib.metrics_url("http://h:1/metrics", "/healthz"), "http://h:1/healthz")
+        self.assertEqual(lib.metrics_url("http://h:1"), "http://h:1/metrics")
+
+    def test_scrape_and_sample_of_a_served_page(self):
+        import http.server
+        import json
+        import threading
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                ok = self.path == "/metrics"
+                self.send_response(200 if ok else 503)
+                self.end_headers()
+                self.wfile.write(SAMPLE.encode() if ok else b"gpu 0 not ticking")
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Page)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        port = server.server_address[1]
+        self.assertEqual(lib.scrape(port)["gpufill_duty_ratio"], 0.42)
+        self.assertEqual(lib.scrape(f"http://127.0.0.1:{port}", gpu=1)["gpufill_duty_ratio"], 0)
+        self.assertFalse(lib.healthy(port))
+        self.assertEqual(lib.fetch(port, "/healthz")[0], 503)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(main(["sample", f"http://127.0.0.1:{port}"]), 0)
+        got = json.loads(out.getvalue())
+        self.assertEqual({k: got[k] for k in ("up", "mps", "state", "duty")},
+                         {"up": True, "mps": "none", "state": "filling", "duty": 0.42})
+
+    def test_scrape_of_nothing_listening_is_empty(self):
+        self.assertEqual(lib.scrape("http://127.0.0.1:9/metrics", timeout=0.5), {})
+        self.assertFalse(lib.healthy(9, timeout=0.5))
+
+
+class Statistics(unittest.TestCase):
+    def test_pct_is_nearest_rank(self):
+        xs = [5, 1, 4, 2, 3]
+        self.assertEqual(lib.pct(xs, 50), 3)
+        self.assertEqual(lib.pct(xs, 0), 1)
+        self.assertEqual(lib.pct(xs, 100), 5)
+        self.assertEqual(lib.pct(list(range(101)), 99), 99)
+        self.assertEqual(lib.pct([1, 2], 50), 1)  # round half to even: index 0
+        self.assertNotEqual(lib.pct([], 50), lib.pct([], 50))  # NaN
+
+    def test_mae_mean_fmt_spread(self):
+        self.assertEqual(lib.mae([48, 52, 50], 50), 4 / 3)
+        self.assertIsNone(lib.mae([], 50))
+        self.assertIsNone(lib.mean([]))
+        self.assertEqual(lib.fmt(None), "-")
+        self.assertEqual(lib.fmt(1.234, 1), "1.2")
+        self.assertEqual(lib.fmt(3), "3")
+        self.assertEqual(lib.fmt_spread([1.0, 1.2, 0.9]), "1.0000 [0.9000-1.2000]")
+        self.assertEqual(lib.fmt_spread([0.5, -0.25], 2, "+"), "+0.12 [-0.25..+0.50]")
+
+
+class Interleave(unittest.TestCase):
+    def test_alone_with_alone(self):
+        self.assertEqual(lib.interleave(2), [None, "with", None, "with", None])
+        self.assertEqual(lib.interleave(0), [None])
+
+    def test_variants_take_turns(self):
+        self.assertEqual(lib.interleave(2, ["a", "b"]),
+                         [None, "a", None, "b", None, "a", None, "b", None])
+
+    def test_each_with_over_the_alone_runs_beside_it(self):
+        phases = lib.interleave(2, ["a", "b"])
+        values = [10, 11, 12, 18, 12, 13, 8, 20, 12]
+        self.assertEqual(lib.neighbour_ratios(values, phases), [1.0, 1.5, 1.3, 2.0])
+        self.assertEqual(lib.neighbour_ratios(values, phases, "b"), [1.5, 2.0])
+        self.assertEqual(lib.neighbour_diffs(values, phases, "a"), [0.0, 3.0])
+
+    def test_alternate_turns_the_order(self):
+        self.assertEqual(lib.alternate("ab", 0), ["a", "b"])
+        self.assertEqual(lib.alternate("ab", 1), ["b", "a"])
+
+
+class Log(unittest.TestCase):
+    def test_log_time_reads_the_leading_stamp(self):
+        line = "2026-11-21T10:00:01.250000Z  INFO gpufill_runtime::faultlog: filling target=50"
+        self.assertAlmostEqual(lib.log_time(line), 1795255201.25, places=3)
+        nine = "2026-11-21T10:00:01.123456789Z  INFO x: y"
+        self.assertAlmostEqual(lib.log_time(nine), 1795255201.123456, places=5)
+        self.assertIsNone(lib.log_time("==== carry/gpufill run"))
+        self.assertIsNone(lib.log_time("Error: no GPU with index 99"))
+
+    def test_gpufill_reads_its_log_and_stops_with_sigterm(self):
+        # A stand-in binary: logs two stamped lines, then waits for SIGTERM.
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "fake")
+            with open(exe, "w") as f:
+                f.write("#!/bin/sh\n"
+                        "trap 'echo stopping >&2; exit 0' TERM\n"
+                        "echo \"$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)  INFO x: $1 $4\" >&2\n"
+                        "echo \"$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)  INFO x: filling\" >&2\n"
+                        "while :; do sleep 0.05; done\n")
+            os.chmod(exe, 0o755)
+            log = os.path.join(d, "g.log")
+            g = lib.Gpufill(exe, ["--gpus", "0"], config="a = 1\n", log_path=log)
+            self.addCleanup(g.proc.kill)
+            self.assertTrue(os.path.exists(g.config_path))
+            t = g.wait_for("filling", timeout=5)
+            self.assertIsNotNone(t)
+            self.assertLess(abs(t - time.time()), 5)
+            self.assertEqual(g.first("INFO x: run"), g.lines[0][1])
+            self.assertIn("--config", g.lines[0][1])
+            self.assertEqual(g.count("filling"), 1)
+            self.assertEqual(g.count("filling", since=t + 10), 0)
+            code, took = g.stop(timeout=5)
+            self.assertEqual(code, 0)
+            self.assertLess(took, 5)
+            self.assertFalse(os.path.exists(g.config_path))
+            self.assertEqual(g.lines[-1][1], "stopping")
+            with open(log) as f:
+                self.assertTrue(f.readline().startswith(f"==== {exe} run --gpus 0 --config"))
+
+
+class Proc(unittest.TestCase):
+    def test_parsers_of_proc_files(self):
+        self.assertEqual(lib.parse_schedstat("123456 789 42\n"), (123456, 42))
+        status = "Name:\tx\nvoluntary_ctxt_switches:\t10\nnonvoluntary_ctxt_switches:\t3\n"
+        self.assertEqual(lib.parse_switches(status), (10, 3))
+
+    def test_cpu_between_merges_tids_by_name(self):
+        a = ({"gpu0:1": (0, 0), "gpu0:2": (0, 0)}, {"gpu0:1": (0, 0)})
+        b = ({"gpu0:1": (10_000_000, 5), "gpu0:2": (30_000_000, 5)}, {"gpu0:1": (8, 1)})
+        share, wakes, sleeps = lib.cpu_between(a, b, 2.0)
+        self.assertEqual(share, {"gpu0": 2.0})
+        self.assertEqual(wakes, {"gpu0": 5.0})
+        self.assertEqual(sleeps, {"gpu0": 4.0})
+        self.assertEqual(lib.threads_line(share, wakes, sleeps), "gpu0 2.00 (5/s, 4 vol/s)")
+
+    def test_leftover_gpufill_finds_a_process_by_that_name(self):
+        import shutil
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "gpufill")
+            shutil.copy(shutil.which("sleep"), exe)
+            p = subprocess.Popen([exe, "30"])
+            self.addCleanup(p.wait)
+            self.addCleanup(p.kill)
+            self.assertIn(str(p.pid), lib.leftover_gpufill())
+            p.kill()
+            p.wait()
+            self.assertNotIn(str(p.pid), lib.leftover_gpufill())
+
+    def test_own_threads(self):
+        self.assertGreater(lib.cpu_seconds(os.getpid()), 0)
+        self.assertIsNotNone(lib.status_kib(os.getpid(), "VmRSS"))
+
+
+class Commands(unittest.TestCase):
+    def test_every_command_prints_its_help_without_gpu_modules(self):
+        for name in COMMANDS:
+            with self.subTest(name), contextlib.redirect_stdout(io.StringIO()) as out:
+                with self.assertRaises(SystemExit) as done:
+                    main([name, "--help"])
+                self.assertEqual(done.exception.code, 0)
+                self.assertIn(f"usage: lab.py {name}", out.getvalue())
+        # Where they are installed, --help still imports none of them.
+        for heavy in ("pynvml", "torch", "cupy"):
+            self.assertNotIn(heavy, sys.modules)
+
+    def test_the_list_and_an_unknown_command(self):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(main(["--help"]), 0)
+        for name in COMMANDS:
+            self.assertIn(f"  {name} ", out.getvalue())
+        with contextlib.redirect_stderr(io.StringIO()):
+            self.assertEqual(main(["nonsense"]), 2)
+
+    def test_lab_py_runs_from_the_repository_root(self):
+        r = subprocess.run([sys.executable, os.path.join(lib.SCRIPTS, "lab.py"), "live", "--help"],
+                           capture_output=True, text=True, cwd=lib.ROOT, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--parts", r.stdout)
+
+    def test_the_spin_kernel_the_children_load_is_there(self):
+        self.assertTrue(os.path.exists(lib.SPIN_PTX), lib.SPIN_PTX)
+
+
+if __name__ == "__main__":
+    unittest.main()
