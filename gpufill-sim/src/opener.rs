@@ -29,7 +29,8 @@ use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
 use gpufill_nvml::GpuInfo;
 use gpufill_runtime::{Gpu, GpuSelector, Loop, Metric, Opener, SelectError, Settings, choose};
 
-use crate::{SimConfig, SimError, SimGpu, SimLoad, SimProbe};
+use super::config::{SimConfig, SimError};
+use super::handles::{SimGpu, SimLoad, SimProbe};
 
 /// Opens simulated GPUs, each a [`SimGpu`] built from its [`SimConfig`] (one for every
 /// GPU, or one of its own: [`SimOpener::with_gpu`]) with our kernels laid out as the
