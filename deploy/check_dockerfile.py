@@ -182,7 +182,7 @@ def main():
     found = problems(text)
     if not found:
         found = emulate(text, script)
-        missing_example = script.replace(" gpufill-runtime/examples/simulated_agent.rs", "")
+        missing_example = script.replace(" gpufill-runtime/examples/fill_gpu0.rs", "")
         if missing_example == script or not emulate(text, missing_example):
             found.append("self-test: a stub script that leaves out a declared example passed")
     for what, broken in breakages(text).items():

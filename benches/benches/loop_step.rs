@@ -5,11 +5,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpufill_core::sim::{SimConfig, SimGpu};
 use gpufill_core::{
     FillLoop, FillSettings, Load, LoadSource, PiController, Probe, ProcessInfo, Time, Utilization,
     YieldPolicy,
 };
+use gpufill_sim::{SimConfig, SimGpu};
 
 /// A device that answers at once: isolates the loop's own cost.
 struct Instant;

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use gpufill_core::sim::{SimConfig, Simulation, Tracking, tracking};
 use gpufill_core::{Controller, FillSettings, Time, Utilization, YieldSettings};
+use gpufill_sim::{SimConfig, Simulation, Tracking, tracking};
 
 /// One point of the sweep.
 #[derive(Clone, Copy, Debug)]

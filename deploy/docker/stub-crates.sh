@@ -6,13 +6,12 @@
 # result, and that every file it writes exists in the repository (COPY . . then
 # replaces each one; none is left behind as a target of its own).
 set -eu
-for crate in gpufill-core gpufill-cuda gpufill-nvml gpufill-runtime gpufill-cli benches; do
+for crate in gpufill-core gpufill-cuda gpufill-nvml gpufill-runtime gpufill-sim gpufill-cli benches; do
   mkdir -p "$crate/src"
   : >"$crate/src/lib.rs"
 done
 mkdir -p gpufill-runtime/examples benches/benches
-for main in gpufill-cli/src/main.rs \
-  gpufill-runtime/examples/fill_gpu0.rs gpufill-runtime/examples/simulated_agent.rs \
+for main in gpufill-cli/src/main.rs gpufill-runtime/examples/fill_gpu0.rs \
   benches/benches/loop_step.rs benches/benches/controller.rs; do
   echo 'fn main() {}' >"$main"
 done

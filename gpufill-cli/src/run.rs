@@ -240,8 +240,8 @@ mod tests {
     use super::*;
     use crate::config::Overrides;
     use crate::logging::capture::logged;
-    use gpufill_runtime::sim::SimOpener;
     use gpufill_runtime::{GpuLabels, stall_after};
+    use gpufill_sim::SimOpener;
     use std::path::PathBuf;
 
     /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a

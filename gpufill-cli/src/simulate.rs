@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpufill_core::{Event, FillSettings, Tick, Utilization};
-use gpufill_runtime::sim::{
+use gpufill_runtime::{
+    DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
+};
+use gpufill_sim::{
     Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, HostJitter, LongRunStats,
     MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
     with_launch_settings,
-};
-use gpufill_runtime::{
-    DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
 };
 
 use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs};
@@ -670,15 +670,12 @@ mod tests {
         let [bursts, isolated] = &cfg.foreign[..] else {
             panic!("{:?}", cfg.foreign);
         };
-        assert_eq!(
-            bursts.requests,
-            Some(gpufill_runtime::sim::Requests::InBursts)
-        );
+        assert_eq!(bursts.requests, Some(gpufill_sim::Requests::InBursts));
         assert_eq!(bursts.windows.len(), 10);
         assert_eq!(isolated.request, Duration::from_micros(500));
         assert!(matches!(
             isolated.requests,
-            Some(gpufill_runtime::sim::Requests::Rate { per_s, .. }) if per_s == 20.0
+            Some(gpufill_sim::Requests::Rate { per_s, .. }) if per_s == 20.0
         ));
     }
 }

@@ -1,6 +1,6 @@
 //! The two faces of a GPU that the loop sees: a [`Probe`] that measures it and a
 //! [`LoadSource`] that loads it. `gpufill-nvml` and `gpufill-cuda` implement them for
-//! real hardware, [`crate::sim`] for the simulated GPU.
+//! real hardware, `gpufill-sim` for the simulated GPU.
 
 use crate::kernel_timing::OthersSign;
 use crate::time::Time;

@@ -19,9 +19,10 @@
 //!   is only the host's jitter ([`OthersSign`]);
 //! - [`unlisted`]: other GPU users that the process list misses inside a PID namespace
 //!   of our own ([`PidView`]), seen by device memory, per-process samples and
-//!   utilization beyond our own load;
-//! - `sim` (feature `sim`): a simulated GPU calibrated on H200 and H100 measurements, on which
-//!   every behaviour is tested in virtual time.
+//!   utilization beyond our own load.
+//!
+//! The simulated GPU, calibrated on H200 and H100 measurements, on which every behaviour
+//! is tested in virtual time, is the crate `gpufill-sim`, built on this one's public API.
 //!
 //! Errors from devices are classified by [`DeviceError::kind`] (transient, unsupported,
 //! lost) so the loop retries or stops without naming NVML or CUDA.
@@ -48,8 +49,6 @@ pub mod ratelimit;
 pub mod reopen;
 pub mod schedule;
 pub mod shaper;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod supervise;
 pub mod time;
 pub mod units;

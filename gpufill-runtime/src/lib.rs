@@ -34,9 +34,10 @@
 //!   the local clock, snapshots), for callers that drive a loop themselves.
 //! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
 //!   (here rather than in the binary so an embedder serves the same series from its
-//!   own HTTP server); `sim` (feature `sim`): the simulated GPU as an [`Opener`], and the
-//!   simulator itself. The types of the lower crates these name are re-exported here, so
+//!   own HTTP server). The types of the lower crates these name are re-exported here, so
 //!   an embedder of the agent needs no other crate.
+//! - The simulated GPU as an [`Opener`] (`SimOpener`), for an agent on a machine with no
+//!   GPU, is in the crate `gpufill-sim`, which builds on this one.
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
@@ -72,8 +73,6 @@ mod opener;
 pub mod prometheus;
 mod select;
 mod settings;
-#[cfg(feature = "sim")]
-pub mod sim;
 mod snapshot;
 mod steering;
 mod worker;

@@ -1,5 +1,5 @@
 //! How an [`crate::Agent`] opens its GPUs ([`Opener`]), and the real GPUs' opener
-//! ([`NvmlCuda`]); the simulated GPU's is [`crate::sim::SimOpener`] (feature `sim`).
+//! ([`NvmlCuda`]); the simulated GPU's is `gpufill_sim::SimOpener`, in its own crate.
 
 use std::time::Duration;
 

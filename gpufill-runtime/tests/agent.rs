@@ -1,9 +1,8 @@
 //! The agent over simulated GPUs, as an embedder uses it: with nothing but
-//! `gpufill_runtime`. Start, live updates, snapshots, stop, join (a worker that failed,
-//! and one that panicked), drop, and the checks made before starting and on every
-//! update. The agent runs on the wall clock, so each test takes a few seconds.
-
-#![cfg(feature = "sim")]
+//! `gpufill_runtime` (and `gpufill_sim`'s GPUs). Start, live updates, snapshots, stop,
+//! join (a worker that failed, and one that panicked), drop, and the checks made before
+//! starting and on every update. The agent runs on the wall clock, so each test takes a
+//! few seconds.
 
 mod common;
 
@@ -11,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
-use gpufill_runtime::sim::{ForeignJob, SimConfig, SimError, SimLoad, SimOpener, SimProbe};
 use gpufill_runtime::{
     Agent, AgentError, AgentOptions, Gpu, Loop, Metric, Opener, Settings, State, Time, WorkerError,
 };
+use gpufill_sim::{ForeignJob, SimConfig, SimError, SimLoad, SimOpener, SimProbe};
 
 /// Long enough for a worker to open its GPU, settle and hold its target (about a
 /// second on the simulated GPU's 200 ms samples), with room for a busy machine.

@@ -1,14 +1,12 @@
 //! One gpufill per GPU (issue 31): an agent claims its GPUs before any worker starts,
 //! and a second agent on one of them is refused, naming the first, until it is gone.
 
-#![cfg(feature = "sim")]
-
 mod common;
 
 use std::time::Duration;
 
-use gpufill_runtime::sim::SimOpener;
 use gpufill_runtime::{Agent, AgentError, AgentOptions, State};
+use gpufill_sim::SimOpener;
 
 fn claiming(dir: &std::path::Path) -> AgentOptions {
     AgentOptions {

@@ -4,16 +4,14 @@
 //! alone; GPUs are selected by index and UUID and carry their labels into the
 //! snapshots and metrics; stopping leaves every GPU idle.
 
-#![cfg(feature = "sim")]
-
 mod common;
 
 use std::time::Duration;
 
 use common::{Seen, between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
 use gpufill_runtime::prometheus::{self, Process};
-use gpufill_runtime::sim::{ForeignJob, SimConfig, SimOpener};
 use gpufill_runtime::{Agent, AgentOptions, GpuSelector, PidView, State};
+use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
 
 const TARGET: f64 = 50.0;
 

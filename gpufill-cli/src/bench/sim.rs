@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use gpufill_core::{Tick, Utilization};
 use gpufill_runtime::Time;
-use gpufill_runtime::sim::{ForeignJob, SimConfig, Simulation};
+use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 
 use super::{ForeignSeen, Rig};
 use gpufill_runtime::Settings;

@@ -6,8 +6,8 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use gpufill_core::{Event, Tick, Utilization};
-use gpufill_runtime::sim::tracking;
 use gpufill_runtime::{State, Time};
+use gpufill_sim::tracking;
 use serde::Serialize;
 
 /// Tolerance for "settled", in percentage points (as `scripts/gpu_bench.py`).

@@ -312,14 +312,14 @@ fn a_port_in_use_is_an_error() {
 /// The simulated GPU, opened only once `gate` says so: a first CUDA or NVML call that
 /// takes its time (or hangs).
 struct GatedOpener {
-    inner: gpufill_runtime::sim::SimOpener,
+    inner: gpufill_sim::SimOpener,
     gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
 }
 
 impl gpufill_runtime::Opener for GatedOpener {
-    type Probe = gpufill_runtime::sim::SimProbe;
-    type Load = gpufill_runtime::sim::SimLoad;
-    type Error = gpufill_runtime::sim::SimError;
+    type Probe = gpufill_sim::SimProbe;
+    type Load = gpufill_sim::SimLoad;
+    type Error = gpufill_sim::SimError;
 
     fn open(
         &self,
@@ -339,7 +339,7 @@ impl gpufill_runtime::Opener for GatedOpener {
 
 #[test]
 fn healthz_and_worker_up_say_healthy_only_after_the_first_tick() {
-    let inner = gpufill_runtime::sim::SimOpener::default();
+    let inner = gpufill_sim::SimOpener::default();
     let gpus = inner.gpus(1);
     let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let opener = GatedOpener {

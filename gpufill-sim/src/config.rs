@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::jitter::HostJitter;
 use super::job::{ForeignJob, ForeignReport};
-use crate::device::{DeviceError, ErrorKind};
-use crate::time::Time;
-use crate::unlisted::PidView;
+use gpufill_core::device::{DeviceError, ErrorKind};
+use gpufill_core::time::Time;
+use gpufill_core::unlisted::PidView;
 
 const MIB: u64 = 1 << 20;
 
@@ -26,7 +26,7 @@ pub struct SimConfig {
     /// of `min(max_kernel, duty x period)`; each loses the launch overhead, and a request
     /// that arrives while one runs waits for the rest of it (at most a time slice).
     pub max_kernel: Duration,
-    /// Beside quiet holders ([`crate::LaunchShape::OneInFlight`]): `Some(kernel)` lays
+    /// Beside quiet holders ([`gpufill_core::LaunchShape::OneInFlight`]): `Some(kernel)` lays
     /// our load out one kernel of that length in flight at a time with an idle gap after
     /// each (issue 16's shape, `load.beside_kernel_us` above 0); `None` (`0`, the
     /// default) lays it out in bursts as everywhere else. A kernel in flight sets the
@@ -55,7 +55,7 @@ pub struct SimConfig {
     /// Busy time lost per kernel (launch overhead, sleep overshoot).
     pub launch_overhead: Duration,
     /// How long queued work keeps running after the load goes idle in
-    /// [`crate::LaunchShape::Bursts`] (one kernel in flight: at most that kernel).
+    /// [`gpufill_core::LaunchShape::Bursts`] (one kernel in flight: at most that kernel).
     pub stop_tail: Duration,
     /// Number of SMs (132 on the H200).
     pub sm_count: u32,
@@ -92,7 +92,7 @@ pub struct SimConfig {
     /// more (negative: fewer) than before. Empty: flat, as measured.
     pub driver_memory: Vec<(Time, i64)>,
     /// Whether the probe gets per-process memory sizes (without them the memory signal
-    /// cannot work: [`crate::unlisted::Unlisted::Unknown`]).
+    /// cannot work: [`gpufill_core::unlisted::Unlisted::Unknown`]).
     pub process_sizes: bool,
     /// How long after its publication a sample shows in the per-process samples (0 by
     /// default; on the H100 a new PID's first sample came 2.6 s after its work began,
@@ -232,7 +232,7 @@ pub struct SimReport {
     pub own_busy: Duration,
     /// Samples published so far.
     pub samples: u64,
-    /// Probes so far ([`crate::LoadSource::probe`]).
+    /// Probes so far ([`gpufill_core::LoadSource::probe`]).
     pub probes: u64,
     /// With [`SimConfig::host_jitter`]: our groups of kernels timed so far, and how many
     /// of them the host stalled.

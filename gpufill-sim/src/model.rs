@@ -9,11 +9,11 @@ use super::config::{SimConfig, SimError, SimReport};
 use super::jitter::Timing;
 use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
-use crate::device::LaunchShape;
-use crate::kernel_timing::OthersSign;
-use crate::time::Time;
-use crate::units::Load;
-use crate::unlisted::MemoryReading;
+use gpufill_core::device::LaunchShape;
+use gpufill_core::kernel_timing::OthersSign;
+use gpufill_core::time::Time;
+use gpufill_core::units::Load;
+use gpufill_core::unlisted::MemoryReading;
 
 /// The simulated GPU's state; the handles ([`super::SimGpu`] and the rest) lock it.
 #[derive(Debug)]
@@ -594,10 +594,10 @@ impl Model {
 mod tests {
     use std::time::Duration;
 
-    use super::super::{SimGpu, Spacing};
     use super::*;
-    use crate::device::LoadSource;
-    use crate::units::{Duty, Width};
+    use crate::{SimGpu, Spacing};
+    use gpufill_core::device::LoadSource;
+    use gpufill_core::units::{Duty, Width};
 
     fn load(duty: f64) -> Load {
         Load {
@@ -626,7 +626,7 @@ mod tests {
     }
 
     /// The request report of the first job at `t`.
-    fn served(gpu: &SimGpu, t: Time) -> crate::sim::RequestReport {
+    fn served(gpu: &SimGpu, t: Time) -> crate::RequestReport {
         gpu.report(t).foreign[0].requests.clone().unwrap()
     }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 use super::churn::Arrivals;
 use super::config::SimConfig;
 use super::handles::{SimGpu, SimLoad, SimProbe};
-use crate::controller::Controller;
-use crate::fill::{FillLoop, FillSettings, Tick};
-use crate::policy::{YieldPolicy, YieldSettings};
-use crate::time::{Clock, Time, VirtualClock};
-use crate::units::Utilization;
+use gpufill_core::controller::Controller;
+use gpufill_core::fill::{FillLoop, FillSettings, Tick};
+use gpufill_core::policy::{YieldPolicy, YieldSettings};
+use gpufill_core::time::{Clock, Time, VirtualClock};
+use gpufill_core::units::Utilization;
 
 /// The fill loop of one simulated GPU, on a virtual clock.
 pub struct Simulation {
@@ -96,7 +96,7 @@ impl Simulation {
         while self.clock.now() < until {
             let tick = self.fill.step(self.clock.now());
             on_tick(&tick);
-            if tick.state == crate::fill::State::Stopped {
+            if tick.state == gpufill_core::fill::State::Stopped {
                 return;
             }
             self.clock.sleep_until(self.clock.now() + self.tick);
@@ -120,7 +120,7 @@ impl Simulation {
             let tick = self.fill.step(now);
             churn.after_tick(self, &tick);
             on_tick(&tick);
-            stopped = tick.state == crate::fill::State::Stopped;
+            stopped = tick.state == gpufill_core::fill::State::Stopped;
             self.clock.sleep_until(now + self.tick);
         }
         churn.finish(self)

@@ -1,12 +1,12 @@
-//! The simulated GPU as an [`Opener`], so an [`crate::Agent`] runs on a machine with no
-//! GPU: in tests, in CI, and in the `simulated_agent` example. Everything needed to
-//! build one is here: [`SimOpener`], the model [`SimConfig`], the foreign jobs
-//! [`ForeignJob`], and each opened GPU's [`SimGpu`] (add a job while the agent runs,
-//! read the [`SimReport`]).
+//! The simulated GPU as a [`gpufill_runtime::Opener`], so a [`gpufill_runtime::Agent`]
+//! runs on a machine with no GPU: in tests, in CI, and in the `simulated_agent` example.
+//! [`SimOpener`] builds each GPU from the model [`SimConfig`]; each opened GPU is a
+//! [`SimGpu`] (add a [`ForeignJob`](crate::ForeignJob) while the agent runs, read the
+//! [`SimReport`](crate::SimReport)).
 //!
 //! ```
 //! use std::time::Duration;
-//! use gpufill_runtime::sim::{ForeignJob, SimConfig, SimOpener};
+//! use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
 //! use gpufill_runtime::{Agent, AgentOptions, Settings};
 //!
 //! let opener = SimOpener::new(SimConfig::default());
@@ -21,27 +21,16 @@
 //! println!("our kernels ran {:?}", gpu.report(gpu.now()).own_busy);
 //! # Ok::<(), gpufill_runtime::AgentError>(())
 //! ```
-//!
-//! The simulator itself stays in `gpufill-core` (behind its own `sim` feature): the
-//! core's scenario tests run the real loop on it in virtual time, and the core may
-//! depend on nothing above it. This module only re-exports it and opens it for agents.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
 use gpufill_nvml::GpuInfo;
+use gpufill_runtime::{Gpu, GpuSelector, Loop, Metric, Opener, SelectError, Settings, choose};
 
-use crate::gpus::GpuSelector;
-use crate::opener::Opener;
-use crate::select::{Gpu, SelectError, choose};
-use crate::settings::{Metric, Settings};
-use crate::steering::Loop;
-
-/// The simulator itself, all of it: the model ([`SimConfig`], [`ForeignJob`]), its
-/// handles ([`SimGpu`], [`SimProbe`], [`SimLoad`]), its reports, and the virtual-time
-/// runs of the loop ([`Simulation`], churn) that `gpufill simulate` makes.
-pub use gpufill_core::sim::*;
+use super::config::{SimConfig, SimError};
+use super::handles::{SimGpu, SimLoad, SimProbe};
 
 /// Opens simulated GPUs, each a [`SimGpu`] built from its [`SimConfig`] (one for every
 /// GPU, or one of its own: [`SimOpener::with_gpu`]) with our kernels laid out as the
@@ -79,7 +68,7 @@ impl SimOpener {
         self.per_gpu.get(&index).unwrap_or(&self.config)
     }
 
-    /// `n` simulated GPUs to give [`crate::Agent::start`], indexed from 0, with UUIDs
+    /// `n` simulated GPUs to give [`gpufill_runtime::Agent::start`], indexed from 0, with UUIDs
     /// `GPU-00000000-0000-0000-0000-00000000000N`.
     pub fn gpus(&self, n: u32) -> Vec<Gpu> {
         (0..n)
@@ -95,7 +84,7 @@ impl SimOpener {
     }
 
     /// The GPUs of a machine of `n` simulated GPUs that `selector` picks, by the rules
-    /// [`crate::select()`] applies to real ones (indices and UUIDs, in the order given).
+    /// [`gpufill_runtime::select()`] applies to real ones (indices and UUIDs, in the order given).
     ///
     /// # Errors
     /// [`SelectError::NoSuchGpu`] for a GPU the machine does not have.

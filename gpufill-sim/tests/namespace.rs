@@ -5,15 +5,14 @@
 //! a PyTorch newcomer's memory ramp, its context complete 166 ms after the host would
 //! list it, per-process samples 2.6 s late. Ticks and bursts are the defaults (50 ms,
 //! a burst of `duty x 50 ms` still running after a stop).
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
-use gpufill_core::sim::{ForeignJob, Rng, SimConfig, Simulation};
 use gpufill_core::{
     ControllerKind, Event, FillSettings, PidView, State, Tick, Time, Utilization, YieldMode,
     YieldSettings,
 };
+use gpufill_sim::{ForeignJob, Rng, SimConfig, Simulation};
 
 const TICK: Duration = Duration::from_millis(50);
 const MIB: i64 = 1 << 20;
@@ -91,7 +90,7 @@ fn yielded_unlisted(ticks: &[Tick]) -> bool {
 #[test]
 fn the_simulated_namespace_lists_no_foreign_job() {
     use gpufill_core::Probe;
-    let gpu = gpufill_core::sim::SimGpu::new(namespace(vec![pytorch(1.0, 5.0, 1.0, None)]));
+    let gpu = gpufill_sim::SimGpu::new(namespace(vec![pytorch(1.0, 5.0, 1.0, None)]));
     let mut probe = gpu.probe();
     assert!(probe.foreign_processes(secs(2.0)).unwrap().is_empty());
     assert_eq!(gpu.listed_count(secs(2.0)), 1, "it is there all the same");

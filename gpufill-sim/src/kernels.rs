@@ -34,7 +34,7 @@
 
 use std::time::Duration;
 
-use crate::time::Time;
+use gpufill_core::time::Time;
 
 /// One kernel of ours: `[start, end)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The host's own jitter in our kernels' timing ([`HostJitter`], `gpufill simulate
-//! --host-jitter`), so that the rule that reads the timing ([`crate::kernel_timing`])
+//! --host-jitter`), so that the rule that reads the timing ([`gpufill_core::kernel_timing`])
 //! meets on a CPU what it meets on the hosts where it misjudged.
 //!
 //! With jitter on, every group of our kernels is timed as the CUDA launcher times it
@@ -22,8 +22,8 @@
 use std::time::Duration;
 
 use super::rng::Rng;
-use crate::kernel_timing::{OthersSign, StartChain};
-use crate::time::Time;
+use gpufill_core::kernel_timing::{OthersSign, StartChain};
+use gpufill_core::time::Time;
 
 /// How the host's jitter is simulated (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,14 +1,13 @@
 //! Scenarios for the `sm` metric on the simulated GPU: the loop reads SM activity
 //! (width x duty / SM count) and the shaper chooses width and duty.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
-use gpufill_core::sim::{ForeignJob, SimConfig, SimGpu, SimProbe, Simulation, tracking};
 use gpufill_core::{
     ControllerKind, FillLoop, FillSettings, PowerModel, Probe, ProcessInfo, Shaping, SmShaping,
     State, Tick, Time, Utilization, YieldPolicy, YieldSettings,
 };
+use gpufill_sim::{ForeignJob, SimConfig, SimGpu, SimProbe, Simulation, tracking};
 
 const TICK: Duration = Duration::from_millis(10);
 const SMS: u32 = 132;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::job::ForeignJob;
 use super::rng::Rng;
-use crate::time::Time;
+use gpufill_core::time::Time;
 
 /// The most random foreign jobs an hour a simulation takes: one a second on average.
 /// The simulated GPU's work per virtual second grows with the jobs listed at once
@@ -141,7 +141,7 @@ impl LongRunStats {
     }
 
     /// Takes one tick into account.
-    pub fn record(&mut self, tick: &crate::fill::Tick) {
+    pub fn record(&mut self, tick: &gpufill_core::fill::Tick) {
         let index = (tick.at.since_epoch().as_nanos() / self.period.as_nanos()) as usize;
         if index >= self.periods.len() {
             self.finish_last();

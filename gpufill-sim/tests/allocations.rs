@@ -2,15 +2,14 @@
 //! tick while a process is listed, and the heap does not grow in either state. A
 //! counting global allocator counts the allocations of the test's own thread (not the
 //! harness's: it allocates when it reports a slow test).
-#![cfg(feature = "sim")]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use gpufill_core::sim::{ForeignJob, SimConfig, Simulation};
 use gpufill_core::{ControllerKind, FillSettings, State, Time, YieldSettings};
+use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 
 struct Counting;
 

@@ -2,18 +2,17 @@
 //! reopened with backoff while others keep tracking, a broken CUDA context is
 //! replaced, hundreds of short-lived processes never meet our kernels, and a long run
 //! neither drifts nor grows.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use gpufill_core::Reopening;
-use gpufill_core::sim::{
-    Arrivals, ForeignJob, LongRunStats, SimConfig, SimError, SimGpu, SimLoad, SimProbe, Simulation,
-    tracking,
-};
 use gpufill_core::{
     Clock, Controller, ControllerKind, Event, FillLoop, FillSettings, RetrySettings, State,
     Supervisor, SupervisorEvent, Tick, Time, Utilization, VirtualClock, YieldPolicy, YieldSettings,
+};
+use gpufill_sim::{
+    Arrivals, ForeignJob, LongRunStats, SimConfig, SimError, SimGpu, SimLoad, SimProbe, Simulation,
+    tracking,
 };
 
 const TICK: Duration = Duration::from_millis(10);

@@ -7,16 +7,15 @@
 //! show them ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`]). Our kernels are the
 //! defaults: one kernel a burst, bursts beside holders too. The loop ticks every 50 ms
 //! and a stopped burst runs on for 25 ms.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
 use gpufill_core::policy::{CONFIRM_AFTER, live_hold};
-use gpufill_core::sim::{ForeignJob, RequestReport, SimConfig, Simulation, tracking};
 use gpufill_core::{
     ControllerKind, Event, FillSettings, LaunchShape, State, Tick, Time, Utilization, YieldMode,
     YieldSettings,
 };
+use gpufill_sim::{ForeignJob, RequestReport, SimConfig, Simulation, tracking};
 
 const TICK: Duration = Duration::from_millis(50);
 const SAMPLE: Duration = Duration::from_millis(200);

@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::config::{SimConfig, SimError, SimReport};
 use super::job::{ForeignJob, ForeignReport};
 use super::model::Model;
-use crate::device::{LaunchShape, LoadSource, Probe, ProcessInfo};
-use crate::kernel_timing::OthersSign;
-use crate::time::Time;
-use crate::units::{Load, Utilization};
-use crate::unlisted::{PidView, UnexplainedMemory, Unlisted};
+use gpufill_core::device::{LaunchShape, LoadSource, Probe, ProcessInfo};
+use gpufill_core::kernel_timing::OthersSign;
+use gpufill_core::time::Time;
+use gpufill_core::units::{Load, Utilization};
+use gpufill_core::unlisted::{PidView, UnexplainedMemory, Unlisted};
 
 /// The simulated GPU. Clone handles share one device.
 #[derive(Clone, Debug)]
@@ -294,10 +294,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::device::{DeviceError, ErrorKind};
+    use gpufill_core::device::{DeviceError, ErrorKind};
 
     const MIB: u64 = 1 << 20;
-    use crate::units::{Duty, Width};
+    use gpufill_core::units::{Duty, Width};
 
     fn load(duty: f64) -> Load {
         Load {

@@ -40,8 +40,8 @@
 use std::time::Duration;
 
 use super::requests::{RequestReport, Requests, Serving, Spacing, Stream};
-use crate::device::LaunchShape;
-use crate::time::Time;
+use gpufill_core::device::LaunchShape;
+use gpufill_core::time::Time;
 
 const MIB: u64 = 1 << 20;
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::kernels::Served;
 use super::rng::Rng;
-use crate::time::Time;
+use gpufill_core::time::Time;
 
 /// How a service's requests come.
 #[derive(Clone, Debug, PartialEq)]
@@ -341,7 +341,7 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::ForeignJob;
+    use crate::ForeignJob;
 
     fn served(stream: &mut Stream, job: &ForeignJob, wait_us: u64) -> Request {
         let req = stream.due(job.serving(), Time::MAX).unwrap();

@@ -1,4 +1,10 @@
-//! A simulated GPU, so every behaviour of the loop is tested on machines with no GPU.
+//! A simulated GPU, so every behaviour of gpufill's loop is tested on machines with no
+//! GPU, built on [`gpufill_core`]'s public API alone: its handles implement the core's
+//! [`Probe`](gpufill_core::Probe) and [`LoadSource`](gpufill_core::LoadSource), and
+//! [`Simulation`] runs the core's [`FillLoop`](gpufill_core::FillLoop) on it in virtual
+//! time. [`SimOpener`] opens it for a [`gpufill_runtime::Agent`], so an agent runs with
+//! no GPU. The `gpufill` binary ships it too (`gpufill simulate`, `gpufill bench --sim`),
+//! which is why it is a crate of its own and not test support.
 //!
 //! It models what the real one does, as measured on an H200 and an H100 (the
 //! measurements are in docs/benchmarks.md, "The GPU itself, measured before gpufill
@@ -12,7 +18,7 @@
 //!   `load.max_kernel_us` and `load.beside_kernel_us` by [`SimConfig::with_launch`]):
 //!   at each period start a burst of `duty x period`, in kernels of at most
 //!   `max_kernel` (by default one kernel a burst); beside quiet holders
-//!   ([`crate::LaunchShape::OneInFlight`], recorded by [`SimLoad`]'s `set_shape`, read
+//!   ([`gpufill_core::LaunchShape::OneInFlight`], recorded by [`SimLoad`]'s `set_shape`, read
 //!   back with [`SimGpu::shape`]) the same bursts, or with `one_in_flight_kernel` set,
 //!   one kernel of that length in flight at a time. The model knows where each kernel
 //!   lies (`kernels.rs`), for what follows.
@@ -81,7 +87,7 @@
 //! - **The host's jitter** ([`HostJitter`], `gpufill simulate --host-jitter`): with it
 //!   every group of our kernels is timed as the launcher times it, with the stalled
 //!   launches and slow resumptions of the H100 host that paused with nobody there, and
-//!   judged by the launcher's own rule ([`crate::kernel_timing`]); another context's
+//!   judged by the launcher's own rule ([`gpufill_core::kernel_timing`]); another context's
 //!   switch then shows only through that rule.
 //! - **Churn** ([`churn`]): random foreign arrivals from a seeded generator, added and
 //!   retired as a long run goes, so memory stays bounded.
@@ -96,10 +102,12 @@
 //!   as the H100 showed it, from 36 ms before the host view would list it until its
 //!   first kernel. [`SimConfig::pid_namespace`] also delays per-process samples by the
 //!   2.6 s the H100 took to show a new PID's work. The probe runs the same
-//!   [`crate::unlisted::UnexplainedMemory`] as the NVML probe. One caveat: time-sliced
+//!   [`gpufill_core::unlisted::UnexplainedMemory`] as the NVML probe. One caveat: time-sliced
 //!   busy shares add up here, so a light job beside our fill raises the simulated
 //!   utilization, which the H100 did not show (docs/benchmarks.md, "Inside a PID namespace of its own"): tests of the
 //!   per-process path use jobs too light for the utilization signal.
+
+#![forbid(unsafe_code)]
 
 pub mod churn;
 mod config;
@@ -108,6 +116,7 @@ mod jitter;
 mod job;
 mod kernels;
 mod model;
+pub mod opener;
 mod requests;
 mod rng;
 mod run;
@@ -119,6 +128,7 @@ pub use config::{SimConfig, SimError, SimReport};
 pub use handles::{SimGpu, SimLoad, SimProbe};
 pub use jitter::HostJitter;
 pub use job::{ForeignJob, ForeignReport};
+pub use opener::{SimOpener, with_launch_settings};
 pub use requests::MAX_WAITS_KEPT;
 pub use requests::{RequestReport, Requests, Spacing};
 pub use rng::Rng;

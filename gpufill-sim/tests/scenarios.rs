@@ -1,13 +1,12 @@
 //! Scenarios on the simulated GPU, in virtual time: each test is one behaviour gpufill
 //! promises, checked the way NVML would show it.
-#![cfg(feature = "sim")]
 
 use std::time::Duration;
 
-use gpufill_core::sim::{ForeignJob, SimConfig, Simulation, tracking};
 use gpufill_core::{
     ControllerKind, Event, FillSettings, State, Tick, Time, Utilization, YieldSettings,
 };
+use gpufill_sim::{ForeignJob, SimConfig, Simulation, tracking};
 
 const TICK: Duration = Duration::from_millis(10);
 
@@ -123,10 +122,10 @@ impl gpufill_core::Controller for FixedDuty {
 
 /// A load source that looks at nothing, like a naive keep-alive: it never reports what
 /// its kernels show of others' work, and cannot probe.
-struct Blind(gpufill_core::sim::SimLoad);
+struct Blind(gpufill_sim::SimLoad);
 
 impl gpufill_core::LoadSource for Blind {
-    type Error = gpufill_core::sim::SimError;
+    type Error = gpufill_sim::SimError;
     fn set_load(&mut self, now: Time, load: gpufill_core::Load) -> Result<(), Self::Error> {
         self.0.set_load(now, load)
     }
@@ -136,7 +135,7 @@ impl gpufill_core::LoadSource for Blind {
 fn a_filler_that_does_not_yield_slows_the_foreign_job() {
     // The control for the test above: the same job beside a fixed 50 % filler that
     // never yields (and never looks) loses about a fifth, as measured on the H200.
-    let gpu = gpufill_core::sim::SimGpu::new(SimConfig {
+    let gpu = gpufill_sim::SimGpu::new(SimConfig {
         foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 1.0)],
         ..SimConfig::default()
     });
@@ -412,8 +411,8 @@ fn ignored_process_names_never_make_it_yield() {
 #[test]
 fn yielding_long_releases_the_context_and_resuming_takes_a_new_one() {
     use gpufill_core::Reopening;
-    use gpufill_core::sim::SimGpu;
     use gpufill_core::{FillLoop, YieldPolicy};
+    use gpufill_sim::SimGpu;
 
     let gpu = SimGpu::new(SimConfig {
         foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 1.0)],
