@@ -2,15 +2,14 @@
 //! variable per flag, listed in `--help`, as dcgm-exporter maps its flags), which
 //! overrides the config file, which overrides the built-in defaults.
 
+use std::marker::PhantomData;
 use std::path::PathBuf;
 
-use std::str::FromStr;
-
 use clap::builder::{PossibleValuesParser, TypedValueParser};
-use clap::{Args, Parser, Subcommand};
-use gpufill_runtime::{ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay};
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use gpufill_runtime::{FlagValue, GpuId, GpuSelector, TimeOfDay};
 
-use crate::config::Overrides;
+use crate::config::{Config, Overrides};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -130,45 +129,136 @@ pub enum GenerateCommand {
     },
 }
 
-/// Flags shared by `run` and `simulate`: each overrides the config key of the same meaning.
+/// Flags shared by `run` and `simulate`: `--config`, then the flags of the loop's keys
+/// ([`LoopKeys`]), each overriding its key.
 #[derive(Debug, Args, Default)]
 pub struct LoopFlags {
     /// TOML config file (see gpufill.example.toml); without it `run` reads
     /// /etc/gpufill/gpufill.toml where that exists.
     #[arg(long, value_name = "FILE", env = "GPUFILL_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Utilization to hold, percent 0-100 [config: target_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_TARGET", value_parser = Number)]
-    pub target: Option<f64>,
-    /// Controller: pi (gpufill's PI controller, the default) or window (the original
-    /// tool's 10 s rule, for comparison) [config: controller].
-    #[arg(long, env = "GPUFILL_CONTROLLER", value_parser = named::<ControllerKind>(ControllerKind::ALL.iter().map(|k| k.as_str())))]
-    pub controller: Option<ControllerKind>,
-    /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
-    #[arg(long, env = "GPUFILL_METRIC", value_parser = named::<Metric>(Metric::ALL.iter().map(|m| m.as_str())))]
-    pub metric: Option<Metric>,
-    /// The spin kernel [config: load.kernel].
-    #[arg(long, env = "GPUFILL_KERNEL", value_parser = named::<SpinKernel>(SpinKernel::ALL.iter().map(|k| k.name())))]
-    pub kernel: Option<SpinKernel>,
-    /// Blocks (one warp each) per kernel [config: load.width_blocks].
-    #[arg(long, value_name = "BLOCKS", env = "GPUFILL_WIDTH")]
-    pub width: Option<u32>,
-    /// Upper bound of our own time share, percent [config: load.max_duty_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_MAX_DUTY", value_parser = Number)]
-    pub max_duty: Option<f64>,
-    /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
-    #[arg(long, value_name = "SECS", env = "GPUFILL_GRACE", value_parser = Number)]
-    pub grace: Option<f64>,
-    /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
-    #[arg(long, value_name = "MS", env = "GPUFILL_TICK_MS")]
-    pub tick_ms: Option<u64>,
-    /// Launch period in milliseconds, a multiple of the tick [config: load.period_ms].
-    #[arg(long, value_name = "MS", env = "GPUFILL_PERIOD_MS")]
-    pub period_ms: Option<u64>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
-    /// picks a free port (logged) [config: metrics.listen].
-    #[arg(long, value_name = "ADDR", env = "GPUFILL_METRICS")]
-    pub metrics: Option<String>,
+    /// The flags of the loop's keys.
+    #[command(flatten)]
+    pub keys: KeyFlags<LoopKeys>,
+}
+
+/// Keys with a flag that a subcommand takes, in the order `--help` lists them. What each
+/// flag is (its name, value, help and type) is its key's line: the runtime's settings
+/// table (`flag(...)`), or `[metrics]`'s own ([`Config::flag_of`]).
+pub trait KeySet {
+    /// The keys.
+    const KEYS: &'static [&'static str];
+}
+
+/// The keys whose flags both `run` and `simulate` take.
+#[derive(Debug, Default)]
+pub struct LoopKeys;
+
+impl KeySet for LoopKeys {
+    const KEYS: &'static [&'static str] = &[
+        "target_percent",
+        "controller",
+        "metric",
+        "load.kernel",
+        "load.width_blocks",
+        "load.max_duty_percent",
+        "yield.grace_s",
+        "tick_ms",
+        "load.period_ms",
+        "metrics.listen",
+    ];
+}
+
+/// The key whose flag only `run` takes: `simulate` has one simulated GPU.
+#[derive(Debug, Default)]
+pub struct RunKeys;
+
+impl KeySet for RunKeys {
+    const KEYS: &'static [&'static str] = &["gpus"];
+}
+
+/// The flags of the keys of `S`, built from their lines, and the values they gave.
+#[derive(Debug, Default)]
+pub struct KeyFlags<S> {
+    /// What the flags given set.
+    pub overrides: Overrides,
+    keys: PhantomData<S>,
+}
+
+impl<S: KeySet> Args for KeyFlags<S> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        S::KEYS.iter().fold(cmd, |cmd, key| cmd.arg(arg_of(key)))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl<S: KeySet> FromArgMatches for KeyFlags<S> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut overrides = Overrides::default();
+        for key in S::KEYS {
+            if matches.value_source(key).is_some() {
+                take(matches, key, overrides.set(key));
+            }
+        }
+        Ok(KeyFlags {
+            overrides,
+            keys: PhantomData,
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+/// The flag of `key` (one of a [`KeySet`]'s): from its line, with the key it sets and its
+/// `GPUFILL_*` variable, parsed by the type of the key's value.
+fn arg_of(key: &'static str) -> Arg {
+    let flag = Config::flag_of(key).unwrap_or_else(|| panic!("{key} has no flag"));
+    let arg = Arg::new(key)
+        .long(flag.long.trim_start_matches('-'))
+        .value_name(flag.value_name)
+        .help(format!("{} [config: {key}]", flag.help))
+        .env(crate::env_var_of(flag.long))
+        .action(ArgAction::Set);
+    match Config::default().flag_value(key) {
+        Some(FlagValue::Number(_)) => arg.value_parser(Number),
+        Some(FlagValue::U32(_)) => arg.value_parser(clap::value_parser!(u32)),
+        Some(FlagValue::U64(_)) => arg.value_parser(clap::value_parser!(u64)),
+        Some(FlagValue::Name(choice)) => {
+            arg.value_parser(PossibleValuesParser::new(choice.names()))
+        }
+        Some(FlagValue::Gpus(_)) => arg.value_parser(parse_gpus),
+        Some(FlagValue::Text(_)) | None => arg.value_parser(clap::value_parser!(String)),
+    }
+}
+
+/// Writes the value `matches` holds for `key` (parsed by [`arg_of`]'s parser) into `into`.
+fn take(matches: &ArgMatches, key: &'static str, into: &mut Config) {
+    match into.flag_value(key) {
+        Some(FlagValue::Number(v)) => put(matches, key, v),
+        Some(FlagValue::U32(v)) => put(matches, key, v),
+        Some(FlagValue::U64(v)) => put(matches, key, v),
+        Some(FlagValue::Gpus(v)) => put(matches, key, v),
+        Some(FlagValue::Text(v)) => put(matches, key, v),
+        Some(FlagValue::Name(choice)) => {
+            if let Some(name) = matches.get_one::<String>(key) {
+                // One of its names: the parser takes no other.
+                let _ = choice.choose(name);
+            }
+        }
+        None => {}
+    }
+}
+
+fn put<T: Clone + Send + Sync + 'static>(matches: &ArgMatches, key: &str, into: &mut T) {
+    if let Some(value) = matches.get_one::<T>(key) {
+        into.clone_from(value);
+    }
 }
 
 /// The value parser of a number flag: as clap's own for `f64`, but a number too large
@@ -236,30 +326,10 @@ fn shortened(text: &str) -> String {
     }
 }
 
-/// A value parser for a choice: its names in `--help`, parsed with its `FromStr`.
-fn named<T>(names: impl Iterator<Item = &'static str>) -> impl TypedValueParser<Value = T>
-where
-    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
-{
-    PossibleValuesParser::new(names).try_map(|name: String| name.parse::<T>())
-}
-
 impl LoopFlags {
     /// The overrides these flags make.
     pub fn overrides(&self) -> Overrides {
-        Overrides {
-            target_percent: self.target,
-            controller: self.controller,
-            metric: self.metric,
-            kernel: self.kernel,
-            width_blocks: self.width,
-            max_duty_percent: self.max_duty,
-            grace_s: self.grace,
-            tick_ms: self.tick_ms,
-            period_ms: self.period_ms,
-            metrics_listen: self.metrics.clone(),
-            ..Overrides::default()
-        }
+        self.keys.overrides.clone()
     }
 }
 
@@ -269,12 +339,19 @@ pub struct RunArgs {
     /// The loop's flags.
     #[command(flatten)]
     pub flags: LoopFlags,
-    /// GPUs: "all", or a comma-separated list of NVML indices and UUIDs [config: gpus].
-    #[arg(long, value_name = "LIST", value_parser = parse_gpus, env = "GPUFILL_GPUS")]
-    pub gpus: Option<GpuSelector>,
+    /// `--gpus`.
+    #[command(flatten)]
+    pub gpus: KeyFlags<RunKeys>,
     /// Stop after this many seconds (for benchmarks and tests).
     #[arg(long, value_name = "SECS", value_parser = Number)]
     pub duration: Option<f64>,
+}
+
+impl RunArgs {
+    /// The overrides its flags make: the loop's, and `--gpus`.
+    pub fn overrides(&self) -> Overrides {
+        self.flags.overrides().and(&self.gpus.overrides)
+    }
 }
 
 fn parse_gpus(s: &str) -> Result<GpuSelector, String> {

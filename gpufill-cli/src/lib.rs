@@ -143,9 +143,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             args.flags.config =
                 config_file(args.flags.config.as_deref(), Path::new(DEFAULT_CONFIG));
             let mut config = resolve_config(&args.flags)?;
-            if let Some(gpus) = &args.gpus {
-                config.gpus = gpus.clone();
-            }
+            config.apply(&args.gpus.overrides);
             if let Some(d) = args
                 .duration
                 .filter(|d| !(d.is_finite() && *d > 0.0 && *d <= MAX_RUN_S))
