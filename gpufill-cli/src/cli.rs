@@ -1,6 +1,12 @@
 //! Command-line flags (clap derive). Flags override the environment (`GPUFILL_*`, one
 //! variable per flag, listed in `--help`, as dcgm-exporter maps its flags), which
 //! overrides the config file, which overrides the built-in defaults.
+//!
+//! A flag that sets a config key is that key's: its name, value name, help and type are
+//! on the key's line (the runtime's settings table), and [`KeyFlags`] builds the clap
+//! argument from it. This file says only which subcommand takes which of them, in the
+//! order `--help` lists them ([`LoopKeys`], [`RunKeys`]). clap derive cannot take its
+//! arguments from a table, so those two are built by hand; every other flag is derived.
 
 use std::marker::PhantomData;
 use std::path::PathBuf;
@@ -614,6 +620,92 @@ pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use gpufill_runtime::{ControllerKind, GpuId, Metric, Settings, SpinKernel};
+
+    #[test]
+    fn every_flag_a_line_has_is_taken_by_a_subcommand_once() {
+        let mut lines: Vec<&str> = Settings::every_key()
+            .into_iter()
+            .filter(|k| k.flag.is_some())
+            .map(|k| k.name)
+            .collect();
+        lines.push("metrics.listen");
+        let mut taken = [LoopKeys::KEYS, RunKeys::KEYS].concat();
+        lines.sort_unstable();
+        taken.sort_unstable();
+        assert_eq!(taken, lines);
+    }
+
+    #[test]
+    fn each_flag_sets_its_key_and_only_those_given() {
+        let cli = Cli::try_parse_from([
+            "gpufill",
+            "run",
+            "--target",
+            "41",
+            "--controller",
+            "window",
+            "--metric",
+            "sm",
+            "--kernel",
+            "spin",
+            "--width",
+            "3",
+            "--max-duty",
+            "90",
+            "--grace",
+            "2",
+            "--tick-ms",
+            "25",
+            "--period-ms",
+            "100",
+            "--metrics",
+            "127.0.0.1:0",
+            "--gpus",
+            "1,0",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("run")
+        };
+        let overrides = args.overrides();
+        let mut config = Config::default();
+        config.apply(&overrides);
+        assert_eq!(config.target_percent, 41.0);
+        assert_eq!(config.controller, ControllerKind::Window);
+        assert_eq!(config.metric, Metric::Sm);
+        assert_eq!(config.load.kernel, SpinKernel::Spin);
+        assert_eq!(config.load.width_blocks, 3);
+        assert_eq!(config.load.max_duty_percent, 90.0);
+        assert_eq!(config.yielding.grace_s, 2.0);
+        assert_eq!(config.tick_ms, 25);
+        assert_eq!(config.load.period_ms, 100);
+        assert_eq!(config.metrics.listen, "127.0.0.1:0");
+        assert_eq!(
+            config.gpus,
+            GpuSelector::from_list(vec![GpuId::Index(1), GpuId::Index(0)]).unwrap()
+        );
+        for key in [LoopKeys::KEYS, RunKeys::KEYS].concat() {
+            assert!(overrides.sets(key), "{key}");
+        }
+        let cli = Cli::try_parse_from(["gpufill", "simulate", "--width", "4"]).unwrap();
+        let Command::Simulate(args) = cli.command else {
+            panic!("simulate")
+        };
+        let overrides = args.flags.overrides();
+        assert!(overrides.sets("load.width_blocks"));
+        assert!(!overrides.sets("target_percent"));
+        let mut config = Config {
+            settings: Settings {
+                target_percent: 30.0,
+                ..Settings::default()
+            },
+            ..Config::default()
+        };
+        config.apply(&overrides);
+        assert_eq!((config.target_percent, config.load.width_blocks), (30.0, 4));
+    }
 
     #[test]
     fn parses_a_service_spec_and_rejects_bad_ones() {

@@ -468,11 +468,11 @@ mod tests {
             kept,
             [
                 "gpus",
+                "metric",
                 "tick_ms",
                 "load.period_ms",
-                "probe.retry_max_s",
-                "metric",
                 "load.kernel",
+                "probe.retry_max_s",
                 "metrics.listen"
             ]
         );

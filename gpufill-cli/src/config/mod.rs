@@ -2,9 +2,10 @@
 //! binary's own `[metrics]` table beside them, and flags laid over it.
 //!
 //! Every key but `metrics.listen` is defined once, in `gpufill-runtime` (its name,
-//! type, default, rule and doc: `gpufill-runtime/src/settings/defaults.rs`); this
-//! module knows none of them. It reads TOML, says where in the file a value is
-//! (`file:line:column: key: reason`), and holds the one key of the binary's own.
+//! type, default, rule, doc, whether it needs a restart and its flag:
+//! `gpufill-runtime/src/settings/defaults.rs`); this module knows none of them. It
+//! reads TOML, says where in the file a value is (`file:line:column: key: reason`), and
+//! holds the one key of the binary's own, with its flag ([`MetricsConfig::LISTEN_FLAG`]).
 //!
 //! Layering is defaults < file < flags: [`Config::default`] holds the defaults (the
 //! runtime's [`Settings::default`] and no metrics endpoint; the shipped

@@ -56,13 +56,18 @@ fn empty_file_gives_the_defaults() {
 
 #[test]
 fn rendered_settings_parse_back_equal() {
-    let mut config = Config::default();
-    config.target_percent = 37.25;
-    config.gpus = list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")]);
-    config.controller = ControllerKind::Window;
-    config.metric = Metric::Sm;
+    let mut config = Config {
+        settings: Settings {
+            target_percent: 37.25,
+            gpus: list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")]),
+            controller: ControllerKind::Window,
+            metric: Metric::Sm,
+            tick_ms: 50,
+            ..Settings::default()
+        },
+        ..Config::default()
+    };
     config.load.kernel = SpinKernel::Sleep;
-    config.tick_ms = 50;
     config.load.width_blocks = 132;
     config.load.max_duty_percent = 80.5;
     config.load.period_ms = 100;
@@ -322,7 +327,9 @@ fn unknown_names_for_controller_and_policy_are_refused() {
     let crate::cli::Command::Simulate(args) = flag.command else {
         panic!("not simulate")
     };
-    assert_eq!(args.flags.controller, Some(ControllerKind::Window));
+    let mut config = Config::default();
+    config.apply(&args.flags.overrides());
+    assert_eq!(config.controller, ControllerKind::Window);
     let e = error("[yield]\npolicy = \"never\"");
     assert_eq!(e.key(), Some("yield.policy"));
     assert_eq!(
