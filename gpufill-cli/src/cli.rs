@@ -19,7 +19,7 @@ use crate::config::Overrides;
 
 mod keys;
 
-pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys};
+pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.

@@ -26,6 +26,7 @@ use std::io::Write;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 
+pub use cli::env_var_of;
 use cli::{Command, ConfigCommand, LoopFlags};
 use config::{Config, Overrides};
 pub use error::UsageError;
@@ -59,16 +60,6 @@ pub fn value_source(flag: &str) -> String {
     } else {
         flag.to_owned()
     }
-}
-
-/// The environment variable of a long flag: `--max-duty` is `GPUFILL_MAX_DUTY`.
-pub fn env_var_of(flag: &str) -> String {
-    format!(
-        "GPUFILL_{}",
-        flag.trim_start_matches('-')
-            .replace('-', "_")
-            .to_uppercase()
-    )
 }
 
 /// Loads the config file named by the flags (or the defaults), applies the flags, and validates.

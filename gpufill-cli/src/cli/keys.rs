@@ -85,6 +85,16 @@ impl<S: KeySet> FromArgMatches for KeyFlags<S> {
     }
 }
 
+/// The environment variable of a long flag: `--max-duty` is `GPUFILL_MAX_DUTY`.
+pub fn env_var_of(flag: &str) -> String {
+    format!(
+        "GPUFILL_{}",
+        flag.trim_start_matches('-')
+            .replace('-', "_")
+            .to_uppercase()
+    )
+}
+
 /// The flag of `key` (one of a [`KeySet`]'s): from its line, with the key it sets and its
 /// `GPUFILL_*` variable, parsed by the type of the key's value.
 fn arg_of(key: &'static str) -> Arg {
@@ -93,7 +103,7 @@ fn arg_of(key: &'static str) -> Arg {
         .long(flag.long.trim_start_matches('-'))
         .value_name(flag.value_name)
         .help(format!("{} [config: {key}]", flag.help))
-        .env(crate::env_var_of(flag.long))
+        .env(env_var_of(flag.long))
         .action(ArgAction::Set);
     match Config::default().flag_value(key) {
         Some(FlagValue::Number(_)) => arg.value_parser(Number),

@@ -1,5 +1,5 @@
 //! Settings in a file (feature `serde`): every table reads and writes its keys by their
-//! rules ([`super::rules::Rule`]), so that the file's messages are the rules' own (`must be between
+//! rules ([`super::rules::Rule`], which read with the readers here), so that the file's messages are the rules' own (`must be between
 //! 1 and 1000, got 0`), integers out of range are refused where they are written, and
 //! a key the table does not have is refused with serde's own message at its place.
 //! No format is chosen here: the `gpufill` binary reads TOML with it.
@@ -15,10 +15,6 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
-use gpufill_core::TimeOfDay;
-
-use super::rules::{Range, Rule, WINDOW_TARGET, Windows, range_reason};
-use super::window::WindowSettings;
 use crate::gpus::{GpuId, GpuSelector};
 
 /// A table of settings as a file holds it: made by `settings_table!`.
@@ -41,51 +37,6 @@ pub trait Table: Default {
     /// # Errors
     /// The serializer's.
     fn write_fields<S: SerializeStruct>(&self, out: &mut S) -> Result<(), S::Error>;
-}
-
-/// A key's value read by its rule: the seed `Table::read_value` hands the map.
-pub(crate) struct Read<'a, R, T>(&'a R, PhantomData<T>);
-
-impl<'a, R, T> Read<'a, R, T> {
-    pub(crate) fn new(rule: &'a R) -> Self {
-        Read(rule, PhantomData)
-    }
-}
-
-impl<'de, R: Rule<T>, T> DeserializeSeed<'de> for Read<'_, R, T> {
-    type Value = T;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        self.0.read(d)
-    }
-}
-
-/// A key's value written by its rule.
-pub(crate) struct Written<'a, R, T>(&'a R, &'a T);
-
-impl<'a, R: Rule<T>, T> Written<'a, R, T> {
-    pub(crate) fn new(rule: &'a R, value: &'a T) -> Self {
-        Written(rule, value)
-    }
-
-    /// Writes the value as `key` of `out`, or leaves the key out.
-    pub(crate) fn write_as<S: SerializeStruct>(
-        &self,
-        key: &'static str,
-        out: &mut S,
-    ) -> Result<(), S::Error> {
-        if self.0.skip(self.1) {
-            out.skip_field(key)
-        } else {
-            out.serialize_field(key, self)
-        }
-    }
-}
-
-impl<R: Rule<T>, T> Serialize for Written<'_, R, T> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.write(self.1, s)
-    }
 }
 
 /// Reads a table of settings: each key by its rule, unknown keys refused.
@@ -208,82 +159,6 @@ pub(crate) fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         }
     }
     d.deserialize_f64(Number)
-}
-
-/// An integer in `range`; a negative or too large value gets the range message rather
-/// than serde's `expected u32`.
-pub(crate) fn int_in<'de, D: Deserializer<'de>>(range: Range<u64>, d: D) -> Result<u64, D::Error> {
-    struct Int(Range<u64>);
-    impl Visitor<'_> for Int {
-        type Value = u64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "an integer between {} and {}", self.0.0, self.0.1)
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-            match self.0.problem_of(v) {
-                None => Ok(v),
-                Some(reason) => Err(E::custom(reason)),
-            }
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-            match u64::try_from(v) {
-                Ok(v) => self.visit_u64(v),
-                Err(_) => Err(E::custom(range_reason(self.0.0, self.0.1, v))),
-            }
-        }
-    }
-    d.deserialize_u64(Int(range))
-}
-
-/// A window as the file has it: every key required, its times and target checked as
-/// they are read (with their place in the file).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWindow {
-    #[serde(deserialize_with = "time_of_day")]
-    start: TimeOfDay,
-    #[serde(deserialize_with = "time_of_day")]
-    end: TimeOfDay,
-    #[serde(deserialize_with = "window_target")]
-    target_percent: f64,
-}
-
-fn time_of_day<'de, D: Deserializer<'de>>(d: D) -> Result<TimeOfDay, D::Error> {
-    let s = String::deserialize(d)?;
-    TimeOfDay::parse(&s).map_err(de::Error::custom)
-}
-
-fn window_target<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = number(d)?;
-    match WINDOW_TARGET.problem_of(v) {
-        None => Ok(v),
-        Some(reason) => Err(de::Error::custom(reason)),
-    }
-}
-
-impl<'de> Deserialize<'de> for WindowSettings {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = RawWindow::deserialize(d)?;
-        let window = WindowSettings {
-            start: w.start,
-            end: w.end,
-            target_percent: w.target_percent,
-        };
-        if window.start == window.end {
-            return Err(de::Error::custom(Windows::empty(&window)));
-        }
-        Ok(window)
-    }
-}
-
-impl Serialize for WindowSettings {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut out = s.serialize_struct("WindowSettings", 3)?;
-        out.serialize_field("start", &self.start.to_string())?;
-        out.serialize_field("end", &self.end.to_string())?;
-        out.serialize_field("target_percent", &self.target_percent)?;
-        out.end()
-    }
 }
 
 /// A scalar as text, and whether it was a string: a name, or what was written in its

@@ -7,6 +7,15 @@
 use std::fmt::Display;
 
 #[cfg(feature = "serde")]
+use std::marker::PhantomData;
+
+#[cfg(feature = "serde")]
+use gpufill_core::TimeOfDay;
+#[cfg(feature = "serde")]
+use serde::de::{DeserializeSeed, Visitor};
+#[cfg(feature = "serde")]
+use serde::ser::SerializeStruct;
+#[cfg(feature = "serde")]
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 #[cfg(feature = "serde")]
@@ -108,7 +117,7 @@ impl Rule<u64> for Range<u64> {
 
     #[cfg(feature = "serde")]
     fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u64, D::Error> {
-        file::int_in(*self, d)
+        int_in(*self, d)
     }
 
     #[cfg(feature = "serde")]
@@ -124,7 +133,7 @@ impl Rule<u32> for Range<u64> {
 
     #[cfg(feature = "serde")]
     fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u32, D::Error> {
-        let v = file::int_in(*self, d)?;
+        let v = int_in(*self, d)?;
         u32::try_from(v).map_err(|_| de::Error::custom(range_reason(self.0, self.1, v)))
     }
 
@@ -145,7 +154,7 @@ impl Rule<u64> for ZeroOr {
     /// other settings.
     #[cfg(feature = "serde")]
     fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u64, D::Error> {
-        file::int_in(Range(0, self.1), d)
+        int_in(Range(0, self.1), d)
     }
 
     #[cfg(feature = "serde")]
@@ -298,5 +307,138 @@ impl Rule<Vec<WindowSettings>> for Windows {
     #[cfg(feature = "serde")]
     fn skip(&self, value: &Vec<WindowSettings>) -> bool {
         value.is_empty()
+    }
+}
+
+#[cfg(feature = "serde")]
+/// A key's value read by its rule: the seed `Table::read_value` hands the map.
+pub(crate) struct Read<'a, R, T>(&'a R, PhantomData<T>);
+
+#[cfg(feature = "serde")]
+impl<'a, R, T> Read<'a, R, T> {
+    pub(crate) fn new(rule: &'a R) -> Self {
+        Read(rule, PhantomData)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de, R: Rule<T>, T> DeserializeSeed<'de> for Read<'_, R, T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+        self.0.read(d)
+    }
+}
+
+#[cfg(feature = "serde")]
+/// A key's value written by its rule.
+pub(crate) struct Written<'a, R, T>(&'a R, &'a T);
+
+#[cfg(feature = "serde")]
+impl<'a, R: Rule<T>, T> Written<'a, R, T> {
+    pub(crate) fn new(rule: &'a R, value: &'a T) -> Self {
+        Written(rule, value)
+    }
+
+    /// Writes the value as `key` of `out`, or leaves the key out.
+    pub(crate) fn write_as<S: SerializeStruct>(
+        &self,
+        key: &'static str,
+        out: &mut S,
+    ) -> Result<(), S::Error> {
+        if self.0.skip(self.1) {
+            out.skip_field(key)
+        } else {
+            out.serialize_field(key, self)
+        }
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<R: Rule<T>, T> Serialize for Written<'_, R, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.write(self.1, s)
+    }
+}
+
+#[cfg(feature = "serde")]
+/// An integer in `range`; a negative or too large value gets the range message rather
+/// than serde's `expected u32`.
+pub(crate) fn int_in<'de, D: Deserializer<'de>>(range: Range<u64>, d: D) -> Result<u64, D::Error> {
+    struct Int(Range<u64>);
+    impl Visitor<'_> for Int {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "an integer between {} and {}", self.0.0, self.0.1)
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            match self.0.problem_of(v) {
+                None => Ok(v),
+                Some(reason) => Err(E::custom(reason)),
+            }
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(E::custom(range_reason(self.0.0, self.0.1, v))),
+            }
+        }
+    }
+    d.deserialize_u64(Int(range))
+}
+
+#[cfg(feature = "serde")]
+/// A window as the file has it: every key required, its times and target checked as
+/// they are read (with their place in the file).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    #[serde(deserialize_with = "time_of_day")]
+    start: TimeOfDay,
+    #[serde(deserialize_with = "time_of_day")]
+    end: TimeOfDay,
+    #[serde(deserialize_with = "window_target")]
+    target_percent: f64,
+}
+
+#[cfg(feature = "serde")]
+fn time_of_day<'de, D: Deserializer<'de>>(d: D) -> Result<TimeOfDay, D::Error> {
+    let s = String::deserialize(d)?;
+    TimeOfDay::parse(&s).map_err(de::Error::custom)
+}
+
+#[cfg(feature = "serde")]
+fn window_target<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = file::number(d)?;
+    match WINDOW_TARGET.problem_of(v) {
+        None => Ok(v),
+        Some(reason) => Err(de::Error::custom(reason)),
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> Deserialize<'de> for WindowSettings {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = RawWindow::deserialize(d)?;
+        let window = WindowSettings {
+            start: w.start,
+            end: w.end,
+            target_percent: w.target_percent,
+        };
+        if window.start == window.end {
+            return Err(de::Error::custom(Windows::empty(&window)));
+        }
+        Ok(window)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl Serialize for WindowSettings {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_struct("WindowSettings", 3)?;
+        out.serialize_field("start", &self.start.to_string())?;
+        out.serialize_field("end", &self.end.to_string())?;
+        out.serialize_field("target_percent", &self.target_percent)?;
+        out.end()
     }
 }

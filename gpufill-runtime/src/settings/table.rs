@@ -130,7 +130,7 @@ macro_rules! settings_table {
                 key: &str,
                 map: &mut A,
             ) -> Result<(), A::Error> {
-                use $crate::settings::file::Read;
+                use $crate::settings::rules::Read;
                 $(
                     if key == settings_table!(@key $field $(as $key)?) {
                         self.$field = map.next_value_seed(Read::new(&$rule))?;
@@ -151,7 +151,7 @@ macro_rules! settings_table {
                 &self,
                 out: &mut S,
             ) -> Result<(), S::Error> {
-                use $crate::settings::file::Written;
+                use $crate::settings::rules::Written;
                 $(
                     Written::new(&$rule, &self.$field)
                         .write_as(settings_table!(@key $field $(as $key)?), out)?;
