@@ -1,16 +1,25 @@
 //! Command-line flags (clap derive). Flags override the environment (`GPUFILL_*`, one
 //! variable per flag, listed in `--help`, as dcgm-exporter maps its flags), which
 //! overrides the config file, which overrides the built-in defaults.
+//!
+//! A flag that sets a config key is that key's: its name, value name, help and type are
+//! on the key's line (the runtime's settings table), and [`KeyFlags`] builds the clap
+//! argument from it. This file says only which subcommand takes which of them, in the
+//! order `--help` lists them ([`LoopKeys`], [`RunKeys`]). clap derive cannot take its
+//! arguments from a table, so those are built by hand (`cli/keys.rs`); every other flag
+//! is derived.
 
 use std::path::PathBuf;
 
-use std::str::FromStr;
-
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
-use gpufill_runtime::{ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay};
+use gpufill_runtime::{GpuId, GpuSelector, TimeOfDay};
 
 use crate::config::Overrides;
+
+mod keys;
+
+pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -130,45 +139,17 @@ pub enum GenerateCommand {
     },
 }
 
-/// Flags shared by `run` and `simulate`: each overrides the config key of the same meaning.
+/// Flags shared by `run` and `simulate`: `--config`, then the flags of the loop's keys
+/// ([`LoopKeys`]), each overriding its key.
 #[derive(Debug, Args, Default)]
 pub struct LoopFlags {
     /// TOML config file (see gpufill.example.toml); without it `run` reads
     /// /etc/gpufill/gpufill.toml where that exists.
     #[arg(long, value_name = "FILE", env = "GPUFILL_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Utilization to hold, percent 0-100 [config: target_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_TARGET", value_parser = Number)]
-    pub target: Option<f64>,
-    /// Controller: pi (gpufill's PI controller, the default) or window (the original
-    /// tool's 10 s rule, for comparison) [config: controller].
-    #[arg(long, env = "GPUFILL_CONTROLLER", value_parser = named::<ControllerKind>(ControllerKind::ALL.iter().map(|k| k.as_str())))]
-    pub controller: Option<ControllerKind>,
-    /// What to hold at the target: NVML utilization or GPM SM utilization [config: metric].
-    #[arg(long, env = "GPUFILL_METRIC", value_parser = named::<Metric>(Metric::ALL.iter().map(|m| m.as_str())))]
-    pub metric: Option<Metric>,
-    /// The spin kernel [config: load.kernel].
-    #[arg(long, env = "GPUFILL_KERNEL", value_parser = named::<SpinKernel>(SpinKernel::ALL.iter().map(|k| k.name())))]
-    pub kernel: Option<SpinKernel>,
-    /// Blocks (one warp each) per kernel [config: load.width_blocks].
-    #[arg(long, value_name = "BLOCKS", env = "GPUFILL_WIDTH")]
-    pub width: Option<u32>,
-    /// Upper bound of our own time share, percent [config: load.max_duty_percent].
-    #[arg(long, value_name = "PCT", env = "GPUFILL_MAX_DUTY", value_parser = Number)]
-    pub max_duty: Option<f64>,
-    /// Seconds to stay idle after the last foreign process left [config: yield.grace_s].
-    #[arg(long, value_name = "SECS", env = "GPUFILL_GRACE", value_parser = Number)]
-    pub grace: Option<f64>,
-    /// Loop tick in milliseconds; it must divide the launch period [config: tick_ms].
-    #[arg(long, value_name = "MS", env = "GPUFILL_TICK_MS")]
-    pub tick_ms: Option<u64>,
-    /// Launch period in milliseconds, a multiple of the tick [config: load.period_ms].
-    #[arg(long, value_name = "MS", env = "GPUFILL_PERIOD_MS")]
-    pub period_ms: Option<u64>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0
-    /// picks a free port (logged) [config: metrics.listen].
-    #[arg(long, value_name = "ADDR", env = "GPUFILL_METRICS")]
-    pub metrics: Option<String>,
+    /// The flags of the loop's keys.
+    #[command(flatten)]
+    pub keys: KeyFlags<LoopKeys>,
 }
 
 /// The value parser of a number flag: as clap's own for `f64`, but a number too large
@@ -236,30 +217,10 @@ fn shortened(text: &str) -> String {
     }
 }
 
-/// A value parser for a choice: its names in `--help`, parsed with its `FromStr`.
-fn named<T>(names: impl Iterator<Item = &'static str>) -> impl TypedValueParser<Value = T>
-where
-    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
-{
-    PossibleValuesParser::new(names).try_map(|name: String| name.parse::<T>())
-}
-
 impl LoopFlags {
     /// The overrides these flags make.
     pub fn overrides(&self) -> Overrides {
-        Overrides {
-            target_percent: self.target,
-            controller: self.controller,
-            metric: self.metric,
-            kernel: self.kernel,
-            width_blocks: self.width,
-            max_duty_percent: self.max_duty,
-            grace_s: self.grace,
-            tick_ms: self.tick_ms,
-            period_ms: self.period_ms,
-            metrics_listen: self.metrics.clone(),
-            ..Overrides::default()
-        }
+        self.keys.overrides.clone()
     }
 }
 
@@ -269,12 +230,19 @@ pub struct RunArgs {
     /// The loop's flags.
     #[command(flatten)]
     pub flags: LoopFlags,
-    /// GPUs: "all", or a comma-separated list of NVML indices and UUIDs [config: gpus].
-    #[arg(long, value_name = "LIST", value_parser = parse_gpus, env = "GPUFILL_GPUS")]
-    pub gpus: Option<GpuSelector>,
+    /// `--gpus`.
+    #[command(flatten)]
+    pub gpus: KeyFlags<RunKeys>,
     /// Stop after this many seconds (for benchmarks and tests).
     #[arg(long, value_name = "SECS", value_parser = Number)]
     pub duration: Option<f64>,
+}
+
+impl RunArgs {
+    /// The overrides its flags make: the loop's, and `--gpus`.
+    pub fn overrides(&self) -> Overrides {
+        self.flags.overrides().and(&self.gpus.overrides)
+    }
 }
 
 fn parse_gpus(s: &str) -> Result<GpuSelector, String> {

@@ -26,6 +26,7 @@ use std::io::Write;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 
+pub use cli::env_var_of;
 use cli::{Command, ConfigCommand, LoopFlags};
 use config::{Config, Overrides};
 pub use error::UsageError;
@@ -59,16 +60,6 @@ pub fn value_source(flag: &str) -> String {
     } else {
         flag.to_owned()
     }
-}
-
-/// The environment variable of a long flag: `--max-duty` is `GPUFILL_MAX_DUTY`.
-pub fn env_var_of(flag: &str) -> String {
-    format!(
-        "GPUFILL_{}",
-        flag.trim_start_matches('-')
-            .replace('-', "_")
-            .to_uppercase()
-    )
 }
 
 /// Loads the config file named by the flags (or the defaults), applies the flags, and validates.
@@ -143,9 +134,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             args.flags.config =
                 config_file(args.flags.config.as_deref(), Path::new(DEFAULT_CONFIG));
             let mut config = resolve_config(&args.flags)?;
-            if let Some(gpus) = &args.gpus {
-                config.gpus = gpus.clone();
-            }
+            config.apply(&args.gpus.overrides);
             if let Some(d) = args
                 .duration
                 .filter(|d| !(d.is_finite() && *d > 0.0 && *d <= MAX_RUN_S))

@@ -468,11 +468,11 @@ mod tests {
             kept,
             [
                 "gpus",
+                "metric",
                 "tick_ms",
                 "load.period_ms",
-                "probe.retry_max_s",
-                "metric",
                 "load.kernel",
+                "probe.retry_max_s",
                 "metrics.listen"
             ]
         );
@@ -501,10 +501,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.toml");
         std::fs::write(&path, "target_percent = 30\n[yield]\ngrace_s = 2\n").unwrap();
-        let flags = Overrides {
-            grace_s: Some(9.0),
-            ..Overrides::default()
-        };
+        let mut flags = Overrides::default();
+        flags.set("yield.grace_s").yielding.grace_s = 9.0;
         let start = load(&path, &flags).unwrap();
         let mut r = Reloader::install(Some(path.clone()), flags, start).unwrap();
         std::fs::write(&path, "target_percent = 40\n[yield]\ngrace_s = 3\n").unwrap();

@@ -42,8 +42,7 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     // listing must not kill the daemon.
     let stop = Arc::new(AtomicBool::new(false));
     register_stop(&stop)?;
-    let mut flags = args.flags.overrides();
-    flags.gpus = args.gpus.clone();
+    let flags = args.overrides();
     let mut reloader = Reloader::install(args.flags.config.clone(), flags, config.clone())?;
     let options = AgentOptions {
         day_clock: DayClock::Local,

@@ -6,8 +6,9 @@
 //! macro lives here, in the crate they all depend on.
 
 /// Gives a fieldless enum the names it goes by in the config and on the command line:
-/// `ALL` (every value, in the order the config lists them), `as_str`, `FromStr` (the
-/// error lists the names: `expected "util" or "sm", got "SM"`) and `Display`.
+/// `ALL` (every value, in the order the config lists them), `NAMES` (their names, in the
+/// same order), `as_str`, `FromStr` (the error lists the names: `expected "util" or
+/// "sm", got "SM"`), `Display` and [`Choice`].
 ///
 /// ```
 /// #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,6 +17,7 @@
 ///
 /// assert_eq!("green".parse::<Colour>(), Ok(Colour::Green));
 /// assert_eq!(Colour::Red.to_string(), "red");
+/// assert_eq!(Colour::NAMES, ["red", "green"]);
 /// assert_eq!(
 ///     "Red".parse::<Colour>(),
 ///     Err("expected \"red\" or \"green\", got \"Red\"".to_owned())
@@ -28,6 +30,9 @@ macro_rules! named_choice {
             /// Every value, in the order the config lists them.
             pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$variant),+];
 
+            /// Every name, in the order of [`Self::ALL`].
+            pub const NAMES: [&'static str; [$($name),+].len()] = [$($name),+];
+
             /// The name used in the config and on the command line.
             pub fn as_str(self) -> &'static str {
                 match self { $($ty::$variant => $name),+ }
@@ -39,10 +44,15 @@ macro_rules! named_choice {
 
             /// Parses the name [`Self::as_str`] gives.
             fn from_str(name: &str) -> Result<Self, String> {
-                $ty::ALL.into_iter().find(|c| c.as_str() == name).ok_or_else(|| {
-                    $crate::names::unknown_name(&$ty::ALL.map(|c| c.as_str()), name)
-                })
+                $ty::ALL
+                    .into_iter()
+                    .find(|c| c.as_str() == name)
+                    .ok_or_else(|| $crate::names::unknown_name(&$ty::NAMES, name))
             }
+        }
+
+        impl $crate::names::Choice for $ty {
+            const NAMES: &'static [&'static str] = &$ty::NAMES;
         }
 
         impl ::std::fmt::Display for $ty {
@@ -53,16 +63,29 @@ macro_rules! named_choice {
     };
 }
 
+/// A choice named by a word ([`crate::named_choice!`] implements it), for code that reads
+/// any of them: a file's reader, a flag's parser.
+pub trait Choice: Copy + std::str::FromStr<Err = String> + std::fmt::Display + 'static {
+    /// Every name, in the order the config lists them.
+    const NAMES: &'static [&'static str];
+}
+
 /// `expected "a", "b" or "c", got "x"`: why `name` is none of `names`.
 #[doc(hidden)]
 pub fn unknown_name(names: &[&str], name: &str) -> String {
+    format!("{}, got {name:?}", expected(names))
+}
+
+/// `expected "a", "b" or "c"`: the names a choice takes, for a message that shows what
+/// it got in its own way (a file's `true` is not the name `"true"`).
+pub fn expected(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
     let list = match quoted.as_slice() {
         [] => String::new(),
         [one] => one.clone(),
         [init @ .., last] => format!("{} or {last}", init.join(", ")),
     };
-    format!("expected {list}, got {name:?}")
+    format!("expected {list}")
 }
 
 #[cfg(test)]
@@ -76,5 +99,6 @@ mod tests {
             unknown_name(&["a", "b", "c"], "x"),
             "expected \"a\", \"b\" or \"c\", got \"x\""
         );
+        assert_eq!(expected(&["a", "b"]), "expected \"a\" or \"b\"");
     }
 }

@@ -86,8 +86,9 @@ pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
 pub use opener::{NvmlCuda, Opener};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
-    LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
-    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings, power_model,
+    Chosen, Flag, FlagValue, Key, LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS,
+    ScheduleSettings, Settings, SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings,
+    power_model,
 };
 pub use snapshot::{
     GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, down_of, stall_after,

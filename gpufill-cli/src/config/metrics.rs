@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 
+use gpufill_runtime::Flag;
 use serde::{Deserialize, Serialize};
 
 /// The `[metrics]` table: the Prometheus endpoint.
@@ -13,6 +14,16 @@ pub struct MetricsConfig {
 }
 
 impl MetricsConfig {
+    /// The key of the binary's own.
+    pub const LISTEN: &'static str = "metrics.listen";
+
+    /// `metrics.listen`'s flag.
+    pub const LISTEN_FLAG: Flag = Flag {
+        long: "--metrics",
+        value_name: "ADDR",
+        help: "Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0 picks a free port (logged)",
+    };
+
     /// The address to listen on; `None` when off. Call on a validated configuration.
     pub fn addr(&self) -> Option<SocketAddr> {
         parse_listen(&self.listen).ok().flatten()
@@ -21,7 +32,7 @@ impl MetricsConfig {
     pub(super) fn problem(&self) -> Option<(&'static str, String)> {
         parse_listen(&self.listen)
             .err()
-            .map(|reason| ("metrics.listen", reason))
+            .map(|reason| (MetricsConfig::LISTEN, reason))
     }
 }
 

@@ -2,9 +2,10 @@
 //! binary's own `[metrics]` table beside them, and flags laid over it.
 //!
 //! Every key but `metrics.listen` is defined once, in `gpufill-runtime` (its name,
-//! type, default, rule and doc: `gpufill-runtime/src/settings/defaults.rs`); this
-//! module knows none of them. It reads TOML, says where in the file a value is
-//! (`file:line:column: key: reason`), and holds the one key of the binary's own.
+//! type, default, rule, doc, whether it needs a restart and its flag:
+//! `gpufill-runtime/src/settings/defaults.rs`); this module knows none of them. It
+//! reads TOML, says where in the file a value is (`file:line:column: key: reason`), and
+//! holds the one key of the binary's own, with its flag ([`MetricsConfig::LISTEN_FLAG`]).
 //!
 //! Layering is defaults < file < flags: [`Config::default`] holds the defaults (the
 //! runtime's [`Settings::default`] and no metrics endpoint; the shipped
@@ -37,8 +38,8 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::LazyLock;
 
-use gpufill_runtime::Settings;
 use gpufill_runtime::file::{KeyOf, Table, TableOf};
+use gpufill_runtime::{Flag, FlagValue, Settings};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -205,6 +206,36 @@ impl Config {
             None => Ok(()),
             Some((key, reason)) => Err(ConfigError::invalid(origin, key, reason)),
         }
+    }
+
+    /// The flag of `key`: its line's in the runtime's settings table, or `[metrics]`'s
+    /// own.
+    pub fn flag_of(key: &str) -> Option<Flag> {
+        if key == MetricsConfig::LISTEN {
+            return Some(MetricsConfig::LISTEN_FLAG);
+        }
+        Settings::every_key()
+            .into_iter()
+            .find(|k| k.name == key)
+            .and_then(|k| k.flag)
+    }
+
+    /// Where the value of `key`, a key with a flag, lives.
+    pub fn flag_value(&mut self, key: &str) -> Option<FlagValue<'_>> {
+        if key == MetricsConfig::LISTEN {
+            return Some(FlagValue::Text(&mut self.metrics.listen));
+        }
+        self.settings.flag_value(key)
+    }
+
+    /// Sets `key` to its value in `from`, and says whether that changed it.
+    pub fn copy_key(&mut self, from: &Config, key: &str) -> bool {
+        if key == MetricsConfig::LISTEN {
+            let changed = self.metrics.listen != from.metrics.listen;
+            self.metrics.listen.clone_from(&from.metrics.listen);
+            return changed;
+        }
+        self.settings.copy_key(&from.settings, key)
     }
 
     /// The runtime's settings: every key but `[metrics]`, which only the binary has.

@@ -1,64 +1,54 @@
-//! [`Overrides`]: the values the command line gives, laid over the file. The table in
-//! `overrides!` (this file's macro) is the one place that says which flag sets which key: it defines the
-//! struct, [`Overrides::apply`] and [`Overrides::flag_for_key`].
+//! [`Overrides`]: the values the command line gives, laid over the file. Which flag sets
+//! which key is said once, on the key's line ([`Config::flag_of`]); the flags themselves
+//! are built from those lines (`cli::KeyFlags`).
 
-use gpufill_runtime::{ControllerKind, GpuSelector, Metric, SpinKernel};
+use gpufill_runtime::Flag;
 
 use super::Config;
 
-macro_rules! overrides {
-    ($( $field:ident: $ty:ty, $flag:literal => $key:literal, |$c:ident| $target:expr; )+) => {
-        /// Values given on the command line, one per flag; `None` leaves the file's value.
-        #[derive(Clone, Debug, Default, PartialEq)]
-        pub struct Overrides {
-            $(
-                #[doc = concat!("`", $flag, "`, which sets `", $key, "`.")]
-                pub $field: Option<$ty>,
-            )+
-        }
-
-        impl Overrides {
-            /// Lays these values over `config`. Validate afterwards.
-            pub fn apply(&self, config: &mut Config) {
-                $(
-                    if let Some(value) = &self.$field {
-                        let $c = &mut *config;
-                        $target = value.clone();
-                    }
-                )+
-            }
-
-            /// Whether these overrides set `key`.
-            pub fn sets(&self, key: &str) -> bool {
-                match key {
-                    $($key => self.$field.is_some(),)+
-                    _ => false,
-                }
-            }
-
-            /// The flag that sets a config key, for error messages.
-            pub fn flag_for_key(key: &str) -> Option<&'static str> {
-                match key {
-                    $($key => Some($flag),)+
-                    _ => None,
-                }
-            }
-        }
-    };
+/// Values given on the command line: the keys the flags set, each with its value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    /// The values of the keys in `keys`; the defaults elsewhere.
+    values: Config,
+    /// The keys the flags set.
+    keys: Vec<&'static str>,
 }
 
-overrides! {
-    target_percent: f64, "--target" => "target_percent", |c| c.target_percent;
-    gpus: GpuSelector, "--gpus" => "gpus", |c| c.gpus;
-    controller: ControllerKind, "--controller" => "controller", |c| c.controller;
-    metric: Metric, "--metric" => "metric", |c| c.metric;
-    kernel: SpinKernel, "--kernel" => "load.kernel", |c| c.load.kernel;
-    tick_ms: u64, "--tick-ms" => "tick_ms", |c| c.tick_ms;
-    width_blocks: u32, "--width" => "load.width_blocks", |c| c.load.width_blocks;
-    max_duty_percent: f64, "--max-duty" => "load.max_duty_percent", |c| c.load.max_duty_percent;
-    period_ms: u64, "--period-ms" => "load.period_ms", |c| c.load.period_ms;
-    grace_s: f64, "--grace" => "yield.grace_s", |c| c.yielding.grace_s;
-    metrics_listen: String, "--metrics" => "metrics.listen", |c| c.metrics.listen;
+impl Overrides {
+    /// Marks `key` as set by a flag, and gives the configuration to write its value in
+    /// (`overrides.set("tick_ms").tick_ms = 25`).
+    pub fn set(&mut self, key: &'static str) -> &mut Config {
+        if !self.keys.contains(&key) {
+            self.keys.push(key);
+        }
+        &mut self.values
+    }
+
+    /// These overrides, then `more`'s over them.
+    pub fn and(mut self, more: &Overrides) -> Overrides {
+        for &key in &more.keys {
+            self.set(key).copy_key(&more.values, key);
+        }
+        self
+    }
+
+    /// Lays these values over `config`. Validate afterwards.
+    pub fn apply(&self, config: &mut Config) {
+        for key in &self.keys {
+            config.copy_key(&self.values, key);
+        }
+    }
+
+    /// Whether these overrides set `key`.
+    pub fn sets(&self, key: &str) -> bool {
+        self.keys.contains(&key)
+    }
+
+    /// The flag that sets a config key, for error messages.
+    pub fn flag_for_key(key: &str) -> Option<&'static str> {
+        Config::flag_of(key).map(|flag: Flag| flag.long)
+    }
 }
 
 impl Config {

@@ -56,20 +56,23 @@ fn empty_file_gives_the_defaults() {
 
 #[test]
 fn rendered_settings_parse_back_equal() {
-    let mut config = Config::default();
-    config.apply(&Overrides {
-        target_percent: Some(37.25),
-        gpus: Some(list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")])),
-        controller: Some(ControllerKind::Window),
-        metric: Some(Metric::Sm),
-        kernel: Some(SpinKernel::Sleep),
-        tick_ms: Some(50),
-        width_blocks: Some(132),
-        max_duty_percent: Some(80.5),
-        period_ms: Some(100),
-        grace_s: Some(0.25),
-        metrics_listen: Some("127.0.0.1:9401".to_owned()),
-    });
+    let mut config = Config {
+        settings: Settings {
+            target_percent: 37.25,
+            gpus: list(&[GpuId::Index(2), uuid("GPU-5f2c0a1b")]),
+            controller: ControllerKind::Window,
+            metric: Metric::Sm,
+            tick_ms: 50,
+            ..Settings::default()
+        },
+        ..Config::default()
+    };
+    config.load.kernel = SpinKernel::Sleep;
+    config.load.width_blocks = 132;
+    config.load.max_duty_percent = 80.5;
+    config.load.period_ms = 100;
+    config.yielding.grace_s = 0.25;
+    config.metrics.listen = "127.0.0.1:9401".to_owned();
     config.load.max_kernel_us = 100_000;
     config.probe.fault_hold_s = 0.0;
     config.yielding.ignore_pids = vec![1, 4242];
@@ -324,7 +327,9 @@ fn unknown_names_for_controller_and_policy_are_refused() {
     let crate::cli::Command::Simulate(args) = flag.command else {
         panic!("not simulate")
     };
-    assert_eq!(args.flags.controller, Some(ControllerKind::Window));
+    let mut config = Config::default();
+    config.apply(&args.flags.overrides());
+    assert_eq!(config.controller, ControllerKind::Window);
     let e = error("[yield]\npolicy = \"never\"");
     assert_eq!(e.key(), Some("yield.policy"));
     assert_eq!(
@@ -501,11 +506,10 @@ fn validate_refuses_gpu_lists_built_in_code() {
 #[test]
 fn flags_override_file_values() {
     let mut config = parse("target_percent = 30\ntick_ms = 25\n[load]\nperiod_ms = 50\n").unwrap();
-    config.apply(&Overrides {
-        target_percent: Some(70.0),
-        gpus: Some(list(&[GpuId::Index(1)])),
-        ..Overrides::default()
-    });
+    let mut flags = Overrides::default();
+    flags.set("target_percent").target_percent = 70.0;
+    flags.set("gpus").gpus = list(&[GpuId::Index(1)]);
+    config.apply(&flags);
     // No flag sets it: the value laid in code beside the flags stays.
     config.load.max_kernel_us = 5000;
     config.validate(None).unwrap();
@@ -528,10 +532,9 @@ fn flags_override_file_values() {
 #[test]
 fn flags_are_validated_by_the_same_rules() {
     let mut config = Config::default();
-    config.apply(&Overrides {
-        grace_s: Some(-1.0),
-        ..Overrides::default()
-    });
+    let mut flags = Overrides::default();
+    flags.set("yield.grace_s").yielding.grace_s = -1.0;
+    config.apply(&flags);
     let e = config.validate(None).unwrap_err();
     assert_eq!(
         e.to_string(),

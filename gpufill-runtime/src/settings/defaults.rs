@@ -1,12 +1,15 @@
-//! Every key of gpufill's settings, each written once: its doc, its type, its default
-//! and its rule ([`super::rules`]). The file's keys, the runtime's fields and the
-//! product's defaults are these lines; the shipped `gpufill.example.toml` lists the
-//! defaults (a test in `gpufill-cli` keeps the two equal).
+//! Every key of gpufill's settings, each written once: its doc, its type, its default,
+//! its rule ([`super::rules`]), whether a running agent takes a new value (`live`) or
+//! keeps the old one until a restart (`restart`), and its command-line flag, if it has
+//! one. The file's keys, the runtime's fields, the product's defaults, the keys that
+//! need a restart and the binary's flags are these lines; the shipped
+//! `gpufill.example.toml` lists the defaults (a test in `gpufill-cli` keeps the two
+//! equal).
 
 use gpufill_core::ControllerKind;
 use gpufill_cuda::SpinKernel;
 
-use super::rules::{Gpus, Named, Names, Pids, Plain, Range, Table, Windows, ZeroOr};
+use super::rules::{Gpus, Named, Names, Pids, Plain, Range, Windows, ZeroOr};
 use super::window::WindowSettings;
 use crate::gpus::GpuSelector;
 
@@ -25,24 +28,34 @@ settings_table! {
     /// ```
     pub struct Settings in "" {
         /// Utilization to hold, percent.
-        pub target_percent: f64 = 50.0, Range(0.0, 100.0);
+        pub target_percent: f64 = 50.0, Range(0.0, 100.0), live,
+            flag("--target", "PCT", "Utilization to hold, percent 0-100");
         /// Which GPUs to fill: `"all"`, or NVML indices and UUIDs.
-        pub gpus: GpuSelector = GpuSelector::All, Gpus;
+        pub gpus: GpuSelector = GpuSelector::All, Gpus, restart,
+            flag("--gpus", "LIST", "GPUs: \"all\", or a comma-separated list of NVML indices and UUIDs");
         /// Which controller turns measured utilization into duty.
-        pub controller: ControllerKind = ControllerKind::Pi, Named;
+        pub controller: ControllerKind = ControllerKind::Pi, Named, live,
+            flag("--controller", "CONTROLLER", concat!(
+                "Controller: pi (gpufill's PI controller, the default) or window (the original ",
+                "tool's 10 s rule, for comparison)"
+            ));
         /// What is held at the target.
-        pub metric: Metric = Metric::Util, Named;
+        pub metric: Metric = Metric::Util, Named, restart,
+            flag("--metric", "METRIC", "What to hold at the target: NVML utilization or GPM SM utilization");
         /// Loop tick in milliseconds: how often processes and utilization are read, and
         /// when bursts may start (so it divides `load.period_ms`).
-        pub tick_ms: u64 = 50, Range(1, 1000);
-        /// The shape of our kernels (`[load]`).
-        pub load: LoadSettings = LoadSettings::default(), Table;
-        /// When to stand aside (`[yield]`).
-        pub yielding as "yield": YieldingSettings = YieldingSettings::default(), Table;
-        /// How measurement faults and lost GPUs are handled (`[probe]`).
-        pub probe: ProbeSettings = ProbeSettings::default(), Table;
-        /// The idle rule and time-of-day windows (`[schedule]`).
-        pub schedule: ScheduleSettings = ScheduleSettings::default(), Table;
+        pub tick_ms: u64 = 50, Range(1, 1000), restart,
+            flag("--tick-ms", "MS", "Loop tick in milliseconds; it must divide the launch period");
+        tables {
+            /// The shape of our kernels (`[load]`).
+            pub load: LoadSettings;
+            /// When to stand aside (`[yield]`).
+            pub yielding as "yield": YieldingSettings;
+            /// How measurement faults and lost GPUs are handled (`[probe]`).
+            pub probe: ProbeSettings;
+            /// The idle rule and time-of-day windows (`[schedule]`).
+            pub schedule: ScheduleSettings;
+        }
     }
 }
 
@@ -50,31 +63,35 @@ settings_table! {
     /// `[load]`: the shape of our kernels.
     pub struct LoadSettings in "load." {
         /// One-warp blocks per kernel: our share of the SMs.
-        pub width_blocks: u32 = 1, Range(1, 65535);
+        pub width_blocks: u32 = 1, Range(1, 65535), live,
+            flag("--width", "BLOCKS", "Blocks (one warp each) per kernel");
         /// Upper bound of our own time share, percent.
-        pub max_duty_percent: f64 = 100.0, Range(0.0, 100.0);
+        pub max_duty_percent: f64 = 100.0, Range(0.0, 100.0), live,
+            flag("--max-duty", "PCT", "Upper bound of our own time share, percent");
         /// Launch period in milliseconds, a multiple of `tick_ms`.
-        pub period_ms: u64 = 50, Range(1, 1000);
+        pub period_ms: u64 = 50, Range(1, 1000), restart,
+            flag("--period-ms", "MS", "Launch period in milliseconds, a multiple of the tick");
         /// Longest single kernel in microseconds. The default, the period, makes each
         /// burst one kernel (the least CPU); a time slice, not our kernel's length,
         /// bounds what another context waits for it (docs/benchmarks.md, "Live
         /// services").
-        pub max_kernel_us: u64 = 50_000, Range(10, 1_000_000);
+        pub max_kernel_us: u64 = 50_000, Range(10, 1_000_000), restart;
         /// Beside a dormant holder of the GPU: 0 (the default) fills with the same
         /// bursts as on a GPU of our own, so the holder's first request after a dormant
         /// spell waits at most a time slice; a length (at most the period) keeps one
         /// kernel of that many microseconds in flight at a time instead, so that request
         /// waits at most that long, for a wake-up per kernel (its CPU:
         /// docs/benchmarks.md, "Live services").
-        pub beside_kernel_us: u64 = 0, ZeroOr(10, 100_000);
+        pub beside_kernel_us: u64 = 0, ZeroOr(10, 100_000), restart;
         /// Under MPS (an MPS control daemon runs): each of our kernels this many
         /// microseconds (at most the period), a burst replayed from CUDA graphs of them
         /// for the CPU of a few launches. A GPU-bound client whose grid fills every SM
         /// waits at most this long for the SM our kernel holds (docs/benchmarks.md,
         /// "Live services"). 0 launches the same bursts as without MPS.
-        pub mps_kernel_us: u64 = 50, ZeroOr(10, 100_000);
+        pub mps_kernel_us: u64 = 50, ZeroOr(10, 100_000), restart;
         /// The spin kernel.
-        pub kernel: SpinKernel = SpinKernel::Sleep, Named;
+        pub kernel: SpinKernel = SpinKernel::Sleep, Named, restart,
+            flag("--kernel", "KERNEL", "The spin kernel");
     }
 }
 
@@ -82,24 +99,25 @@ settings_table! {
     /// `[yield]`: when to stand aside.
     pub struct YieldingSettings in "yield." {
         /// Which yield policy decides when to stand aside.
-        pub policy: YieldPolicyChoice = YieldPolicyChoice::Activity, Named;
+        pub policy: YieldPolicyChoice = YieldPolicyChoice::Activity, Named, live;
         /// MPS co-residence: under MPS gpufill never yields; it fills only the gap
         /// others leave.
-        pub mps: MpsChoice = MpsChoice::Auto, Named;
+        pub mps: MpsChoice = MpsChoice::Auto, Named, live;
         /// Seconds to stay idle after the last foreign process has gone.
-        pub grace_s: f64 = 5.0, Range(0.0, 86400.0);
+        pub grace_s: f64 = 5.0, Range(0.0, 86400.0), live,
+            flag("--grace", "SECS", "Seconds to stay idle after the last foreign process left");
         /// `activity` only: seconds a listed process must have run no kernel before
         /// gpufill fills beside it.
-        pub idle_grace_s: f64 = 30.0, Range(0.0, 86400.0);
+        pub idle_grace_s: f64 = 30.0, Range(0.0, 86400.0), live;
         /// PIDs that never count as foreign.
-        pub ignore_pids: Vec<u32> = Vec::new(), Pids;
+        pub ignore_pids: Vec<u32> = Vec::new(), Pids, live;
         /// Process names (last path component) that never count as foreign.
-        pub ignore_names: Vec<String> = Vec::new(), Names;
+        pub ignore_names: Vec<String> = Vec::new(), Names, live;
         /// Drop the CUDA context after yielding for `release_after_s`, so a yielding
         /// gpufill holds no GPU memory; it is created again on resume.
-        pub release_context: bool = false, Plain;
+        pub release_context: bool = false, Plain, live;
         /// Seconds of yielding before the context is dropped.
-        pub release_after_s: f64 = 60.0, Range(0.0, 86400.0);
+        pub release_after_s: f64 = 60.0, Range(0.0, 86400.0), live;
     }
 }
 
@@ -108,13 +126,13 @@ settings_table! {
     pub struct ProbeSettings in "probe." {
         /// Seconds a failing probe is trusted (the last load held) before the loop
         /// idles.
-        pub fault_hold_s: f64 = 2.0, Range(0.0, 3600.0);
+        pub fault_hold_s: f64 = 2.0, Range(0.0, 3600.0), live;
         /// Seconds before the first attempt to reopen a lost GPU; doubles after every
         /// failed attempt.
-        pub retry_initial_s: f64 = 1.0, Range(0.01, 3600.0);
+        pub retry_initial_s: f64 = 1.0, Range(0.01, 3600.0), restart;
         /// The longest wait between attempts to reopen a lost GPU; at least
         /// `retry_initial_s`.
-        pub retry_max_s: f64 = 300.0, Range(0.01, 86400.0);
+        pub retry_max_s: f64 = 300.0, Range(0.01, 86400.0), restart;
     }
 }
 
@@ -124,11 +142,11 @@ settings_table! {
     pub struct ScheduleSettings in "schedule." {
         /// Seconds without foreign processes after which `idle_target_percent` holds; 0
         /// turns the idle rule off. At most 30 days.
-        pub idle_after_s: f64 = 0.0, Range(0.0, 2_592_000.0);
+        pub idle_after_s: f64 = 0.0, Range(0.0, 2_592_000.0), live;
         /// The target after `idle_after_s` without foreign processes, percent.
-        pub idle_target_percent: f64 = 60.0, Range(0.0, 100.0);
+        pub idle_target_percent: f64 = 60.0, Range(0.0, 100.0), live;
         /// Daily windows in local time with their own target (`[[schedule.window]]`).
-        pub windows as "window": Vec<WindowSettings> = Vec::new(), Windows;
+        pub windows as "window": Vec<WindowSettings> = Vec::new(), Windows, live;
     }
 }
 

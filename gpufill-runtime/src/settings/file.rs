@@ -1,5 +1,5 @@
 //! Settings in a file (feature `serde`): every table reads and writes its keys by their
-//! rules ([`Form`]), so that the file's messages are the rules' own (`must be between
+//! rules ([`super::rules::Rule`], which read with the readers here), so that the file's messages are the rules' own (`must be between
 //! 1 and 1000, got 0`), integers out of range are refused where they are written, and
 //! a key the table does not have is refused with serde's own message at its place.
 //! No format is chosen here: the `gpufill` binary reads TOML with it.
@@ -10,18 +10,11 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::str::FromStr;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeStruct, Serializer};
 use serde::{Deserialize, Serialize};
 
-use gpufill_core::TimeOfDay;
-
-use super::rules::{
-    Gpus, Named, Names, PID, Pids, Plain, Range, Table as Nested, WINDOW_TARGET, Windows, ZeroOr,
-};
-use super::window::WindowSettings;
 use crate::gpus::{GpuId, GpuSelector};
 
 /// A table of settings as a file holds it: made by `settings_table!`.
@@ -44,66 +37,6 @@ pub trait Table: Default {
     /// # Errors
     /// The serializer's.
     fn write_fields<S: SerializeStruct>(&self, out: &mut S) -> Result<(), S::Error>;
-}
-
-/// How a file reads and writes a value of type `T` under a rule.
-pub(crate) trait Form<T> {
-    /// Reads the value.
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<T, D::Error>;
-
-    /// Writes the value.
-    fn write<S: Serializer>(&self, value: &T, s: S) -> Result<S::Ok, S::Error>;
-
-    /// Whether the value is left out of the file.
-    fn skip(&self, value: &T) -> bool {
-        let _ = value;
-        false
-    }
-}
-
-/// A key's value read by its rule: the seed `Table::read_value` hands the map.
-pub(crate) struct Read<'a, R, T>(&'a R, PhantomData<T>);
-
-impl<'a, R, T> Read<'a, R, T> {
-    pub(crate) fn new(rule: &'a R) -> Self {
-        Read(rule, PhantomData)
-    }
-}
-
-impl<'de, R: Form<T>, T> DeserializeSeed<'de> for Read<'_, R, T> {
-    type Value = T;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-        self.0.read(d)
-    }
-}
-
-/// A key's value written by its rule.
-pub(crate) struct Written<'a, R, T>(&'a R, &'a T);
-
-impl<'a, R: Form<T>, T> Written<'a, R, T> {
-    pub(crate) fn new(rule: &'a R, value: &'a T) -> Self {
-        Written(rule, value)
-    }
-
-    /// Writes the value as `key` of `out`, or leaves the key out.
-    pub(crate) fn write_as<S: SerializeStruct>(
-        &self,
-        key: &'static str,
-        out: &mut S,
-    ) -> Result<(), S::Error> {
-        if self.0.skip(self.1) {
-            out.skip_field(key)
-        } else {
-            out.serialize_field(key, self)
-        }
-    }
-}
-
-impl<R: Form<T>, T> Serialize for Written<'_, R, T> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.write(self.1, s)
-    }
 }
 
 /// Reads a table of settings: each key by its rule, unknown keys refused.
@@ -206,15 +139,6 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for TableOf<T> {
     }
 }
 
-impl<T: Table + for<'de> Deserialize<'de> + Serialize> Form<T> for Nested {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<T, D::Error> {
-        TableOf::<T>::new().deserialize(d)
-    }
-    fn write<S: Serializer>(&self, value: &T, s: S) -> Result<S::Ok, S::Error> {
-        value.serialize(s)
-    }
-}
-
 /// A decimal that also takes integers (`grace_s = 5`), with a plain message; its range
 /// is checked with the other settings.
 pub(crate) fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -237,187 +161,10 @@ pub(crate) fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     d.deserialize_f64(Number)
 }
 
-impl Form<f64> for Range<f64> {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<f64, D::Error> {
-        number(d)
-    }
-    fn write<S: Serializer>(&self, value: &f64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(*value)
-    }
-}
-
-/// An integer in `range`; a negative or too large value gets the range message rather
-/// than serde's `expected u32`.
-fn int_in<'de, D: Deserializer<'de>>(range: Range<u64>, d: D) -> Result<u64, D::Error> {
-    struct Int(Range<u64>);
-    impl Visitor<'_> for Int {
-        type Value = u64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "an integer between {} and {}", self.0.0, self.0.1)
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
-            match self.0.problem_of(v) {
-                None => Ok(v),
-                Some(reason) => Err(E::custom(reason)),
-            }
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-            match u64::try_from(v) {
-                Ok(v) => self.visit_u64(v),
-                Err(_) => Err(E::custom(super::rules::range_reason(self.0.0, self.0.1, v))),
-            }
-        }
-    }
-    d.deserialize_u64(Int(range))
-}
-
-impl Form<u64> for Range<u64> {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u64, D::Error> {
-        int_in(*self, d)
-    }
-    fn write<S: Serializer>(&self, value: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(*value)
-    }
-}
-
-impl Form<u32> for Range<u64> {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u32, D::Error> {
-        let v = int_in(*self, d)?;
-        u32::try_from(v)
-            .map_err(|_| de::Error::custom(super::rules::range_reason(self.0, self.1, v)))
-    }
-    fn write<S: Serializer>(&self, value: &u32, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u32(*value)
-    }
-}
-
-impl Form<u64> for ZeroOr {
-    /// 0 up to the range's top as the file is read; the gap below the range with the
-    /// other settings.
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<u64, D::Error> {
-        int_in(Range(0, self.1), d)
-    }
-    fn write<S: Serializer>(&self, value: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(*value)
-    }
-}
-
-impl<T: Serialize + for<'de> Deserialize<'de>> Form<T> for Plain {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<T, D::Error> {
-        T::deserialize(d)
-    }
-    fn write<S: Serializer>(&self, value: &T, s: S) -> Result<S::Ok, S::Error> {
-        value.serialize(s)
-    }
-}
-
-impl Form<Vec<String>> for Names {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<Vec<String>, D::Error> {
-        Plain.read(d)
-    }
-    fn write<S: Serializer>(&self, value: &Vec<String>, s: S) -> Result<S::Ok, S::Error> {
-        Plain.write(value, s)
-    }
-}
-
-impl Form<Vec<WindowSettings>> for Windows {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<Vec<WindowSettings>, D::Error> {
-        Plain.read(d)
-    }
-    fn write<S: Serializer>(&self, value: &Vec<WindowSettings>, s: S) -> Result<S::Ok, S::Error> {
-        Plain.write(value, s)
-    }
-    fn skip(&self, value: &Vec<WindowSettings>) -> bool {
-        value.is_empty()
-    }
-}
-
-/// A window as the file has it: every key required, its times and target checked as
-/// they are read (with their place in the file).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawWindow {
-    #[serde(deserialize_with = "time_of_day")]
-    start: TimeOfDay,
-    #[serde(deserialize_with = "time_of_day")]
-    end: TimeOfDay,
-    #[serde(deserialize_with = "window_target")]
-    target_percent: f64,
-}
-
-fn time_of_day<'de, D: Deserializer<'de>>(d: D) -> Result<TimeOfDay, D::Error> {
-    let s = String::deserialize(d)?;
-    TimeOfDay::parse(&s).map_err(de::Error::custom)
-}
-
-fn window_target<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let v = number(d)?;
-    match WINDOW_TARGET.problem_of(v) {
-        None => Ok(v),
-        Some(reason) => Err(de::Error::custom(reason)),
-    }
-}
-
-impl<'de> Deserialize<'de> for WindowSettings {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = RawWindow::deserialize(d)?;
-        let window = WindowSettings {
-            start: w.start,
-            end: w.end,
-            target_percent: w.target_percent,
-        };
-        if window.start == window.end {
-            return Err(de::Error::custom(Windows::empty(&window)));
-        }
-        Ok(window)
-    }
-}
-
-impl Serialize for WindowSettings {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut out = s.serialize_struct("WindowSettings", 3)?;
-        out.serialize_field("start", &self.start.to_string())?;
-        out.serialize_field("end", &self.end.to_string())?;
-        out.serialize_field("target_percent", &self.target_percent)?;
-        out.end()
-    }
-}
-
-impl Form<Vec<u32>> for Pids {
-    /// Each PID with the range message rather than serde's `expected u32`.
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<Vec<u32>, D::Error> {
-        struct Pid(u32);
-        impl<'de> Deserialize<'de> for Pid {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                Form::<u32>::read(&PID, d).map(Pid)
-            }
-        }
-        let pids = Vec::<Pid>::deserialize(d)?;
-        Ok(pids.into_iter().map(|pid| pid.0).collect())
-    }
-    fn write<S: Serializer>(&self, value: &Vec<u32>, s: S) -> Result<S::Ok, S::Error> {
-        value.serialize(s)
-    }
-}
-
-/// A choice by name, parsed with its `FromStr` (so the message is its own: `expected
-/// "pi" or "window", got "PI"`) and written with its `Display`. Any scalar is read, so
-/// a wrong type (`mps = true`) hears the names too.
-impl<T: FromStr<Err = String> + fmt::Display> Form<T> for Named {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<T, D::Error> {
-        let (text, quoted) = d.deserialize_any(Scalar)?;
-        text.parse().map_err(|reason: String| {
-            let reason = if quoted {
-                reason
-            } else {
-                reason.replace(&format!("got {text:?}"), &format!("got {text}"))
-            };
-            de::Error::custom(reason)
-        })
-    }
-    fn write<S: Serializer>(&self, value: &T, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(value)
-    }
+/// A scalar as text, and whether it was a string: a name, or what was written in its
+/// place (`mps = true`).
+pub(crate) fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<(String, bool), D::Error> {
+    d.deserialize_any(Scalar)
 }
 
 /// A scalar as text, and whether it was a string.
@@ -447,15 +194,15 @@ impl Visitor<'_> for Scalar {
 }
 
 /// `gpus`: `"all"`, one GPU (index or UUID), or a list of them.
-impl Form<GpuSelector> for Gpus {
-    fn read<'de, D: Deserializer<'de>>(&self, d: D) -> Result<GpuSelector, D::Error> {
-        d.deserialize_any(GpuVisitor { whole: true })
-    }
-    fn write<S: Serializer>(&self, value: &GpuSelector, s: S) -> Result<S::Ok, S::Error> {
-        match value {
-            GpuSelector::All => s.serialize_str("all"),
-            GpuSelector::List(ids) => s.collect_seq(ids.iter().map(Id)),
-        }
+pub(crate) fn gpus<'de, D: Deserializer<'de>>(d: D) -> Result<GpuSelector, D::Error> {
+    d.deserialize_any(GpuVisitor { whole: true })
+}
+
+/// `gpus` as the file has it.
+pub(crate) fn write_gpus<S: Serializer>(value: &GpuSelector, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        GpuSelector::All => s.serialize_str("all"),
+        GpuSelector::List(ids) => s.collect_seq(ids.iter().map(Id)),
     }
 }
 

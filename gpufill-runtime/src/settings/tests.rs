@@ -168,3 +168,112 @@ fn sm_shaping_uses_the_device_sm_count_and_the_kernel_power() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn the_keys_that_need_a_restart_are_those_whose_line_says_so() {
+    assert_eq!(
+        *RESTART_KEYS,
+        [
+            "gpus",
+            "metric",
+            "tick_ms",
+            "load.period_ms",
+            "load.max_kernel_us",
+            "load.beside_kernel_us",
+            "load.mps_kernel_us",
+            "load.kernel",
+            "probe.retry_initial_s",
+            "probe.retry_max_s",
+        ]
+    );
+    // Every one of them is kept by a live update, and no other key.
+    let old = Settings::default();
+    let mut new = Settings {
+        gpus: crate::GpuSelector::parse_flag("1").unwrap(),
+        metric: Metric::Sm,
+        tick_ms: 25,
+        ..Settings::default()
+    };
+    new.load.period_ms = 100;
+    new.load.max_kernel_us = 1000;
+    new.load.beside_kernel_us = 100;
+    new.load.mps_kernel_us = 100;
+    new.load.kernel = SpinKernel::Spin;
+    new.probe.retry_initial_s = 2.0;
+    new.probe.retry_max_s = 200.0;
+    new.yielding.grace_s = 1.0;
+    let (applied, kept) = old.live_update(new);
+    assert_eq!(kept, *RESTART_KEYS);
+    let mut expected = Settings::default();
+    expected.yielding.grace_s = 1.0;
+    assert_eq!(applied, expected);
+}
+
+#[test]
+fn every_key_is_listed_once_and_copied_by_its_name() {
+    let keys = Settings::every_key();
+    let names: Vec<&str> = keys.iter().map(|k| k.name).collect();
+    assert_eq!(names.len(), 26, "{names:?}");
+    assert_eq!(
+        &names[..5],
+        ["target_percent", "gpus", "controller", "metric", "tick_ms"]
+    );
+    assert!(names.contains(&"yield.grace_s") && names.contains(&"schedule.window"));
+    for (i, name) in names.iter().enumerate() {
+        assert!(!names[..i].contains(name), "{name} twice");
+    }
+    let mut other = Settings {
+        target_percent: 10.0,
+        ..Settings::default()
+    };
+    other.yielding.ignore_names = vec!["x".into()];
+    let mut s = Settings::default();
+    assert!(!s.copy_key(&other, "tick_ms"), "the same value: no change");
+    assert!(!s.copy_key(&other, "no_such_key"));
+    assert!(s.copy_key(&other, "yield.ignore_names"));
+    assert_eq!(s.yielding.ignore_names, ["x"]);
+    assert_eq!(s.target_percent, 50.0, "only the key named");
+}
+
+#[test]
+fn a_key_with_a_flag_says_where_its_value_lives() {
+    let mut s = Settings::default();
+    let flagged: Vec<(&str, Flag)> = Settings::every_key()
+        .into_iter()
+        .filter_map(|k| k.flag.map(|f| (k.name, f)))
+        .collect();
+    let longs: Vec<&str> = flagged.iter().map(|(_, f)| f.long).collect();
+    assert_eq!(
+        longs,
+        [
+            "--target",
+            "--gpus",
+            "--controller",
+            "--metric",
+            "--tick-ms",
+            "--width",
+            "--max-duty",
+            "--period-ms",
+            "--kernel",
+            "--grace"
+        ]
+    );
+    for (key, _) in &flagged {
+        assert!(s.flag_value(key).is_some(), "{key}");
+    }
+    assert!(s.flag_value("load.max_kernel_us").is_none(), "no flag");
+    match s.flag_value("load.kernel") {
+        Some(FlagValue::Name(choice)) => {
+            assert_eq!(choice.names(), ["spin", "sleep"]);
+            choice.choose("spin").unwrap();
+            assert!(choice.choose("x").is_err());
+        }
+        _ => panic!("a name"),
+    }
+    assert_eq!(s.load.kernel, SpinKernel::Spin);
+    match s.flag_value("load.width_blocks") {
+        Some(FlagValue::U32(v)) => *v = 7,
+        _ => panic!("an integer"),
+    }
+    assert_eq!(s.load.width_blocks, 7);
+}

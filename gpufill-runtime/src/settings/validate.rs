@@ -2,7 +2,7 @@
 //! each refused with the key to change and why ([`SettingsError`]).
 
 use super::defaults::Settings;
-use super::rules::{Checked, range_reason};
+use super::rules::range_reason;
 
 /// Why settings were refused: the config key (`load.period_ms`) and the reason.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
