@@ -15,12 +15,13 @@
 //!   [`ServerSettings::request_deadline`] (2 s) in total, however it trickles in (the read
 //!   timeout shrinks to what is left of the deadline before each read), else `408`; the
 //!   response gets the same budget for writing;
-//! - **strict parsing** (`server/http.rs`): `400` for a malformed head, as soon as the
-//!   bytes so far cannot begin a good one (a TLS hello or garbage is answered at its
-//!   first byte, not after the deadline; bare LF line ends are
-//!   accepted, see there), `431` for a head over [`ServerSettings::max_head_bytes`]
-//!   (8 KiB), `405` for methods other than GET and HEAD, `404` for other paths, `505` for
-//!   HTTP versions other than 1.x; one request per connection (`Connection: close`), and
+//! - **strict parsing** (one parser, [`http::HeadParser`], fed each read as it comes):
+//!   `400` for a malformed head, as soon as the bytes so far cannot begin a good one (a
+//!   TLS hello or garbage is answered at its first byte, not after the deadline; bare LF
+//!   line ends are accepted, see there), `431` for a head that has not ended within
+//!   [`ServerSettings::max_head_bytes`] (8 KiB; only those are judged), `405` for
+//!   methods other than GET and HEAD, `404` for other paths, `505` for HTTP versions
+//!   other than 1.x; one request per connection (`Connection: close`), and
 //!   unread input is drained briefly after the response so the client reads the answer
 //!   rather than a reset.
 //!
@@ -28,7 +29,7 @@
 //! metrics text and the workers' [`Health`]). [`start`] serves a runtime [`Registry`]
 //! through [`RegistryExposition`].
 
-mod http;
+pub mod http;
 mod slots;
 
 use std::io::{self, Read, Write};
@@ -41,7 +42,7 @@ use tracing::{debug, warn};
 
 use super::render::CONTENT_TYPE;
 use super::{GpuSnapshot, Process, Registry};
-use http::{HeadChecker, HeadScanner, Refusal};
+use http::{Feed, HeadParser, Refusal, Request};
 use slots::{Phase, Slot, Slots};
 
 /// What the endpoint serves.
@@ -259,49 +260,6 @@ struct Shared {
 /// A connection handler's stack: it parses a head of at most 8 KiB and renders text.
 const HANDLER_STACK: usize = 256 * 1024;
 
-/// The fuzz target `http_head`'s body (fuzz/), also run over a fixed corpus on stable
-/// (`tests/fuzz_corpus.rs`): feeds `data` to the head scanner, the checker and the
-/// parser as a client could send it, whole and a byte at a time, and panics where they
-/// disagree:
-/// - the head ends at the same byte however the data arrives;
-/// - the checker never refuses a prefix of a head the parser accepts, and refuses a
-///   head of another HTTP version only as such;
-/// - what the checker refuses a byte at a time it refuses whole.
-///
-/// Not part of the API.
-#[doc(hidden)]
-pub fn check_head_parsers(data: &[u8]) {
-    let data = &data[..data.len().min(16 * 1024)];
-    let end = HeadScanner::default().end(data);
-    let mut scanner = HeadScanner::default();
-    let bytewise_end = (1..=data.len()).find_map(|n| scanner.end(&data[..n]));
-    assert_eq!(
-        end, bytewise_end,
-        "the head's end depends on how it arrives"
-    );
-    let head = &data[..end.unwrap_or(data.len())];
-    let mut checker = HeadChecker::default();
-    let refused = (1..=head.len()).find_map(|n| checker.check(&head[..n]).err());
-    let whole = HeadChecker::default().check(head).err();
-    assert_eq!(
-        refused.is_some(),
-        whole.is_some(),
-        "a byte at a time {refused:?}, whole {whole:?}"
-    );
-    if end.is_some() {
-        match http::parse(head) {
-            Ok(_) => assert_eq!(refused, None, "refused a head the parser accepts"),
-            Err(Refusal::Version) => {
-                assert!(
-                    matches!(refused, None | Some(Refusal::Version)),
-                    "{refused:?}"
-                );
-            }
-            Err(Refusal::BadRequest(_)) => {}
-        }
-    }
-}
-
 /// The pause after a failed accept (out of file descriptors), so the acceptor does not
 /// spin while the condition lasts.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
@@ -403,8 +361,8 @@ fn reason(status: u16) -> &'static str {
 
 /// What reading a request head gave.
 enum Head {
-    /// The head, complete.
-    Complete(Vec<u8>),
+    /// The head, complete and acceptable.
+    Complete(Request),
     /// Longer than the limit.
     TooLarge,
     /// The deadline passed first.
@@ -444,7 +402,7 @@ fn handle(mut stream: TcpStream, shared: &Shared, slot: &Slot) -> io::Result<()>
                 &[],
             ),
             Head::Refused(why) => (refusal(why), false, &[]),
-            Head::Complete(head) => route(&head, shared.exposition.as_ref()),
+            Head::Complete(request) => route(&request, shared.exposition.as_ref()),
         }
     };
     slot.enter(Phase::Answer);
@@ -463,18 +421,17 @@ fn refusal(why: Refusal) -> Response {
     }
 }
 
-/// The response to a complete head, whether it is a HEAD request, and extra header lines.
-fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static [&'static str]) {
-    let request = match http::parse(head) {
-        Ok(request) => request,
-        Err(why) => return (refusal(why), false, &[]),
-    };
+/// The response to a request, whether it is a HEAD request, and extra header lines.
+fn route(
+    request: &Request,
+    exposition: &dyn Exposition,
+) -> (Response, bool, &'static [&'static str]) {
     let head_only = request.method == "HEAD";
-    if !matches!(request.method, "GET" | "HEAD") {
+    if !matches!(request.method.as_str(), "GET" | "HEAD") {
         let response = Response::text(405, "only GET and HEAD\n".into());
         return (response, false, &["Allow: GET, HEAD"]);
     }
-    let response = match request.path {
+    let response = match request.path.as_str() {
         "/metrics" => Response {
             status: 200,
             content_type: CONTENT_TYPE,
@@ -501,11 +458,11 @@ fn route(head: &[u8], exposition: &dyn Exposition) -> (Response, bool, &'static 
 
 /// Reads until the head is complete, with the read timeout shrunk before each read to
 /// what is left of `deadline`; stops at once when the bytes so far cannot begin a head
-/// that would be accepted.
+/// that would be accepted. Only the first `max` bytes are judged: a head that has not
+/// ended by then is too large, whatever follows.
 fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Result<Head> {
-    let mut head = Vec::with_capacity(1024);
-    let mut scanner = HeadScanner::default();
-    let mut checker = HeadChecker::default();
+    let mut parser = HeadParser::default();
+    let mut received = 0;
     let mut buf = [0u8; 1024];
     loop {
         let Some(left) = left_until(deadline) else {
@@ -513,26 +470,21 @@ fn read_head(stream: &mut TcpStream, deadline: Instant, max: usize) -> io::Resul
         };
         stream.set_read_timeout(Some(left))?;
         let n = match stream.read(&mut buf) {
-            Ok(0) if head.is_empty() => return Ok(Head::Closed),
+            Ok(0) if received == 0 => return Ok(Head::Closed),
             Ok(0) => return Ok(Head::Incomplete),
             Ok(n) => n,
             Err(e) if is_timeout(&e) => return Ok(Head::TimedOut),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        head.extend_from_slice(&buf[..n]);
-        match scanner.end(&head) {
-            Some(end) if end <= max => {
-                head.truncate(end);
-                return Ok(Head::Complete(head));
-            }
-            Some(_) => return Ok(Head::TooLarge),
-            None if head.len() > max => return Ok(Head::TooLarge),
-            None => {
-                if let Err(why) = checker.check(&head) {
-                    return Ok(Head::Refused(why));
-                }
-            }
+        // Under `max` until now, or it would have returned.
+        let judged = n.min(max - received);
+        received += n;
+        match parser.feed(&buf[..judged]) {
+            Feed::Done(request) => return Ok(Head::Complete(request)),
+            Feed::Refused(why) => return Ok(Head::Refused(why)),
+            Feed::NeedMore if received > max => return Ok(Head::TooLarge),
+            Feed::NeedMore => {}
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The little of HTTP/1.x the endpoint needs, as pure functions over bytes: where a
-//! request head ends, and what it asks for (RFC 9112).
+//! The little of HTTP/1.x the endpoint needs: one parser of a request head, fed the
+//! bytes as they arrive (RFC 9112). It keeps no buffer and does no I/O, so the server,
+//! the fuzz target (`fuzz/fuzz_targets/http_head.rs`) and the tests drive the same code.
 //!
 //! Lenient where RFC 9112 allows it, strict elsewhere:
 //! - a bare LF ends a line as CRLF does (section 2.2: a recipient MAY recognise a single
@@ -12,218 +13,202 @@
 //!   fields is a 400: a bare CR inside a line, whitespace before a field's colon
 //!   (section 5.1), obsolete line folding (section 5.2), control bytes, a TLS hello.
 //!
-//! A head is judged as it arrives ([`HeadChecker`]): as soon as the bytes so far cannot
-//! begin a head that [`parse`] accepts (a TLS hello's first byte, garbage, a control
-//! byte in a field), it is refused, without waiting for a blank line that never comes.
+//! A head is refused at its first impossible byte: as soon as the bytes so far cannot
+//! begin an acceptable head (a TLS hello's first byte, garbage, a control byte in a
+//! field), without waiting for a blank line that never comes. Two verdicts wait for the
+//! end of a line: a CR is judged by the byte after it (it may begin a CRLF), and another
+//! HTTP version (505, not 400) by the end of the request line.
 
-/// Finds the end of a request head as bytes arrive: the empty line after a non-empty one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct HeadScanner {
-    /// Where the line being scanned starts.
-    line_start: usize,
-    /// How far the buffer has been scanned.
-    scanned: usize,
-    /// Whether a non-empty line (the request line) has been seen.
-    seen_line: bool,
-}
-
-impl HeadScanner {
-    /// Scans what `buf` holds beyond the previous call (the same growing buffer each
-    /// time); returns the length of the head, its final empty line included, once the
-    /// buffer holds all of it.
-    pub(super) fn end(&mut self, buf: &[u8]) -> Option<usize> {
-        while self.scanned < buf.len() {
-            let i = self.scanned;
-            self.scanned += 1;
-            if buf[i] != b'\n' {
-                continue;
-            }
-            let line = &buf[self.line_start..i];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            self.line_start = i + 1;
-            if !line.is_empty() {
-                self.seen_line = true;
-            } else if self.seen_line {
-                return Some(i + 1);
-            }
-        }
-        None
-    }
-}
-
-/// Judges a request head while it arrives: [`HeadChecker::check`] refuses the bytes so
-/// far as soon as no head that [`parse`] accepts can begin with them. Complete lines
-/// are checked once each, the line still arriving at every call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct HeadChecker {
-    /// How far complete lines have been checked.
-    checked: usize,
-    /// Whether the request line has been seen (and passed).
-    request_line: bool,
-    /// Whether the head's final empty line has been seen: nothing after it is looked at.
-    done: bool,
-}
-
-impl HeadChecker {
-    /// Checks what `buf` holds (the same growing buffer each time).
-    ///
-    /// # Errors
-    /// [`Refusal`]: the bytes so far cannot begin an acceptable head; [`parse`] would
-    /// refuse any head that begins with them.
-    pub(super) fn check(&mut self, buf: &[u8]) -> Result<(), Refusal> {
-        while !self.done {
-            let rest = buf.get(self.checked..).unwrap_or_default();
-            let Some(nl) = rest.iter().position(|&b| b == b'\n') else {
-                return if self.request_line {
-                    field_prefix(rest)
-                } else {
-                    request_line_prefix(rest)
-                };
-            };
-            let line = &rest[..nl];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            self.checked += nl + 1;
-            match (line.is_empty(), self.request_line) {
-                (true, true) => self.done = true,
-                (true, false) => {}
-                (false, true) => check_field(line)?,
-                (false, false) => {
-                    request_line_parts(line)?;
-                    self.request_line = true;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A request line still arriving: the parts so far could still make one that
-/// [`request_line_parts`] accepts.
-fn request_line_prefix(partial: &[u8]) -> Result<(), Refusal> {
-    let bad = Refusal::BadRequest;
-    // A CR may be the first half of the CRLF that ends the line.
-    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
-    let mut parts = partial.split(|&b| b == b' ');
-    let method = parts.next().unwrap_or_default();
-    let (target, version) = (parts.next(), parts.next());
-    if parts.next().is_some() {
-        return Err(bad("expected METHOD TARGET HTTP/1.1"));
-    }
-    if !method.iter().copied().all(is_tchar) || (target.is_some() && method.is_empty()) {
-        return Err(bad("malformed method"));
-    }
-    let target_ok = match (target, version) {
-        (None, _) => true,
-        // Complete: followed by a space.
-        (Some(t), Some(_)) => std::str::from_utf8(t).ok().and_then(target_path).is_some(),
-        (Some(t), None) => target_prefix(t),
-    };
-    if !target_ok {
-        return Err(bad("malformed request target"));
-    }
-    if version.is_some_and(|v| !version_prefix(v)) {
-        return Err(bad("malformed HTTP version"));
-    }
-    Ok(())
-}
-
-/// Whether a target still arriving could become one that [`target_path`] accepts.
-fn target_prefix(t: &[u8]) -> bool {
-    if !t.iter().all(u8::is_ascii_graphic) {
-        return false;
-    }
-    if t.is_empty() || t[0] == b'/' {
-        return true;
-    }
-    let lower = t.to_ascii_lowercase();
-    [&b"http://"[..], b"https://"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme) || scheme.starts_with(&lower))
-}
-
-/// Whether a version still arriving could become `HTTP/d.d`.
-fn version_prefix(v: &[u8]) -> bool {
-    v.len() <= 8
-        && v.iter().enumerate().all(|(i, &b)| match i {
-            0..=4 => b == b"HTTP/"[i],
-            5 | 7 => b.is_ascii_digit(),
-            _ => b == b'.',
-        })
-}
-
-/// A header field line still arriving: what [`check_field`] would accept so far.
-fn field_prefix(partial: &[u8]) -> Result<(), Refusal> {
-    let bad = Refusal::BadRequest;
-    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
-    if matches!(partial.first(), Some(b' ' | b'\t')) {
-        return Err(bad("obsolete line folding"));
-    }
-    match partial.iter().position(|&b| b == b':') {
-        None if partial.iter().copied().all(is_tchar) => Ok(()),
-        None => Err(bad("malformed header field name")),
-        Some(_) => check_field(partial),
-    }
+/// What [`HeadParser::feed`] says of the bytes so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Feed {
+    /// They begin an acceptable head, not yet complete.
+    NeedMore,
+    /// The head is complete (up to its empty line) and acceptable; bytes after it are
+    /// not looked at.
+    Done(Request),
+    /// No head that begins with them is acceptable.
+    Refused(Refusal),
 }
 
 /// What a well-formed request asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Request<'a> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
     /// The method, e.g. `GET`.
-    pub method: &'a str,
+    pub method: String,
     /// The path of the target, without its query.
-    pub path: &'a str,
+    pub path: String,
 }
 
 /// Why a request head is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub enum Refusal {
     /// Malformed (400), with a short reason for the body.
     BadRequest(&'static str),
     /// An HTTP version other than 1.x (505).
     Version,
 }
 
-/// Parses a complete request head (as delimited by [`HeadScanner`]).
+/// A request head's parser, fed its bytes as they arrive, in pieces of any size.
 ///
-/// # Errors
-/// [`Refusal`] for a malformed head or an HTTP major version other than 1.
-pub(super) fn parse(head: &[u8]) -> Result<Request<'_>, Refusal> {
-    let mut lines = head
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .skip_while(|l| l.is_empty());
-    let request_line = lines.next().unwrap_or_default();
-    let request = request_line_parts(request_line)?;
-    for field in lines.take_while(|l| !l.is_empty()) {
-        check_field(field)?;
-    }
-    Ok(request)
+/// Each call of [`HeadParser::feed`] takes the bytes that follow those of the calls
+/// before, and answers for all of them so far: the answer does not depend on how the
+/// bytes are split. Once it is [`Feed::Done`] or [`Feed::Refused`], later bytes are not
+/// looked at and every call gives that answer again.
+#[derive(Clone, Debug, Default)]
+pub struct HeadParser {
+    /// The part of the head the next byte belongs to.
+    at: At,
+    /// Whether the last byte was a CR, judged by the byte after it.
+    cr: bool,
+    method: String,
+    target: String,
+    version: String,
+    verdict: Option<Feed>,
 }
 
-fn request_line_parts(line: &[u8]) -> Result<Request<'_>, Refusal> {
-    let bad = Refusal::BadRequest;
-    let line = std::str::from_utf8(line).map_err(|_| bad("request line is not ASCII"))?;
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad("expected METHOD TARGET HTTP/1.1"));
-    };
-    if method.is_empty() || !method.bytes().all(is_tchar) {
-        return Err(bad("malformed method"));
-    }
-    let path = target_path(target).ok_or(bad("malformed request target"))?;
-    match version.as_bytes() {
-        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
-            if major.is_ascii_digit() && minor.is_ascii_digit() =>
-        {
-            if *major != b'1' {
-                return Err(Refusal::Version);
+/// The part of a head the next byte belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum At {
+    /// The method, or an empty line before the request line.
+    #[default]
+    Method,
+    Target,
+    Version,
+    /// The start of a field line, or the empty line that ends the head.
+    LineStart,
+    /// A field's name.
+    Name,
+    /// A field's value.
+    Value,
+}
+
+const PARTS: &str = "expected METHOD TARGET HTTP/1.1";
+const METHOD: &str = "malformed method";
+const TARGET: &str = "malformed request target";
+const VERSION: &str = "malformed HTTP version";
+const NAME: &str = "malformed header field name";
+const FOLDED: &str = "obsolete line folding";
+const NO_COLON: &str = "header field without a colon";
+const CONTROL: &str = "control character in a header field";
+
+impl HeadParser {
+    /// Takes the bytes that follow those fed before, and says what all of them so far
+    /// make.
+    pub fn feed(&mut self, bytes: &[u8]) -> Feed {
+        for &b in bytes {
+            if self.verdict.is_some() {
+                break;
+            }
+            match self.byte(b) {
+                Ok(false) => {}
+                Ok(true) => self.verdict = Some(Feed::Done(self.request())),
+                Err(why) => self.verdict = Some(Feed::Refused(why)),
             }
         }
-        _ => return Err(bad("malformed HTTP version")),
+        self.verdict.clone().unwrap_or(Feed::NeedMore)
     }
-    Ok(Request { method, path })
+
+    /// Takes one byte; `Ok(true)` once it ends the head.
+    fn byte(&mut self, b: u8) -> Result<bool, Refusal> {
+        if std::mem::take(&mut self.cr) {
+            return match b {
+                b'\n' => self.line_end(),
+                _ => Err(self.stray_cr(b)),
+            };
+        }
+        match b {
+            b'\r' => self.cr = true,
+            b'\n' => return self.line_end(),
+            _ => self.content(b)?,
+        }
+        Ok(false)
+    }
+
+    /// A byte inside a line.
+    fn content(&mut self, b: u8) -> Result<(), Refusal> {
+        let bad = Refusal::BadRequest;
+        match self.at {
+            At::Method if b == b' ' && !self.method.is_empty() => self.at = At::Target,
+            At::Method if is_tchar(b) => self.method.push(char::from(b)),
+            At::Target if b == b' ' => {
+                target_path(&self.target).ok_or(bad(TARGET))?;
+                self.at = At::Version;
+            }
+            At::Target if b.is_ascii_graphic() => {
+                self.target.push(char::from(b));
+                if !target_may_begin(self.target.as_bytes()) {
+                    return Err(bad(TARGET));
+                }
+            }
+            At::Version if b == b' ' => return Err(bad(PARTS)),
+            At::Version if version_may_go_on(self.version.len(), b) => {
+                self.version.push(char::from(b));
+            }
+            At::LineStart if matches!(b, b' ' | b'\t') => {
+                return Err(bad(FOLDED));
+            }
+            At::LineStart if is_tchar(b) => self.at = At::Name,
+            At::Name if b == b':' => self.at = At::Value,
+            At::Name if is_tchar(b) => {}
+            At::Value if b == b'\t' || (b >= 0x20 && b != 0x7f) => {}
+            _ => return Err(self.misplaced()),
+        }
+        Ok(())
+    }
+
+    /// Why a byte that its part of the head cannot hold is refused.
+    fn misplaced(&self) -> Refusal {
+        Refusal::BadRequest(match self.at {
+            At::Method => METHOD,
+            At::Target => TARGET,
+            At::Version => VERSION,
+            At::LineStart | At::Name => NAME,
+            At::Value => CONTROL,
+        })
+    }
+
+    /// A CR followed by `next`, not by LF: a byte no part of a line can hold, unless a
+    /// space after it splits the request line into too many parts first.
+    fn stray_cr(&self, next: u8) -> Refusal {
+        if self.at == At::Version && next == b' ' {
+            return Refusal::BadRequest(PARTS);
+        }
+        self.misplaced()
+    }
+
+    /// The end of a line (LF or CRLF); `Ok(true)` when it was the empty line that ends
+    /// the head.
+    fn line_end(&mut self) -> Result<bool, Refusal> {
+        let bad = Refusal::BadRequest;
+        match self.at {
+            // An empty line before the request line.
+            At::Method if self.method.is_empty() => {}
+            At::Method | At::Target => return Err(bad(PARTS)),
+            At::Version => {
+                let v = self.version.as_bytes();
+                if v.len() != 8 {
+                    return Err(bad(VERSION));
+                }
+                if v[5] != b'1' {
+                    return Err(Refusal::Version);
+                }
+                self.at = At::LineStart;
+            }
+            At::LineStart => return Ok(true),
+            At::Name => return Err(bad(NO_COLON)),
+            At::Value => self.at = At::LineStart,
+        }
+        Ok(false)
+    }
+
+    /// The request of a complete head.
+    fn request(&self) -> Request {
+        Request {
+            method: self.method.clone(),
+            path: target_path(&self.target).unwrap_or_default().to_owned(),
+        }
+    }
 }
 
 /// The path of an origin-form (`/metrics?x`) or absolute-form
@@ -244,25 +229,24 @@ fn target_path(target: &str) -> Option<&str> {
     Some(origin.split(['?', '#']).next().unwrap_or(origin))
 }
 
-/// A header field line: `token ":" value`, no whitespace before the colon, no folding,
-/// no control bytes but HTAB in the value.
-fn check_field(line: &[u8]) -> Result<(), Refusal> {
-    let bad = Refusal::BadRequest;
-    if matches!(line.first(), Some(b' ' | b'\t')) {
-        return Err(bad("obsolete line folding"));
+/// Whether a target of graphic bytes that begins with `so_far` could still become one
+/// that [`target_path`] accepts: a path, or `http://` or `https://` in any case.
+fn target_may_begin(so_far: &[u8]) -> bool {
+    so_far.first() == Some(&b'/')
+        || [&b"http://"[..], b"https://"].iter().any(|scheme| {
+            let n = so_far.len().min(scheme.len());
+            so_far[..n].eq_ignore_ascii_case(&scheme[..n])
+        })
+}
+
+/// Whether `b` may follow the `len` bytes of a version so far, in `HTTP/d.d`.
+fn version_may_go_on(len: usize, b: u8) -> bool {
+    match len {
+        0..=4 => b == b"HTTP/"[len],
+        5 | 7 => b.is_ascii_digit(),
+        6 => b == b'.',
+        _ => false,
     }
-    let colon = line
-        .iter()
-        .position(|&b| b == b':')
-        .ok_or(bad("header field without a colon"))?;
-    let (name, value) = (&line[..colon], &line[colon + 1..]);
-    if name.is_empty() || !name.iter().copied().all(is_tchar) {
-        return Err(bad("malformed header field name"));
-    }
-    if value.iter().any(|&b| b != b'\t' && (b < 0x20 || b == 0x7f)) {
-        return Err(bad("control character in a header field"));
-    }
-    Ok(())
 }
 
 /// A `tchar` of RFC 9110, section 5.6.2 (what tokens such as methods and field names
@@ -275,40 +259,60 @@ fn is_tchar(b: u8) -> bool {
 mod tests {
     use super::*;
 
-    fn end_fed(bytes: &[u8], chunk: usize) -> Option<usize> {
-        let mut scanner = HeadScanner::default();
-        let mut buf = Vec::new();
+    /// The answer to `bytes` fed `chunk` bytes at a time, and how many bytes had been
+    /// fed when it came (all of them for [`Feed::NeedMore`]).
+    fn fed(bytes: &[u8], chunk: usize) -> (Feed, usize) {
+        let mut parser = HeadParser::default();
+        let mut seen = 0;
         for piece in bytes.chunks(chunk) {
-            buf.extend_from_slice(piece);
-            if let Some(end) = scanner.end(&buf) {
-                return Some(end);
+            seen += piece.len();
+            let answer = parser.feed(piece);
+            if answer != Feed::NeedMore {
+                return (answer, seen);
             }
         }
-        None
+        (Feed::NeedMore, seen)
+    }
+
+    fn whole(bytes: &[u8]) -> Feed {
+        HeadParser::default().feed(bytes)
+    }
+
+    fn request(method: &str, path: &str) -> Feed {
+        Feed::Done(Request {
+            method: method.into(),
+            path: path.into(),
+        })
     }
 
     #[test]
     fn the_head_ends_at_the_first_empty_line_after_the_request_line_however_it_arrives() {
         let crlf = b"GET / HTTP/1.1\r\nHost: x\r\n\r\nbody";
         let lf = b"\nGET / HTTP/1.1\nHost: x\n\nbody";
-        for chunk in [1, 2, 5, 100] {
-            assert_eq!(end_fed(crlf, chunk), Some(crlf.len() - 4));
-            assert_eq!(end_fed(lf, chunk), Some(lf.len() - 4));
+        for head in [&crlf[..], lf] {
+            assert_eq!(fed(head, 1), (request("GET", "/"), head.len() - 4));
+            for chunk in [2, 5, 100] {
+                assert_eq!(fed(head, chunk).0, request("GET", "/"));
+            }
         }
-        assert_eq!(end_fed(b"\r\n\r\n\r\n", 1), None, "only empty lines");
-        assert_eq!(end_fed(b"GET / HTTP/1.1\r\nHost: x\r\n", 3), None);
+        assert_eq!(whole(b"\r\n\r\n\r\n"), Feed::NeedMore, "only empty lines");
+        assert_eq!(whole(b""), Feed::NeedMore);
+        assert_eq!(fed(b"GET / HTTP/1.1\r\nHost: x\r\n", 3).0, Feed::NeedMore);
     }
 
     #[test]
     fn well_formed_requests_give_their_method_and_path() {
-        fn ok(head: &[u8]) -> Request<'_> {
-            parse(head).unwrap()
+        fn ok(head: &[u8]) -> Request {
+            match whole(head) {
+                Feed::Done(request) => request,
+                other => panic!("{other:?}"),
+            }
         }
         assert_eq!(
             ok(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
             Request {
-                method: "GET",
-                path: "/metrics"
+                method: "GET".into(),
+                path: "/metrics".into()
             }
         );
         assert_eq!(ok(b"HEAD /healthz?verbose=1 HTTP/1.0\n\n").path, "/healthz");
@@ -317,6 +321,7 @@ mod tests {
             "/metrics"
         );
         assert_eq!(ok(b"GET http://h:9401 HTTP/1.1\r\n\r\n").path, "/");
+        assert_eq!(ok(b"GET /x#frag HTTP/1.9\r\n\r\n").path, "/x");
         assert_eq!(ok(b"PATCH / HTTP/1.1\r\nX-Empty:\r\n\r\n").method, "PATCH");
         let obs_text = b"GET / HTTP/1.1\r\nUser-Agent: caf\xc3\xa9\tx\r\n\r\n";
         assert_eq!(ok(obs_text).path, "/");
@@ -324,16 +329,20 @@ mod tests {
 
     #[test]
     fn other_versions_are_refused_as_such() {
-        assert_eq!(parse(b"GET / HTTP/2.0\r\n\r\n"), Err(Refusal::Version));
-        assert_eq!(parse(b"GET / HTTP/0.9\r\n\r\n"), Err(Refusal::Version));
+        assert_eq!(
+            whole(b"GET / HTTP/2.0\r\n\r\n"),
+            Feed::Refused(Refusal::Version)
+        );
+        assert_eq!(
+            whole(b"GET / HTTP/0.9\r\n\r\n"),
+            Feed::Refused(Refusal::Version)
+        );
     }
 
     #[test]
     fn malformed_heads_are_bad_requests() {
         for head in [
-            &b""[..],
-            b"\r\n\r\n",
-            b"GET / HTTP/1.1 \r\n\r\n",
+            &b"GET / HTTP/1.1 \r\n\r\n"[..],
             b"GET\t/ HTTP/1.1\r\n\r\n",
             b"G(T / HTTP/1.1\r\n\r\n",
             b"GET * HTTP/1.1\r\n\r\n",
@@ -348,80 +357,133 @@ mod tests {
             b"GET / HTTP/1.1\r\n\tfolded\r\n\r\n",
         ] {
             assert!(
-                matches!(parse(head), Err(Refusal::BadRequest(_))),
+                matches!(whole(head), Feed::Refused(Refusal::BadRequest(_))),
                 "{:?}",
                 String::from_utf8_lossy(head)
             );
         }
     }
 
-    /// The first prefix of `head` that the checker refuses, fed `chunk` bytes at a time.
+    /// How many bytes of `head`, fed `chunk` at a time, had been fed when it was
+    /// refused.
     fn refused_at(head: &[u8], chunk: usize) -> Option<usize> {
-        refusal(head, chunk).map(|(at, _)| at)
+        match fed(head, chunk) {
+            (Feed::Refused(_), at) => Some(at),
+            _ => None,
+        }
     }
 
-    fn refusal(head: &[u8], chunk: usize) -> Option<(usize, Refusal)> {
-        let mut checker = HeadChecker::default();
-        let mut buf = Vec::new();
-        for piece in head.chunks(chunk) {
-            buf.extend_from_slice(piece);
-            if let Err(why) = checker.check(&buf) {
-                return Some((buf.len(), why));
-            }
-        }
-        None
-    }
+    /// The start of a TLS ClientHello, as `curl https://` sends it.
+    const TLS_HELLO: [u8; 11] = *b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
 
     #[test]
     fn garbage_is_refused_at_its_first_impossible_byte() {
-        for (head, at) in [
-            (&b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"[..], 1),
-            (b"hello world", 7),
-            (b"GET metrics", 5),
-            (b"GET /metrics HTTP/1.1 ", 22),
-            (b"GET /metrics HTTQ", 17),
-            (b"GET /metrics HTTP/1.1\r\nHost\x00", 28),
-            (b"GET /metrics HTTP/1.1\r\nHost : x", 28),
-            (b"GET /metrics HTTP/1.1\r\n folded", 24),
-            (b"GET /metrics HTTP/1.1\r\nX: a\rb", 29),
-            (b"GET ftp://x/ HTTP/1.1", 5),
+        for (head, at, why) in [
+            (&TLS_HELLO[..], 1, METHOD),
+            (b"hello world", 7, TARGET),
+            (b"GET metrics", 5, TARGET),
+            (b"GET /metrics HTTP/1.1 ", 22, PARTS),
+            (b"GET /metrics HTTQ", 17, VERSION),
+            (b"GET /metrics HTTP/1.1\r\nHost\x00", 28, NAME),
+            (b"GET /metrics HTTP/1.1\r\nHost : x", 28, NAME),
+            (b"GET /metrics HTTP/1.1\r\n folded", 24, FOLDED),
+            (b"GET /metrics HTTP/1.1\r\nX: a\rb", 29, CONTROL),
+            (b"GET ftp://x/ HTTP/1.1", 5, TARGET),
+            (b"GET / HTTP/1.1\r ", 16, PARTS),
+            (b"GET / HTTP/1.1\r\nHost\r\n", 22, NO_COLON),
         ] {
+            let shown = String::from_utf8_lossy(head);
+            assert_eq!(refused_at(head, 1), Some(at), "{shown:?}");
             assert_eq!(
-                refused_at(head, 1),
-                Some(at),
-                "{:?}",
-                String::from_utf8_lossy(head)
+                whole(head),
+                Feed::Refused(Refusal::BadRequest(why)),
+                "{shown:?}"
             );
-            assert!(refused_at(head, 100).is_some());
         }
     }
 
     #[test]
-    fn every_prefix_of_an_acceptable_head_passes_the_checker() {
+    fn no_prefix_of_an_acceptable_head_is_refused() {
         for head in [
             &b"GET /metrics HTTP/1.1\r\nHost: x\r\nUser-Agent: caf\xc3\xa9\tx\r\n\r\n"[..],
             b"\r\n\nHEAD /healthz?v=1 HTTP/1.0\n\n",
             b"GET HTTPS://h:9401/metrics HTTP/1.1\r\nX-Empty:\r\n\r\n",
             b"GET http://h HTTP/1.1\r\n\r\n",
         ] {
-            assert!(parse(head).is_ok());
-            assert_eq!(
-                refused_at(head, 1),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(head)
-            );
+            let shown = String::from_utf8_lossy(head);
+            assert_eq!(refused_at(head, 1), None, "{shown:?}");
+            assert!(matches!(whole(head), Feed::Done(_)), "{shown:?}");
         }
         // Another version is refused as such once its request line is complete.
         let http2 = b"GET / HTTP/2.0\r\nHost: x\r\n\r\n";
-        assert_eq!(parse(http2), Err(Refusal::Version));
-        assert_eq!(refusal(http2, 1), Some((16, Refusal::Version)));
+        assert_eq!(fed(http2, 1), (Feed::Refused(Refusal::Version), 16));
     }
 
     #[test]
     fn what_follows_the_head_is_not_judged() {
-        let mut checker = HeadChecker::default();
-        assert!(checker.check(b"GET / HTTP/1.1\r\n\r\n\x16\x03").is_ok());
+        let mut parser = HeadParser::default();
+        let done = parser.feed(b"GET / HTTP/1.1\r\n\r\n\x16\x03");
+        assert_eq!(done, request("GET", "/"));
+        assert_eq!(parser.feed(b"\x00garbage"), done, "nor what comes later");
+    }
+
+    /// Bytes that would end `parser`'s head as an acceptable one, or as one of another
+    /// HTTP version: what shows that the bytes fed so far could begin one.
+    fn completion(parser: &HeadParser) -> Vec<u8> {
+        let rest = match parser.at {
+            At::Method if parser.method.is_empty() => "GET / HTTP/1.1\r\n\r\n".to_owned(),
+            At::Method => " / HTTP/1.1\r\n\r\n".to_owned(),
+            At::Target => {
+                let t = parser.target.as_bytes();
+                let scheme = ["http://", "https://"]
+                    .into_iter()
+                    .find(|s| t.len() < s.len() && t.eq_ignore_ascii_case(&s.as_bytes()[..t.len()]))
+                    .map_or("", |s| &s[t.len()..]);
+                format!("{scheme} HTTP/1.1\r\n\r\n")
+            }
+            At::Version => format!("{}\r\n\r\n", &"HTTP/1.1"[parser.version.len()..]),
+            At::LineStart => "\r\n".to_owned(),
+            At::Name => ": x\r\n\r\n".to_owned(),
+            At::Value => "\r\n\r\n".to_owned(),
+        };
+        rest.into_bytes()
+    }
+
+    /// Fed a byte at a time, `bytes` are refused at the first byte that no acceptable
+    /// head (nor one of another version) can hold: each prefix not refused, but for one
+    /// ending in a CR (judged by the byte after it), can still be completed.
+    fn refused_no_later_than_it_must(bytes: &[u8]) {
+        let mut parser = HeadParser::default();
+        for (n, &b) in bytes.iter().enumerate() {
+            if parser.feed(&[b]) != Feed::NeedMore {
+                return;
+            }
+            if parser.cr {
+                continue;
+            }
+            let mut completed = parser.clone();
+            let answer = completed.feed(&completion(&parser));
+            assert!(
+                matches!(answer, Feed::Done(_) | Feed::Refused(Refusal::Version)),
+                "{:?} cannot be completed: {answer:?}",
+                String::from_utf8_lossy(&bytes[..=n])
+            );
+        }
+    }
+
+    /// The same answer however `bytes` are split: at `cuts`, a byte at a time, whole.
+    fn split_alike(bytes: &[u8], cuts: &[proptest::sample::Index]) {
+        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        at.sort_unstable();
+        let mut parser = HeadParser::default();
+        let mut from = 0;
+        for to in at.into_iter().chain([bytes.len()]) {
+            parser.feed(&bytes[from..to]);
+            from = to;
+        }
+        let split = parser.feed(&[]);
+        assert_eq!(split, whole(bytes));
+        assert_eq!(fed(bytes, 1).0, split);
     }
 
     /// A request head from common and odd parts, maybe with one piece of trouble put
@@ -469,17 +531,33 @@ mod tests {
             })
     }
 
+    fn cuts() -> impl proptest::strategy::Strategy<Value = Vec<proptest::sample::Index>> {
+        proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..6)
+    }
+
+    fn bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)
+    }
+
     proptest::proptest! {
-        /// The scanner, the checker and the parser agree (`check_head_parsers`) on
-        /// heads made of common and odd parts, and on any bytes.
         #[test]
-        fn the_head_parsers_agree_on_heads_of_common_and_odd_parts(head in head()) {
-            super::super::check_head_parsers(&head);
+        fn heads_of_common_and_odd_parts_get_one_answer_however_they_are_split(head in head(), cuts in cuts()) {
+            split_alike(&head, &cuts);
         }
 
         #[test]
-        fn the_head_parsers_agree_on_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
-            super::super::check_head_parsers(&bytes);
+        fn any_bytes_get_one_answer_however_they_are_split(bytes in bytes(), cuts in cuts()) {
+            split_alike(&bytes, &cuts);
+        }
+
+        #[test]
+        fn heads_of_common_and_odd_parts_are_refused_no_later_than_they_must(head in head()) {
+            refused_no_later_than_it_must(&head);
+        }
+
+        #[test]
+        fn any_bytes_are_refused_no_later_than_they_must(bytes in bytes()) {
+            refused_no_later_than_it_must(&bytes);
         }
     }
 }
