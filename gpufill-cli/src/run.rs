@@ -18,9 +18,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use gpufill_runtime::for_the_binary::down_of;
 use gpufill_runtime::mps::DaemonWatch;
 use gpufill_runtime::{
-    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings, down_of,
+    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings,
 };
 use tracing::{info, warn};
 

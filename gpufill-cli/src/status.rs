@@ -181,7 +181,7 @@ fn view_line(view: PidView) -> &'static str {
 
 /// `s` safe for a terminal: a process name comes from its argv, which any user sets.
 fn printable(s: &str) -> String {
-    gpufill_runtime::escape_controls(s)
+    gpufill_runtime::for_the_binary::escape_controls(s)
 }
 
 #[cfg(test)]

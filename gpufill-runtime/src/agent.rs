@@ -168,7 +168,7 @@ fn check_fits(gpus: &[Gpu], settings: &Settings) -> Result<(), String> {
 impl Agent {
     /// Fills this machine's GPUs as `settings.gpus` selects them: checks the driver,
     /// starts NVML, selects the GPUs (MIG skipped), checks GPM for `metric = "sm"`,
-    /// refuses GPUs where NVML lists another gpufill ([`crate::listed_gpufill`]), and
+    /// refuses GPUs where NVML lists another gpufill (by its process name), and
     /// starts one worker per GPU. `options.mps` is or-ed with what
     /// [`crate::mps::daemon_running`] finds.
     ///

@@ -17,7 +17,7 @@ use gpufill_core::{Clock, Hint, Time};
 /// The device files every CUDA process opens at start.
 pub const DEVICE_FILES: [&str; 2] = ["/dev/nvidiactl", "/dev/nvidia-uvm"];
 
-/// Watches [`DEVICE_FILES`] for opens.
+/// Watches `DEVICE_FILES` for opens.
 #[derive(Debug)]
 pub struct DeviceOpenHint {
     #[cfg(target_os = "linux")]

@@ -56,13 +56,16 @@
 //!   path from the TOML file: `docs/ARCHITECTURE.md`, "Where a config key lands".
 //!
 //! # What an embedder may rely on
-//! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported here are the API;
-//! nothing here reads a configuration file, installs a signal handler or a log
-//! subscriber, or exits the process. Logging goes through `tracing`.
+//! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported at this root and the
+//! public modules `mps`, `prometheus` and `file` are the API. What only the `gpufill`
+//! binary needs (each key's flag, the bench's real loop, the missing-driver message ...)
+//! is in the hidden module `for_the_binary`, which may change in any release. Nothing
+//! here reads a configuration file, installs a signal handler or a log subscriber, or
+//! exits the process. Logging goes through `tracing`.
 
 mod agent;
 mod claim;
-pub mod device_hint;
+mod device_hint;
 mod faultlog;
 mod gpm;
 mod gpus;
@@ -77,24 +80,52 @@ mod snapshot;
 mod steering;
 mod worker;
 
-pub use agent::{Agent, AgentError, AgentOptions, labels_of};
-pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, escape_controls, listed_gpufill};
-pub use gpm::{GpmError, check_all as check_gpm_all};
+pub use agent::{Agent, AgentError, AgentOptions};
+pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all};
+pub use gpm::GpmError;
 pub use gpus::{GpuId, GpuSelector};
-pub use localtime::now as local_time_of_day;
-pub use open::{NO_DRIVER, OpenError, RealLoad, RealLoop, open_gpu};
+pub use open::{OpenError, open_gpu};
 pub use opener::{NvmlCuda, Opener};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
-    Chosen, Flag, FlagValue, Key, LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS,
-    ScheduleSettings, Settings, SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings,
-    power_model,
+    LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
+    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings,
 };
 pub use snapshot::{
-    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, down_of, stall_after,
+    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
 };
 pub use steering::{DayClock, DeviceReadings, Loop, Steering};
 pub use worker::WorkerError;
+
+#[doc(hidden)]
+pub mod for_the_binary {
+    //! For the `gpufill` binary and the workspace's own crates (`gpufill-sim`), **not**
+    //! for embedders: these may change or go in any release, and are hidden from the
+    //! docs. They are what the binary needs beyond an embedder's API: the command line's
+    //! view of the settings (each key's flag), the bench's real loop and newcomer watch,
+    //! `simulate`'s local clock, `status`'s escaping, the watchdog's summary, and the
+    //! missing-driver message ([`crate::OpenError::NoDriver`] is the embedder's).
+    //!
+    //! The boundary holds by code: none of these is reachable from the crate's root.
+    //! ```compile_fail
+    //! use gpufill_runtime::RealLoop;
+    //! ```
+    //! ```compile_fail
+    //! use gpufill_runtime::NO_DRIVER;
+    //! ```
+    //! ```compile_fail
+    //! use gpufill_runtime::Flag;
+    //! ```
+    //! ```compile_fail
+    //! use gpufill_runtime::device_hint::DeviceOpenHint;
+    //! ```
+    pub use crate::claim::escape_controls;
+    pub use crate::device_hint::DeviceOpenHint;
+    pub use crate::localtime::now as local_time_of_day;
+    pub use crate::open::{NO_DRIVER, RealLoad, RealLoop};
+    pub use crate::settings::{Chosen, Flag, FlagValue, Key};
+    pub use crate::snapshot::down_of;
+}
 
 /// The types of the lower crates that the items above name, so that an embedder needs
 /// no other dependency: what a snapshot's state is, the controller and kernel a
@@ -102,7 +133,7 @@ pub use worker::WorkerError;
 /// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
 pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
-pub use gpufill_nvml::{ProbeError, pid_view};
+pub use gpufill_nvml::{GpuInfo, ProbeError, pid_view};
 
 /// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
 /// values whose keys are the file's, read by the keys' own rules (so a file gets the

@@ -41,7 +41,7 @@ pub trait Opener: Send + Sync + 'static {
     }
 
     /// Whether the loop should watch the NVIDIA device files for newcomers between
-    /// ticks ([`crate::device_hint`]). The default does not: a simulated GPU has none.
+    /// ticks (inotify on the device files that every CUDA process opens). The default does not: a simulated GPU has none.
     fn watches_devices(&self) -> bool {
         false
     }

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
-use gpufill_nvml::GpuInfo;
+use gpufill_runtime::GpuInfo;
 use gpufill_runtime::{Gpu, GpuSelector, Loop, Metric, Opener, SelectError, Settings, choose};
 
 use super::config::{SimConfig, SimError};

@@ -1,7 +1,7 @@
 //! The bench on a real GPU: the fill loop `gpufill run` builds, on the real clock, and
 //! a foreign CUDA process (`gpufill bench-foreign`) watched through NVML every 1 ms.
 
-use gpufill_runtime::device_hint::DeviceOpenHint;
+use gpufill_runtime::for_the_binary::DeviceOpenHint;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +14,8 @@ use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
 use gpufill_nvml::Nvml;
 
 use super::{ForeignSeen, Rig};
-use gpufill_runtime::{GpuSelector, NO_DRIVER, RealLoop, Settings};
+use gpufill_runtime::for_the_binary::{NO_DRIVER, RealLoop};
+use gpufill_runtime::{GpuSelector, Settings};
 
 use crate::cli::BenchArgs;
 use crate::error::UsageError;

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use clap::builder::PossibleValuesParser;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
-use gpufill_runtime::FlagValue;
+use gpufill_runtime::for_the_binary::FlagValue;
 
 use super::{Number, parse_gpus};
 use crate::config::{Config, Overrides};

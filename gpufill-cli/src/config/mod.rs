@@ -38,8 +38,9 @@ use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::LazyLock;
 
+use gpufill_runtime::Settings;
 use gpufill_runtime::file::{KeyOf, Table, TableOf};
-use gpufill_runtime::{Flag, FlagValue, Settings};
+use gpufill_runtime::for_the_binary::{Flag, FlagValue};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -31,7 +31,6 @@ mod tests;
 mod validate;
 mod window;
 
-pub use convert::power_model;
 pub use defaults::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, ScheduleSettings, Settings, YieldPolicyChoice,
     YieldingSettings,

@@ -65,6 +65,7 @@ macro_rules! settings_table {
 
             /// Every key of this table and of the tables in it, as its line defines it,
             /// in the order they are listed.
+            #[doc(hidden)] // for the binary (`for_the_binary`): may change
             pub fn every_key() -> Vec<$crate::settings::Key> {
                 #[allow(unused_mut)]
                 let mut keys = vec![$(
@@ -80,6 +81,7 @@ macro_rules! settings_table {
 
             /// Sets `key` (as [`Self::every_key`] names it) to its value in `from`, and
             /// says whether that changed it.
+            #[doc(hidden)] // for the binary (`for_the_binary`): may change
             #[allow(clippy::clone_on_copy)]
             pub fn copy_key(&mut self, from: &Self, key: &str) -> bool {
                 $(
@@ -93,6 +95,7 @@ macro_rules! settings_table {
             }
 
             /// Where the value of `key`, a key with a flag, lives, by what its flag reads.
+            #[doc(hidden)] // for the binary (`for_the_binary`): may change
             #[allow(unused_variables)] // by a table without flags
             pub fn flag_value(&mut self, key: &str) -> Option<$crate::settings::FlagValue<'_>> {
                 $(
