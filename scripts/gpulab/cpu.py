@@ -63,7 +63,7 @@ import tempfile
 import threading
 import time
 
-from .lib import (N, Gpufill, alternate, cpu_between, cpu_sample, handle, mae, out_dir, parser,
+from .lib import (N, Gpufill, alternate, named_exe, cpu_between, cpu_sample, handle, mae, out_dir, parser,
                   scrape, state_of, threads)
 from .robust import children
 
@@ -123,7 +123,7 @@ def sweep(argv):
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--no-churn", action="store_true")
     args = ap.parse_args(argv)
-    exes = dict(e.split("=", 1) for e in args.exe)
+    exes = dict(named_exe(e) for e in args.exe)
     configs = [parse_config(c, exes, args.gpufill) for c in args.configs.split(",")]
     h = handle(0)
     rows = []
@@ -306,7 +306,7 @@ def trace(exe, state, grace, out):
 
 def states(argv):
     ap = parser("cpu-states", __doc__)
-    ap.add_argument("--exe", action="append", required=True, help="NAME=PATH")
+    ap.add_argument("--exe", action="append", required=True, help="NAME=PATH, or PATH (named by its file name)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--hold", type=float, default=8.0)
     ap.add_argument("--grace", type=float, default=4.0)
@@ -315,7 +315,7 @@ def states(argv):
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/cpu-states"))
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    exes = [tuple(e.split("=", 1)) for e in a.exe]
+    exes = [named_exe(e) for e in a.exe]
     opens = OpenCounter()
     rows = []
     for state in a.states.split(","):

@@ -202,6 +202,12 @@ def neighbour_diffs(values, phases, variant=None):
             for i, v in enumerate(phases) if v is not None and (variant is None or v == variant)]
 
 
+def named_exe(spec):
+    """`--exe` as (label, path): `LABEL=PATH`, or a bare PATH labelled by its file name."""
+    label, sep, path = spec.partition("=")
+    return (label, path) if sep else (os.path.basename(spec), spec)
+
+
 def alternate(items, repeat):
     """`items` in order on even repeats and reversed on odd ones, so that no build or
     setting always runs first."""
@@ -285,7 +291,10 @@ class Gpufill:
         self.stop()
 
     def poll_log(self):
-        """Reads the lines logged since the last call; returns all of them."""
+        """Reads the lines logged since the last call; returns all of them (after
+        `stop`, the lines read by then: stop reads the log a last time)."""
+        if self._read.closed:
+            return self.lines
         text = self._partial + self._read.read()
         *done, self._partial = text.split("\n")
         self.lines += [(log_time(line), line) for line in done]

@@ -140,6 +140,10 @@ class Interleave(unittest.TestCase):
         self.assertEqual(lib.neighbour_ratios(values, phases, "b"), [1.5, 2.0])
         self.assertEqual(lib.neighbour_diffs(values, phases, "a"), [0.0, 3.0])
 
+    def test_named_exe_takes_a_label_or_the_file_name(self):
+        self.assertEqual(lib.named_exe("old=carry/old/gpufill"), ("old", "carry/old/gpufill"))
+        self.assertEqual(lib.named_exe("carry/gpufill"), ("gpufill", "carry/gpufill"))
+
     def test_alternate_turns_the_order(self):
         self.assertEqual(lib.alternate("ab", 0), ["a", "b"])
         self.assertEqual(lib.alternate("ab", 1), ["b", "a"])
@@ -181,6 +185,10 @@ class Log(unittest.TestCase):
             self.assertLess(took, 5)
             self.assertFalse(os.path.exists(g.config_path))
             self.assertEqual(g.lines[-1][1], "stopping")
+            # After stop the log is closed: counting what it said still works (churn,
+            # jitter and tick-cost count log lines once gpufill has stopped).
+            self.assertEqual(g.count("filling"), 1)
+            self.assertEqual(g.first("stopping"), "stopping")
             with open(log) as f:
                 self.assertTrue(f.readline().startswith(f"==== {exe} run --gpus 0 --config"))
 
@@ -208,6 +216,11 @@ class Proc(unittest.TestCase):
             p = subprocess.Popen([exe, "30"])
             self.addCleanup(p.wait)
             self.addCleanup(p.kill)
+            # Popen may return before the child's exec shows in /proc (it read
+            # "python3" here once another test had run): wait for the name, briefly.
+            end = time.time() + 5
+            while str(p.pid) not in lib.leftover_gpufill() and time.time() < end:
+                time.sleep(0.01)
             self.assertIn(str(p.pid), lib.leftover_gpufill())
             p.kill()
             p.wait()
