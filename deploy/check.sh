@@ -275,5 +275,6 @@ if [ -n "$cargo_deb" ]; then
 fi
 
 # --- manifests, chart, dashboard, docs ---------------------------------------------
+python3 deploy/check_links.py || fail "a broken link in the docs or a docs/ reference in a Rust comment (deploy/check_links.py)"
 "$py" deploy/check_manifests.py --gpufill "$gpufill" --scrape "$scrape" --endpoints "$endpoints"
 echo "deploy/check.sh: all checks passed in $((SECONDS - started)) s"

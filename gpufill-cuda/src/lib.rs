@@ -78,8 +78,8 @@
 //! [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape). Without MPS the GPU
 //! time-slices between contexts: our *queued* work makes a newly arriving foreign kernel
 //! wait up to a time slice (about 2 ms on an H100), one short kernel of ours in flight
-//! only what is left of it (docs/gpu-facts.md, "Launch shape and a mostly-idle
-//! neighbour"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
+//! only what is left of it (docs/benchmarks.md, "Beside a mostly-idle
+//! service"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
 //! `launch_due` with a non-idle load, launches one kernel of
 //! [`LauncherSettings::beside_kernel`] (500 us) at a time, sleeps its length and the
 //! gap `kernel x (1 - duty) / duty` ([`plan::one_in_flight_gap`]), checks the event

@@ -8,7 +8,7 @@
 //! without MPS the GPU time-slices between contexts, and a foreign kernel that arrives
 //! while work of ours is *queued* can wait a whole time slice (about 2 ms on an H100),
 //! while one that arrives beside a *single* kernel of ours waits at most what is left of
-//! it (docs/gpu-facts.md, "Launch shape and a mostly-idle neighbour").
+//! it (docs/benchmarks.md, "Beside a mostly-idle service").
 //!
 //! The cycle: launch one kernel of `beside_kernel` at the load's width, record the event
 //! after it, sleep the kernel's length and the gap ([`one_in_flight_gap`]) in one go,

@@ -10,7 +10,7 @@ use gpufill_runtime::{State, Time};
 use gpufill_sim::tracking;
 use serde::Serialize;
 
-/// Tolerance for "settled", in percentage points (as `scripts/gpu_bench.py`).
+/// Tolerance for "settled", in percentage points (as `scripts/gpulab/track.py`).
 pub const SETTLE_POINTS: f64 = 2.0;
 
 /// How one target went.
