@@ -45,7 +45,8 @@ fn main() -> ExitCode {
 /// Under MPS, gpufill's own client asks for a priority below normal
 /// (`CUDA_MPS_CLIENT_PRIORITY=1`, read by the CUDA driver at its start): the MPS server
 /// then schedules other clients' work ahead of ours when both have some
-/// (docs/benchmarks.md, "Live services", MPS). Without MPS the variable does nothing. A
+/// (its one measurement, not resolved: docs/benchmarks.md#not-resolved-or-not-measured).
+/// Without MPS the variable does nothing. A
 /// value set by the user is kept.
 fn lower_mps_priority() {
     const KEY: &str = "CUDA_MPS_CLIENT_PRIORITY";

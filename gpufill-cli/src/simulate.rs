@@ -26,7 +26,7 @@ use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs};
 use crate::config::Config;
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
-/// are CPU-bound, about 0.4 (docs/benchmarks.md, "Beside a mostly-idle service").
+/// are CPU-bound, about 0.4 (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
 const SERVICE_LOAD: f64 = 0.4;
 use crate::error::UsageError;
 use crate::reload::Reloader;
@@ -251,8 +251,8 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
                 .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
                 .chain(services)
                 .collect(),
-            // As the H100 showed it: a service's bursts shorter than this never appear
-            // in its per-process samples.
+            // As measured (the constant's docs): a service's bursts shorter than this
+            // never appear in its per-process samples.
             process_sample_min_run: SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN,
             host_jitter: args.host_jitter.then(|| HostJitter::seeded(args.seed)),
             ..SimConfig::default()

@@ -403,7 +403,8 @@ fn simulate_reports_isolated_requests_slowed_under_mps_and_not_without() {
 
 /// `simulate --mps` with a service whose kernels fill every SM (`:gpu`): our 50 us
 /// kernels (`load.mps_kernel_us`, the default) cost it about a percent, one long kernel
-/// a burst (`mps_kernel_us = 0`) about ten, as the H100 measured.
+/// a burst (`mps_kernel_us = 0`) about ten (the bounds below), as measured
+/// (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host).
 #[test]
 fn simulate_under_mps_honours_the_mps_kernel_length() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,8 @@
 //! Issue 30 end to end on the simulated GPU: the host's own jitter in our kernels' timing
-//! (`simulate --host-jitter`, calibrated on the H100 host that paused 22 and 29 times in
-//! 90 s at 052ca04) costs no pause and no point of the target, a live service is still
+//! (`simulate --host-jitter`, calibrated on the host that paused with nobody there at
+//! 052ca04:
+//! docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in)
+//! costs no pause and no point of the target, a live service is still
 //! held off through it, and a holder that bursts now and then is filled beside again one
 //! idle grace after each burst.
 

@@ -54,15 +54,16 @@ pub trait Probe {
     type Error: DeviceError;
 
     /// The device utilization measured since the previous call, or `None` when the
-    /// device has published no new sample since then (NVML updates every 1/6 s to 1 s,
-    /// 200 ms on an H200). The loop runs its controller only on new samples.
+    /// device has published no new sample since then (NVML updates every 1/6 s to 1 s
+    /// by product; one GPU's: docs/benchmarks.md#hardware-tests-run-b). The loop runs
+    /// its controller only on new samples.
     ///
     /// # Errors
     /// A classified device error.
     fn utilization(&mut self, now: Time) -> Result<Option<Utilization>, Self::Error>;
 
     /// The compute processes on the device other than our own. Cheap (microseconds on
-    /// NVML: docs/benchmarks.md, "Hardware tests (run B)"): the loop calls it every tick to see newcomers before their first kernel.
+    /// NVML: docs/benchmarks.md#hardware-tests-run-b): the loop calls it every tick to see newcomers before their first kernel.
     ///
     /// # Errors
     /// A classified device error.
@@ -70,7 +71,7 @@ pub trait Probe {
 
     /// PIDs of foreign processes that ran kernels in the samples the device published
     /// since the previous call, or `None` when it published none. Costly on NVML (over a
-    /// millisecond a call: docs/benchmarks.md, "Hardware tests (run B)"), so the loop asks only when the `activity` policy needs it and
+    /// millisecond a call: docs/benchmarks.md#hardware-tests-run-b), so the loop asks only when the `activity` policy needs it and
     /// implementations read at most once per sample period. The default knows nothing.
     ///
     /// # Errors
@@ -107,9 +108,9 @@ pub trait Probe {
 /// differs is how long another process's next kernel can wait behind ours, and the CPU.
 ///
 /// Without MPS the GPU time-slices between processes. Work of ours that is *queued* when
-/// another process's kernel arrives can make it wait a whole time slice (up to about
-/// 2 ms on an H100); a *single* kernel in flight makes it wait at most that kernel's
-/// remaining length (docs/benchmarks.md, "Beside a mostly-idle service").
+/// another process's kernel arrives can make it wait a whole time slice; a *single*
+/// kernel in flight makes it wait at most that kernel's remaining length
+/// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LaunchShape {
     /// Each period, `duty x period` of kernels queued back to back: one wake-up and
@@ -179,7 +180,8 @@ pub trait LoadSource {
     /// The strongest sign, since the last call, that a kernel of ours showed of another
     /// context's work on the GPU ([`crate::kernel_timing`]): without MPS the GPU
     /// time-slices between contexts, so our first kernel after anyone else's work starts
-    /// a context switch late (docs/benchmarks.md, "Live services"), one launched while
+    /// a context switch late
+    /// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on), one launched while
     /// their work runs starts later still, and one of ours that their work preempts is
     /// cut short (the spin kernels end at a jump of the GPU clock). A late start alone is
     /// a weak sign: the host's own jitter can fake it. The loop asks at every step;

@@ -226,10 +226,10 @@ pub struct FillLoop<P, L, C> {
 /// arrives, so a list read less than this ago is reused until one shows no such process;
 /// from then on (the grace, the return to filling) it is read every tick again, so no
 /// decision to fill rests on a reused list. Reading the list is an NVML call whose CPU
-/// cost grows while other processes create and destroy contexts (on an H200 beside 3 new
-/// CUDA processes a second, polling every 10 ms while yielding cost the loop thread
-/// several times what this poll does: docs/benchmarks.md,
-/// "Faults: SIGKILL, churn, long run").
+/// cost grows while other processes create and destroy contexts (beside 3 new CUDA
+/// processes a second, polling at every 10 ms tick while yielding cost the loop thread
+/// several times what this poll does:
+/// docs/benchmarks-history.md#faults-sigkill-churn-long-run-scriptsrobustnesssh).
 pub const YIELDING_POLL: Duration = Duration::from_millis(100);
 
 struct Measured {

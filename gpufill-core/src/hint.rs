@@ -12,12 +12,15 @@ use crate::time::{Clock, Time};
 
 /// How often the process list is read after a hint, while kernels of ours may run: a
 /// newcomer is yielded to at most this long after its listing (the goal is 5 ms), and
-/// each read costs a wake-up (about 15 us of CPU on an H100 host) and an NVML call.
+/// each read costs a wake-up and an NVML call (what each costs in CPU:
+/// docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host,
+/// "Where the loop thread's CPU goes").
 pub const WATCH_EVERY: Duration = Duration::from_millis(3);
 
 /// How long after a hint the list is read every [`WATCH_EVERY`]: two and a half times
-/// the 60 ms a CUDA process on an H100 took from opening the device files to its
-/// listing (docs/benchmarks.md, "Live services"). A process that only opens them
+/// what a CUDA process took from opening the device files to its listing
+/// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on,
+/// "a newcomer"). A process that only opens them
 /// (nvidia-smi, a framework probing the devices at import, a monitor) costs one window
 /// of reads: 50 at most.
 pub const WATCH_WINDOW: Duration = Duration::from_millis(150);

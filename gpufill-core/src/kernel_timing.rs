@@ -2,7 +2,8 @@
 //! host's jitter ([`StartChain`], [`judge_group`], [`OthersSign`]).
 //!
 //! Without MPS the GPU time-slices between contexts, and a switch from one context to
-//! another takes time (about 130 us on an H100: docs/benchmarks.md, "Live services"):
+//! another takes time
+//! (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on):
 //! our first kernel after another context's work starts a switch late, and a kernel of
 //! ours that another context's work preempts ends early (the spin kernel ends at a jump
 //! of its clock). The CUDA launcher brackets every group of kernels it launches with
@@ -12,16 +13,18 @@
 //! A group's **start offset** is the GPU time of its start event less a host time; a
 //! start later than the chain's recent ones shows a switch. But the host is not exact
 //! either. On some hosts (virtual machines among them) the launching thread stalls now
-//! and then for 100-500 us, about once a second, often twice in a row, on every GPU of
-//! the host at once (docs/benchmarks.md, "Start jitter on an empty GPU"). Up to 052ca04
+//! and then for longer than a switch, often twice in a row, on every GPU of the host at
+//! once
+//! (docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in).
+//! Up to 052ca04
 //! the host time was when the first launch *returned*: a stalled launch returned late,
 //! so its offset looked early by the stall, and taken into the baseline (its lower
-//! quartile), two such launches made every ordinary launch after them look 60-110 us
-//! late until they left it. gpufill paused at each, the pause added no ordinary launch
+//! quartile), two such launches made every ordinary launch after them look late until
+//! they left it. gpufill paused at each, the pause added no ordinary launch
 //! to the baseline, and so the pauses came in chains. Hence:
 //! - the host time is when the **start event's record returned**
 //!   ([`GroupTiming::recorded_at`]): the GPU stamps the event after the record was
-//!   submitted (on the H100 well before the kernel's launch returns), so a stall in the
+//!   submitted (well before the kernel's launch returns, on the hosts measured), so a stall in the
 //!   launch does not move the offset, and a stall inside the record can only make it
 //!   look early;
 //! - a launch whose record call took more than [`SLOW_RECORD`] above the host's usual
@@ -29,8 +32,8 @@
 //! - the baseline is the **median** of the recent ordinary offsets, and a launch is
 //!   judged only against at least [`BASELINE_MIN`] of them;
 //! - a chain restarts whenever we were idle ([`StartChain::restart_next`]): after an
-//!   idle spell the GPU starts our first kernels up to about 50 us later for half a
-//!   second (its clocks come back up), so a resumption is never judged against the
+//!   idle spell the GPU starts our first kernels later for a while (its clocks come
+//!   back up; the same section), so a resumption is never judged against the
 //!   baseline from before it; and the first launch of a chain is not judged by its start
 //!   at all (a probe answers whether anyone ran while we were idle).
 //!
@@ -68,7 +71,9 @@ pub const BASELINE_MIN: usize = 3;
 
 /// A launch whose start event's record call took this much longer than the host's usual
 /// (the median of its recent ones) was stalled on the host: its host time is late by up
-/// to the stall, so it does not enter the baseline. The stalls measured were 90-500 us.
+/// to the stall, so it does not enter the baseline. The stalls measured were several
+/// times this long
+/// (docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in).
 pub const SLOW_RECORD: Duration = Duration::from_micros(40);
 
 /// What our kernels' timing showed of another context.
@@ -300,7 +305,9 @@ pub fn cut_short(asked: Duration, ran: Duration) -> Option<f64> {
 /// `host_gap` is the host's time from recording the start event to the first kernel's
 /// launch returning. On an idle GPU the start event is stamped at once and the kernel
 /// waits for the host's launch, so that gap counts into `ran` with nobody else there
-/// (a stalled launch: 100-200 us). It is taken off first.
+/// (a stalled launch: more than [`LATE_START`], as measured in
+/// docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in).
+/// It is taken off first.
 pub fn ran_long(asked: Duration, ran: Duration, host_gap: Duration, kernels: u32) -> Option<f64> {
     let extra = ran.saturating_sub(host_gap).saturating_sub(asked);
     (extra > LATE_START + PER_KERNEL_SLACK * kernels).then(|| us(extra))
@@ -384,7 +391,7 @@ mod tests {
     }
 
     /// The host stalls inside two record calls in a row, after each was submitted, as
-    /// the H100 hosts that paused stalled: each returns about 150 us late, so its offset
+    /// the hosts that paused stalled: each returns about 150 us late, so its offset
     /// looks that much early.
     fn two_stalls_at(n: usize, at: usize) -> (Vec<f64>, Vec<f64>) {
         let mut offsets = vec![10.0; n];

@@ -21,7 +21,7 @@
 //!   of our own ([`PidView`]), seen by device memory, per-process samples and
 //!   utilization beyond our own load.
 //!
-//! The simulated GPU, calibrated on H200 and H100 measurements, on which every behaviour
+//! The simulated GPU, calibrated on the measurements in docs/benchmarks.md, on which every behaviour
 //! is tested in virtual time, is the crate `gpufill-sim`, built on this one's public API.
 //!
 //! Errors from devices are classified by [`DeviceError::kind`] (transient, unsupported,

@@ -12,8 +12,9 @@
 //! absorbs), so the choice between them is purely about cost.
 //!
 //! **The power model is the place to update from measurement.** Its constants come from
-//! the H200 power grid of width x duty x kernel (docs/benchmarks.md, section "Power and GPM
-//! SM utilization over width x duty"; `docs/data/power_grid.txt`): any kernel at all costs
+//! the power grid of width x duty x kernel
+//! (docs/benchmarks.md#power-and-gpm-sm-utilization-over-width-x-duty-scriptspower_gridpy;
+//! `docs/data/power_grid.txt`): any kernel at all costs
 //! a large step over idle whatever its duty (`active_w`); beyond that, one warp per SM
 //! costs little per unit of SM time (`per_sm_w`: with `spin_sleep` a fraction of what it
 //! is with `spin`), linear in the width. At a given SM share that makes every width cost about the same, the widest a
@@ -48,8 +49,9 @@ pub struct PowerModel {
 }
 
 impl PowerModel {
-    /// H200, `spin`, one warp per block: fitted on the `spin` rows of the power grid
-    /// (docs/benchmarks.md, section "Power and GPM SM utilization over width x duty").
+    /// `spin`, one warp per block: fitted on the `spin` rows of the power grid, measured
+    /// on the GPU the name gives
+    /// (docs/benchmarks.md#power-and-gpm-sm-utilization-over-width-x-duty-scriptspower_gridpy).
     pub const H200_SPIN: PowerModel = PowerModel {
         idle_w: 78.3,
         active_w: 43.1,
@@ -58,7 +60,7 @@ impl PowerModel {
         sm_exponent: 1.0,
     };
 
-    /// H200, `spin_sleep`, one warp per block: fitted on the `spin_sleep` rows of the
+    /// `spin_sleep`, one warp per block: fitted on the `spin_sleep` rows of the
     /// same grid.
     pub const H200_SPIN_SLEEP: PowerModel = PowerModel {
         idle_w: 78.3,

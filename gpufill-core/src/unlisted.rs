@@ -3,27 +3,28 @@
 //! NVML's compute-process list is complete only in the host's PID view. Inside a PID
 //! namespace of our own (a container without `hostPID`, `unshare --pid`), NVML lists only
 //! the processes of our namespace, under their namespace PIDs: everyone else on the GPU
-//! is missing, however much memory or time they take (measured on an H100, driver
-//! 580.159.04: `docs/data/ns-signals-h100.txt`). Which view we have is a [`PidView`],
+//! is missing, however much memory or time they take (measured:
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! raw in `docs/data/ns-signals-h100.txt`). Which view we have is a [`PidView`],
 //! found once at start by comparing `/proc/self/ns/pid` with the host's.
 //!
 //! In the namespace view three device-wide signals still show the others, each with its
-//! own lead or lag (the figures are in the data file and in docs/benchmarks.md):
+//! own lead or lag (the figures are in that section and the data file):
 //!
 //! 1. **Memory beyond the listed processes** ([`UnexplainedMemory`]): device memory in use
 //!    (`nvmlDeviceGetMemoryInfo` v2 `used`, which leaves out `reserved`) minus what the
 //!    listed processes hold (ours included), minus the driver's share per listed context
 //!    ([`DRIVER_PER_CONTEXT`]), minus a learned baseline. It **leads**: a newcomer's
 //!    context takes memory before NVML lists it even in the host view, and crossed the
-//!    [`UNLISTED_MARGIN`] about 190 ms before its context was ready; an idle holder shows
+//!    [`UNLISTED_MARGIN`] well before its context was ready; an idle holder shows
 //!    for as long as it lives. It says nothing about work.
 //! 2. **Per-process samples of PIDs that are neither ours nor listed**: NVML returns
 //!    other processes' samples under their host PIDs inside the namespace too. They
-//!    **lag**: at best one sample period (200 ms), and the first sample of a new PID came
+//!    **lag**: at best one sample period, and the first sample of a new PID came
 //!    seconds after its work began.
 //! 3. **Utilization beyond our own load** ([`OwnShare`]): **coarse and lagging**. A light
-//!    job beside a 50 % fill did not show at all (the device kept reading 48-53 %); heavy
-//!    jobs do, within a sample.
+//!    job beside a 50 % fill did not show at all (the device kept reading about the
+//!    fill); heavy jobs do, within a sample.
 //!
 //! The probe reports (1) as an [`Unlisted`] every tick; the loop adds (2) and (3), and the
 //! yield policy treats whatever they show as one foreign process without a PID. In the
@@ -37,23 +38,25 @@ use crate::units::Utilization;
 
 const MIB: u64 = 1 << 20;
 
-/// The driver's device memory per CUDA context that NVML attributes to no process: with
-/// our context alone the device used 262 MiB and listed 254 MiB; with a PyTorch job
-/// beside it, 14 MiB more than the two listed sizes (H100, driver 580.159.04). Subtracted
+/// The driver's device memory per CUDA context that NVML attributes to no process: the
+/// device used this much more than it listed with our context alone, and about twice
+/// this with a PyTorch job beside it
+/// (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy). Subtracted
 /// once per listed context, so listed processes that come and go (a sidecar in our
 /// namespace) do not move the unexplained memory.
 pub const DRIVER_PER_CONTEXT: u64 = 8 * MIB;
 
 /// How far the unexplained memory must rise above its baseline to mean a context that
-/// is not listed. Alone, the device's memory stayed flat to the MiB for 10 s, so any
-/// margin keeps off noise; 16 MiB (two contexts' worth of driver share) leaves room for
+/// is not listed. Alone, the device's memory stayed flat to the MiB, so any margin
+/// keeps off noise; 16 MiB (two contexts' worth of driver share) leaves room for
 /// [`DRIVER_PER_CONTEXT`] being off on other GPUs and drivers, and is crossed early in a
-/// newcomer's context creation: about 190 ms before its context was ready (a 32 MiB
-/// margin was crossed only 72 ms before).
+/// newcomer's context creation, well before its context was ready, where a 32 MiB
+/// margin was crossed only shortly before (both in the section above).
 pub const UNLISTED_MARGIN: u64 = 16 * MIB;
 
-/// The most the learned baseline may hold. Every CUDA context takes far more (254 MiB
-/// for ours on an H100 with no stack; about 100 MiB on a 34-SM GPU; PyTorch 612 MiB), so
+/// The most the learned baseline may hold. Every CUDA context takes far more (ours with
+/// no stack and PyTorch's: docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes;
+/// about 100 MiB on a 34-SM GPU, as reported in llama.cpp pull request 23604), so
 /// a baseline learned while a holder is already there (present from the start, or for
 /// longer than [`BASELINE_WINDOW`]) can never absorb it: baseline plus margin stays
 /// below any context.
@@ -352,7 +355,7 @@ mod tests {
         n * MIB
     }
 
-    /// A reading as the H100 showed it: our 254 MiB listed, `used_mib` on the device.
+    /// A reading as measured (module docs): our 254 MiB listed, `used_mib` on the device.
     fn ours_listed(used_mib: u64) -> Option<MemoryReading> {
         Some(MemoryReading {
             used_bytes: mib(used_mib),

@@ -224,7 +224,8 @@ impl LoadSource for Prober {
 fn a_probe_goes_through_to_the_current_source() {
     use gpufill_core::Reopening;
     // Before this was forwarded, the agent's probes all answered None ("cannot tell",
-    // so the policy filled beside a live service on the H100).
+    // so the policy filled beside a live service: run B in
+    // docs/benchmarks-history.md#the-final-build-18e08c5-beside-services-yieldidle_grace_s--4).
     for answer in [Some(true), Some(false), None] {
         let mut load = Reopening::new(Prober(answer), || Ok::<_, Sticky>(Prober(answer)));
         assert_eq!(load.probe(Time::ZERO).unwrap(), answer, "{answer:?}");

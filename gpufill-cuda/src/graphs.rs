@@ -4,9 +4,10 @@
 //! Under MPS our kernels run beside other clients' kernels. A GPU-bound client whose
 //! grid fills every SM in one wave cannot place a block on the SM where our one warp
 //! runs (its block needs the SM's whole register file or shared memory), so that block
-//! waits for our kernel to end: on an H100 what a service of large bf16 matmuls paid
-//! grew with our kernels' length and was lost in the noise at 50 us (docs/benchmarks.md,
-//! "Live services"). Launching a 25 ms burst as 500 kernels of 50 us one by one would
+//! waits for our kernel to end: what a service of large bf16 matmuls paid grew with our
+//! kernels' length and was lost in the noise at the shortest measured
+//! (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host).
+//! Launching a 25 ms burst as 500 kernels of 50 us one by one would
 //! cost a launch each (10 000 a second); replaying graphs costs one launch per graph.
 //!
 //! [`KernelGraphs`] keeps graphs of 1, 2, 4, ... [`LARGEST`] kernels of one length, each

@@ -42,11 +42,11 @@ const WARM_UP: Duration = Duration::from_micros(10);
 /// How the launcher shapes the load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LauncherSettings {
-    /// One burst per period. 50 ms divides NVML's utilization sample (H200: one each
-    /// 200 ms, which reads as an average over 100 ms) into whole bursts, so every sample
-    /// sees the same on-time: NVML then reads the duty exactly, where a 40 ms period
-    /// read several points off depending on the phase (docs/benchmarks.md, section
-    /// "Launching from the loop's thread").
+    /// One burst per period. 50 ms divides NVML's utilization sample, as measured, into
+    /// whole bursts, so every sample sees the same on-time: NVML then reads the duty
+    /// exactly, where a 40 ms period read several points off depending on the phase
+    /// (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal, "The
+    /// period must suit NVML's reading").
     /// The caller's ticks should divide it (see [`Pacer`]). At most one period of our
     /// kernels is queued, so it also bounds how long a newcomer can find our work on the
     /// GPU after the check that missed it.
@@ -55,15 +55,16 @@ pub struct LauncherSettings {
     /// this. By default the period, so each burst is one kernel: each launch costs CPU
     /// (most of the loop's, at 2 ms kernels), and the length of our kernels does not
     /// change what another context waits: without MPS a kernel of ours is preempted at
-    /// the end of a time slice (about 2 ms on an H100), and the spin kernel then ends
-    /// (docs/benchmarks.md, "Live services").
+    /// the end of a time slice, and the spin kernel then ends
+    /// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on).
     pub max_kernel: Duration,
     /// Beside quiet holders of a context ([`LaunchShape::OneInFlight`]): `None` (the
     /// default) launches the same bursts as on a GPU of our own; `Some(length)` one
     /// kernel of that length at a time from a pacing thread, so that the holder's first
     /// request after a dormant spell waits at most `length` instead of up to a time
-    /// slice, at a wake-up per kernel (`duty / length` a second: several percent of a
-    /// core at 500 us).
+    /// slice, at a wake-up per kernel (`duty / length` a second; what that cost at
+    /// 500 us: docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+    /// "CPU, and what it was traded for").
     pub beside_kernel: Option<Duration>,
     /// Bursts as kernels of this length replayed from CUDA graphs (`graphs.rs`):
     /// for MPS, where a GPU-bound client's block can wait for the SM our kernel holds
@@ -396,7 +397,8 @@ impl CudaLoad {
     /// polling (the event has no blocking sync). Returns whether the GPU is free of our
     /// work. Bursts start only in [`LoadSource::launch_due`] and about one burst of
     /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time,
-    /// `duty x period` (measured: docs/benchmarks.md, section "Hardware tests (run B)").
+    /// `duty x period` (measured: docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal,
+    /// "At the defaults").
     ///
     /// A one-in-flight thread is stopped first (the next `launch_due` with a load
     /// starts another), so this waits for its one kernel in flight, at most
@@ -828,9 +830,10 @@ fn primary_flags(current: u32) -> u32 {
 }
 
 /// Sets the stack limit to 0 (the spin kernel has no stack frame) and returns what the
-/// driver kept. The stack reservation is stack size x resident threads x SMs: about half
-/// of a default context's memory on an H200 (docs/benchmarks.md, section "The GPU itself,
-/// measured before gpufill"). A failure only costs memory, so it is logged, not fatal.
+/// driver kept. The stack reservation is stack size x resident threads x SMs: a large
+/// share of a default context's memory
+/// (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes). A failure only
+/// costs memory, so it is logged, not fatal.
 fn zero_stack(ctx: &Arc<CudaContext>) -> usize {
     let limit = sys::CUlimit::CU_LIMIT_STACK_SIZE;
     if let Err(e) = ctx.set_limit(limit, 0) {

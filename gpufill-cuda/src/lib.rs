@@ -26,9 +26,9 @@
 //!   created with `CU_EVENT_DISABLE_TIMING` only and is queried, never waited on, so its
 //!   completion raises no interrupt for the driver's event thread to handle.
 //! - **Stack limit 0**, right after creation. The driver reserves stack size x resident
-//!   threads x SMs of device memory; on an H200 that is about half of a default
-//!   context's memory (docs/benchmarks.md, section "The GPU itself, measured before
-//!   gpufill"), and the spin kernel never uses it. `CU_CTX_LMEM_RESIZE_TO_MAX` is never set (it would
+//!   threads x SMs of device memory, a large share of a default context's memory
+//!   (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes), and the spin
+//!   kernel never uses it. `CU_CTX_LMEM_RESIZE_TO_MAX` is never set (it would
 //!   keep a grown reservation). cudarc's event tracking is off: we have no buffers to
 //!   track, and it would synchronize when the stream is created.
 //!
@@ -57,19 +57,21 @@
 //!   of the same tick, so no kernel of ours starts once a newcomer is listed. When one is
 //!   listed, at most the burst already queued is left, `duty x period`, inside the head
 //!   start NVML gives between listing a PyTorch process and its first kernel
-//!   (docs/benchmarks.md, sections "The GPU itself, measured before gpufill" and
-//!   "Launching from the loop's thread").
+//!   (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes and
+//!   docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal).
 //! - **CPU**: one wake-up per period does the process check and the launch. The wake-up,
 //!   NVML's process check (cold after each sleep, so dearer than in a tight loop) and a
 //!   burst's launch each cost tens of microseconds of CPU, however little work they do,
 //!   so the number of wake-ups, set by the period, sets the CPU; a launcher thread of its
-//!   own, as before, cost more (docs/benchmarks.md, section "Launching from the loop's
-//!   thread", "Where a tick's CPU goes").
-//! - **A reading that follows the duty**: NVML publishes one utilization value every 200 ms
-//!   on an H200. With 20, 25 and 50 ms periods it read the duty at every target; with
-//!   40 ms it read several points off, depending on the phase between our bursts and its
-//!   window, and the phase drifts (same section). Periods that divide 100 ms are safe
-//!   there.
+//!   own, as before, cost more (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal,
+//!   "Where a tick's CPU goes").
+//! - **A reading that follows the duty**: NVML publishes one utilization value per
+//!   sample period (one GPU's: docs/benchmarks.md#hardware-tests-run-b). With 20, 25 and
+//!   50 ms periods it read the duty at every target; with 40 ms it read several points
+//!   off, depending on the phase between our bursts and its window, and the phase drifts
+//!   (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal, "The period
+//!   must suit NVML's reading", which also says which periods are safe on the GPU
+//!   measured).
 //!
 //! # Beside a quiet process: one kernel in flight, from a thread of ours
 //!
@@ -77,9 +79,9 @@
 //! inference service between requests, an idle notebook) it asks for
 //! [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape). Without MPS the GPU
 //! time-slices between contexts: our *queued* work makes a newly arriving foreign kernel
-//! wait up to a time slice (about 2 ms on an H100), one short kernel of ours in flight
-//! only what is left of it (docs/benchmarks.md, "Beside a mostly-idle
-//! service"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
+//! wait up to a time slice, one short kernel of ours in flight only what is left of it
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! shapes" and "Earlier notes"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
 //! `launch_due` with a non-idle load, launches one kernel of
 //! [`LauncherSettings::beside_kernel`] (500 us) at a time, sleeps its length and the
 //! gap `kernel x (1 - duty) / duty` ([`plan::one_in_flight_gap`]), checks the event
@@ -102,12 +104,13 @@
 //!
 //! Under MPS our kernels run beside other clients' kernels rather than taking turns,
 //! and a client's block that needs a whole SM cannot start on the SM where our warp
-//! runs: it waits for our kernel to end (docs/benchmarks.md, "Live services"). With
+//! runs: it waits for our kernel to end
+//! (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host). With
 //! [`LauncherSettings::graph_kernel`] (the runtime sets it where an MPS daemon runs) a
 //! burst is its on-time in kernels of that length (50 us), launched from CUDA graphs of
 //! 1, 2, 4 ... 256 kernels captured on our stream the first time a burst needs them
 //! (`graphs::KernelGraphs`): a 25 ms burst is 500 kernels in 6 graph launches. The graphs
-//! hold a little device memory (measured: docs/benchmarks.md, "Live services").
+//! hold a little device memory (measured: the same section).
 //!
 //! # Stopping and dropping
 //!

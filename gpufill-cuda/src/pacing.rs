@@ -6,9 +6,10 @@
 //! rests 500 us), far shorter than a loop tick, and the next kernel may start only once
 //! the last one has finished, which a tick cannot see in time. Why one kernel at a time:
 //! without MPS the GPU time-slices between contexts, and a foreign kernel that arrives
-//! while work of ours is *queued* can wait a whole time slice (about 2 ms on an H100),
-//! while one that arrives beside a *single* kernel of ours waits at most what is left of
-//! it (docs/benchmarks.md, "Beside a mostly-idle service").
+//! while work of ours is *queued* can wait a whole time slice, while one that arrives
+//! beside a *single* kernel of ours waits at most what is left of it
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! shapes" and "Earlier notes").
 //!
 //! The cycle: launch one kernel of `beside_kernel` at the load's width, record the event
 //! after it, sleep the kernel's length and the gap ([`one_in_flight_gap`]) in one go,
@@ -26,8 +27,7 @@
 //! `prctl`, and this crate does not depend on libc), so a sleep ends up to about that
 //! late, plus the launch and the wake-up, so the on-time falls short of the duty and
 //! the controller makes up the shortfall, as it does for bursts. What that and the
-//! thread's CPU came to on an H100: docs/benchmarks.md, "Beside a mostly-idle
-//! service, and under MPS".
+//! thread's CPU came to: the same section, "CPU, and what it was traded for".
 //!
 //! Every wait is on a condvar with a timeout, so a stop wakes the thread at once; it then
 //! exits without waiting for its kernel in flight (at most `beside_kernel`), which the
@@ -56,10 +56,11 @@ const MAX_POLL: Duration = Duration::from_millis(1);
 ///
 /// Judged only from a check that found the kernel unfinished (which proves it ended
 /// later than that check), never from when our own thread happened to wake, so a late
-/// wake-up cannot fake it. 300 us: above the 130-230 us that kernels of ours started late
-/// beside ResNet-50 requests on an H100 (a CPU-bound service whose requests lost nothing
-/// measurable), below the time slice (about 2 ms) a busy GPU-bound job holds the GPU for
-/// (docs/benchmarks.md, "Beside a mostly-idle service").
+/// wake-up cannot fake it. 300 us: above how late kernels of ours started beside
+/// ResNet-50 requests (a CPU-bound service whose requests lost nothing measurable:
+/// docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "A
+/// start-delay sensor"), below the time slice a busy GPU-bound job holds the GPU for
+/// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on).
 pub(crate) const LATE: Duration = Duration::from_micros(300);
 /// How long the thread stays idle after a late kernel if the loop says nothing.
 const LATE_PAUSE: Duration = Duration::from_millis(500);

@@ -20,8 +20,9 @@ pub enum SpinKernel {
     /// [`SPIN`]: a pure busy-wait on `%globaltimer`.
     Spin,
     /// [`SPIN_SLEEP`]: the busy-wait with `__nanosleep(200)` per iteration: the same NVML
-    /// and GPM readings for less power (docs/benchmarks.md, section "Power and GPM SM
-    /// utilization over width x duty"), so the default.
+    /// and GPM readings for less power
+    /// (docs/benchmarks.md#power-and-gpm-sm-utilization-over-width-x-duty-scriptspower_gridpy),
+    /// so the default.
     #[default]
     Sleep,
 }

@@ -12,7 +12,8 @@ const BLOCK_THREADS: u32 = 32;
 /// How long a jump of the GPU clock between two reads in our kernel must be for it to end
 /// at once (its `yield_ns` argument): our kernel was preempted by another context's
 /// time slice (kernels/spin.cu). A preemption beside even a tiny foreign kernel lasts two
-/// context switches, about 260 us on an H100 (docs/benchmarks.md, "Live services");
+/// context switches, several times this
+/// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on);
 /// a spin loop reads the clock every microsecond or so.
 pub(crate) const YIELD_JUMP: std::time::Duration = std::time::Duration::from_micros(50);
 

@@ -26,13 +26,13 @@
 //!
 //! # Utilization: one reading per NVML sample
 //! NVML's `gpu` utilization is the share of the last *sample period* with a kernel
-//! resident; the driver publishes one value per period (200 ms on the H200, 1/6 s to
-//! 1 s on other products). The loop runs its controller only on new samples, so
+//! resident; the driver publishes one value per period (1/6 s to 1 s by product; one
+//! GPU's: docs/benchmarks.md#hardware-tests-run-b). The loop runs its controller only
+//! on new samples, so
 //! [`Probe::utilization`](gpufill_core::Probe::utilization) returns `Some` exactly
 //! once per published sample. `nvmlDeviceGetSamples` says when samples were published
 //! but costs milliseconds a call, too much for every tick; `nvmlDeviceGetUtilizationRates`
-//! is cheap but carries no timestamp (docs/benchmarks.md, section "Hardware tests (run
-//! B)"). So:
+//! is cheap but carries no timestamp (docs/benchmarks.md#hardware-tests-run-b). So:
 //!
 //! 1. On the first call and then every 10 s, the probe reads the sample timestamps,
 //!    takes the period as the median gap and the phase from the newest one (NVML
@@ -47,8 +47,8 @@
 //! # Foreign processes, and finding our own
 //! [`Probe::foreign_processes`](gpufill_core::Probe::foreign_processes) lists the
 //! device's compute processes (microseconds a call; a newcomer shows up soon after it
-//! starts creating its context, well before its first kernel: docs/benchmarks.md,
-//! section "The GPU itself, measured before gpufill"), adds MPS clients where
+//! starts creating its context, well before its first kernel:
+//! docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes), adds MPS clients where
 //! the driver lists them, and removes our own PIDs and the MPS server (by name, when
 //! NVML can resolve it: the server is infrastructure, not a workload).
 //!

@@ -1,8 +1,9 @@
 //! Finding our own entry in NVML's process list, and keeping it right while we run.
 //!
 //! On driver 580 NVML translates PIDs into the caller's PID namespace: inside a PID
-//! namespace of our own it lists us under `std::process::id()` (PID 2 in the H100 run,
-//! docs/data/ns-signals-h100.txt), as on the host. So our own PID, when listed, is ours
+//! namespace of our own it lists us under `std::process::id()` (as measured:
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! raw in docs/data/ns-signals-h100.txt), as on the host. So our own PID, when listed, is ours
 //! and only it ([`OwnProcess::pid`]): nothing to guess.
 //!
 //! Where it is not listed (a driver that shows host PIDs in a container), the CLI
@@ -15,11 +16,12 @@
 //! foreign, and the yield policy sees it):
 //!
 //! - **Memory** ([`OwnProcess::recheck_list`]): we allocate nothing, so our context's
-//!   memory stays what it was when it was created (254 MiB, flat for as long as the H100
-//!   run lasted), and our own probe never sees our context half made (it runs in the
+//!   memory stays what it was when it was created (flat for as long as the measured run
+//!   lasted: the same section), and our own probe never sees our context half made (it runs in the
 //!   thread that opens it). A candidate listed with more than [`OWN_MEMORY_TOLERANCE`]
 //!   more or less than at identification is someone else: a newcomer's context grows
-//!   for its first 200 ms, and a process reusing a PID comes with its own size.
+//!   while it is created (the same section), and a process reusing a PID comes with its
+//!   own size.
 //! - **Work** ([`OwnProcess::recheck_work`]): a candidate whose per-process samples show
 //!   kernels in a window in which we ran nothing is not ours; nor, while we filled for a
 //!   whole window, is a candidate that shows no kernel when another candidate does. Each

@@ -4,7 +4,8 @@
 //! With [`PidView::Namespace`] ([`NvmlProbe::with_pid_view`]) NVML lists only our
 //! namespace's processes, and the probe adds what the device shows of the others
 //! ([`gpufill_core::unlisted`] has the signals and their measured leads and lags,
-//! docs/data/ns-signals-h100.txt the data):
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy
+//! the figures, docs/data/ns-signals-h100.txt the data):
 //! - every tick, [`Probe::unlisted`] reads device memory (`nvmlDeviceGetMemoryInfo` v2
 //!   `used`, one more cheap NVML call) against the sizes of the list just read (always a
 //!   full read in this view: a count cannot tell whether our own entry's size moved) and
@@ -96,12 +97,13 @@ struct OwnLoad {
 const STOP_TAIL_US: u64 = 100_000;
 
 /// How often per-process samples are read to tell several own-PID candidates apart
-/// (over a millisecond a read: docs/benchmarks.md, "Hardware tests (run B)").
+/// (over a millisecond a read: docs/benchmarks.md#hardware-tests-run-b).
 const OWN_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How often per-process utilization is read for the yield policy. Each read costs
-/// over a millisecond of CPU (five a second took about 0.9 % of a core on an H100:
-/// docs/benchmarks.md, "Live services"); what it decides, whether a process has been
+/// over a millisecond of CPU (what reading it every sample period cost:
+/// docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on,
+/// below the table); what it decides, whether a process has been
 /// quiet for the idle grace (30 s by default), needs no finer grain, and beside a quiet
 /// holder our own kernels' timing sees its first kernel sooner than any sample could.
 pub const ACTIVITY_EVERY: Duration = Duration::from_secs(1);
@@ -477,7 +479,7 @@ impl Probe for NvmlProbe {
     }
 
     fn active_processes(&mut self, now: Time) -> Result<Option<Vec<u32>>, ProbeError> {
-        // Over a millisecond a call (docs/benchmarks.md, "Hardware tests (run B)"): at most
+        // Over a millisecond a call (docs/benchmarks.md#hardware-tests-run-b): at most
         // once per ACTIVITY_EVERY.
         if self.next_activity_read.is_some_and(|due| now < due) {
             return Ok(None);
@@ -556,15 +558,18 @@ const FULL_READ_EVERY: u32 = 10;
 
 /// The same backstop while others are listed (holders of a context), tighter: a
 /// holder leaving as a newcomer is listed, between two reads, is seen within this many
-/// reads (200 ms at the default 50 ms tick; a newcomer's first kernel came 85-120 ms
-/// after its listing, and its device-file open starts reads every few milliseconds,
+/// reads (200 ms at the default 50 ms tick; a newcomer's first kernel came sooner than
+/// that after its listing, docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes,
+/// but its device-file open starts reads every few milliseconds,
 /// each a count that the newcomer changes unless a holder left in those milliseconds).
 const FULL_READ_BESIDE: u32 = 4;
 
 /// Whether a process query can be a bare count. The full list is two NVML calls, a
-/// count and a fill, which on an H100 cost three driver round trips to the GPU's
-/// firmware (`GET_PIDS` twice and `GET_PID_INFO`, 50-80 us of CPU each from a cold
-/// thread: docs/benchmarks.md, "Live services"); the count is one. An unchanged count
+/// count and a fill, which cost three driver round trips to the GPU's firmware
+/// (`GET_PIDS` twice and `GET_PID_INFO`, tens of microseconds of CPU each from a cold
+/// thread:
+/// docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host,
+/// "Where the loop thread's CPU goes"); the count is one. An unchanged count
 /// means nobody came (or, rarely, one left as another came: hence the backstop), and
 /// the last full read's foreign processes still stand. Not while the list may hold an
 /// MPS server: its clients are listed apart and not counted. Pure bookkeeping, no NVML.

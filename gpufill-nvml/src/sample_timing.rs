@@ -1,7 +1,8 @@
 //! When NVML has published a new utilization sample: pure arithmetic, no NVML.
 //!
-//! The driver updates the device utilization once per sample period (200 ms on the
-//! H200, 1/6 s to 1 s on other products). `nvmlDeviceGetSamples` tells when (each
+//! The driver updates the device utilization once per sample period (1/6 s to 1 s by
+//! product; one GPU's, measured: docs/benchmarks.md#hardware-tests-run-b).
+//! `nvmlDeviceGetSamples` tells when (each
 //! sample carries a CPU wall-clock timestamp in microseconds) but costs milliseconds;
 //! `nvmlDeviceGetUtilizationRates` costs microseconds but has no timestamp. So the
 //! probe reads the timestamps now and then ([`SampleTiming::learn`]), derives the period
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use gpufill_core::Time;
 
-/// The sample period assumed until the device says otherwise (the H200's).
+/// The sample period assumed until the device says otherwise (the one measured:
+/// docs/benchmarks.md#hardware-tests-run-b).
 pub const NOMINAL_PERIOD: Duration = Duration::from_millis(200);
 /// How often the period and phase are read again while samples come in.
 pub const RESYNC_INTERVAL: Duration = Duration::from_secs(10);

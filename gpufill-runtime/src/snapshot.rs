@@ -75,7 +75,7 @@ pub struct GpuSnapshot {
 
 /// How long a worker may take to its first tick (opening NVML and a CUDA context)
 /// before it counts as stalled rather than starting. Opening a context takes a small
-/// fraction of a second (docs/benchmarks.md, "Hardware tests (run B)"); this leaves room
+/// fraction of a second (docs/benchmarks.md#hardware-tests-run-b); this leaves room
 /// for a driver that initialises slowly without persistence mode, and stays below the
 /// systemd unit's `TimeoutStartSec` (60 s). Until its first tick a worker is not healthy
 /// either way: it is only logged as stalled after this long.
@@ -174,8 +174,8 @@ pub fn down_of(lives: Vec<(u32, Liveness)>) -> Vec<(u32, String)> {
 }
 
 /// How long a worker may go without a tick before it counts as stalled: ten ticks, and
-/// at least 5 s (opening a CUDA context takes a small fraction of that: docs/benchmarks.md,
-/// section "Hardware tests (run B)"; and a reopen after a lost GPU ticks on, so only a
+/// at least 5 s (opening a CUDA context takes a small fraction of that:
+/// docs/benchmarks.md#hardware-tests-run-b; and a reopen after a lost GPU ticks on, so only a
 /// real hang reaches it).
 pub fn stall_after(tick: Duration) -> Duration {
     (tick * 10).max(Duration::from_secs(5))

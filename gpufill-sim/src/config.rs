@@ -14,7 +14,8 @@ const MIB: u64 = 1 << 20;
 /// What the simulated GPU is and what happens to it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
-    /// NVML's sampling period (200 ms on the H200).
+    /// NVML's sampling period (the default is the one measured:
+    /// docs/benchmarks.md#hardware-tests-run-b).
     pub sample_period: Duration,
     /// Time of the first sample boundary, so samples are not aligned with the loop's ticks.
     pub sample_phase: Duration,
@@ -34,16 +35,16 @@ pub struct SimConfig {
     /// request waits behind it, and how long our last kernel runs after the load goes
     /// idle.
     pub one_in_flight_kernel: Option<Duration>,
-    /// The GPU's time slice between contexts (2 ms on an H100): a request that arrives
-    /// while our kernel runs waits at most the rest of the slice it is in
-    /// (`kernels.rs`).
+    /// The GPU's time slice between contexts: a request that arrives while our kernel
+    /// runs waits at most the rest of the slice it is in (`kernels.rs`; the default is
+    /// the one measured: docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on).
     pub time_slice: Duration,
-    /// What a context switch costs the context switched to (130 us, from how late our
-    /// first kernel after another context's work started on an H100).
+    /// What a context switch costs the context switched to (the default from how late
+    /// our first kernel after another context's work started, in the same section).
     ///
-    /// How well these two parameters reproduce the H100's requests beside our kernels,
-    /// one way and the other: docs/benchmarks.md, "Live services", the simulated GPU
-    /// against the H100.
+    /// How well these two parameters reproduce the measured requests beside our
+    /// kernels, one way and the other: that section's last paragraph, the simulated GPU
+    /// against the hardware.
     pub context_switch: Duration,
     /// How recent our previous kernel must be for a kernel's late start to show (1 s):
     /// the launcher judges a start against the offsets of its last kernels, and the GPU
@@ -57,7 +58,7 @@ pub struct SimConfig {
     /// How long queued work keeps running after the load goes idle in
     /// [`gpufill_core::LaunchShape::Bursts`] (one kernel in flight: at most that kernel).
     pub stop_tail: Duration,
-    /// Number of SMs (132 on the H200).
+    /// Number of SMs (the default is that of the GPU in docs/benchmarks.md#machine).
     pub sm_count: u32,
     /// Whether an MPS server runs (kernels of different processes run together).
     pub mps: bool,
@@ -83,10 +84,12 @@ pub struct SimConfig {
     /// from the process list, as inside a PID namespace of our own, while device memory,
     /// utilization and per-process samples (under their host PIDs) still show them.
     pub pid_view: PidView,
-    /// The memory NVML lists for our own context (254 MiB with the stack limit at 0).
+    /// The memory NVML lists for our own context (the default is the one measured with
+    /// the stack limit at 0: docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes).
     pub own_context_bytes: u64,
-    /// Device memory the driver holds per context besides its listed size (8 MiB on the
-    /// H100).
+    /// Device memory the driver holds per context besides its listed size (the default
+    /// is the one measured:
+    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy).
     pub driver_per_context_bytes: u64,
     /// The driver's own memory moving, in time order: from each time on, this many bytes
     /// more (negative: fewer) than before. Empty: flat, as measured.
@@ -95,13 +98,13 @@ pub struct SimConfig {
     /// cannot work: [`gpufill_core::unlisted::Unlisted::Unknown`]).
     pub process_sizes: bool,
     /// How long after its publication a sample shows in the per-process samples (0 by
-    /// default; on the H100 a new PID's first sample came 2.6 s after its work began,
+    /// default; as measured inside a PID namespace:
     /// [`SimConfig::H100_PROCESS_SAMPLE_LAG`]).
     pub process_sample_lag: Duration,
     /// How long a foreign job must have run kernels without a break before the
     /// per-process samples show it (0 by default: at once). With
     /// [`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`] a service's short bursts never show,
-    /// as on the H100.
+    /// as measured (that constant's docs).
     pub process_sample_min_run: Duration,
     /// The host's own jitter in our kernels' timing (`gpufill simulate --host-jitter`):
     /// `Some` times every group of ours as the launcher does and judges it with the
@@ -111,22 +114,26 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// How late the H100's per-process samples showed a new PID's work, in both PID
-    /// views (docs/data/ns-signals-h100.txt; docs/benchmarks.md, "Inside a PID namespace of its own").
+    /// How late the per-process samples showed a new PID's work, in both PID views, as
+    /// measured (docs/data/ns-signals-h100.txt;
+    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy).
     pub const H100_PROCESS_SAMPLE_LAG: Duration = Duration::from_millis(2600);
 
-    /// How long a job's work went unseen by the per-process samples. On the H100 the
-    /// ResNet-50 service's bursts (about 170 ms) never made gpufill yield in `activity`
-    /// mode: they ended before its per-process samples showed them (docs/benchmarks.md,
-    /// "Beside a mostly-idle service"); on the H200 steady work made it yield 580 to
-    /// 1460 ms after the work began (docs/benchmarks.md, "`activity` mode"). Why NVML
-    /// misses short bursts is not known; the simplest model that fits both is that a run
-    /// shows only once it has lasted 400 ms (then at the next sample, read at most once
-    /// per sample period: 400 to 650 ms after it began).
+    /// How long a job's work went unseen by the per-process samples. A ResNet-50
+    /// service's short bursts never made gpufill yield in `activity` mode: they ended
+    /// before its per-process samples showed them
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+    /// "`activity` beside a service's bursts"); steady work made it yield within a
+    /// second or two of the work beginning (docs/benchmarks.md#activity-mode-scriptsactivity_checkpy,
+    /// and its first run in
+    /// docs/benchmarks-history.md#activity-mode-the-first-run-at-the-previous-defaults).
+    /// Why NVML misses short bursts is not known; the simplest model that fits the bursts
+    /// and the quickest of those yields is that a run shows only once it has lasted this
+    /// long (then at the next sample, read at most once per sample period).
     pub const MEASURED_PROCESS_SAMPLE_MIN_RUN: Duration = Duration::from_millis(400);
 
-    /// The view from inside a PID namespace of our own, as measured on the H100: foreign
-    /// jobs unlisted, per-process samples [`SimConfig::H100_PROCESS_SAMPLE_LAG`] late.
+    /// The view from inside a PID namespace of our own, as measured: foreign jobs
+    /// unlisted, per-process samples [`SimConfig::H100_PROCESS_SAMPLE_LAG`] late.
     pub fn pid_namespace(self) -> Self {
         SimConfig {
             pid_view: PidView::Namespace,
@@ -146,8 +153,9 @@ impl SimConfig {
     /// How much of a job's [`ForeignJob::mps_wave_loss`] our kernels cost it: none for
     /// kernels within [`SimConfig::MPS_WAVE`] (a block that waits for ours waits less
     /// than its own wave), all of it from [`SimConfig::MPS_WAVE_SATURATION`] on,
-    /// linear between. Calibrated on the H100: 25 ms kernels cost the matmul service
-    /// 8-12 % on the mean at duty 0.5, 200 us ones 3.5 %, 50 us ones nothing measurable.
+    /// linear between. Calibrated on the matmul service under MPS at duty 0.5, whose cost
+    /// fell with our kernels' length to nothing measurable at the shortest
+    /// (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host).
     pub fn mps_wave_factor(&self) -> f64 {
         let kernel = self.mps_kernel.unwrap_or(self.max_kernel).as_secs_f64();
         let (wave, full) = (

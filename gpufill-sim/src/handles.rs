@@ -458,8 +458,10 @@ mod tests {
 
     #[test]
     fn a_newcomers_memory_grows_as_it_did_on_the_h100() {
-        // Listed (host view) at 6.148 s, context ready 166 ms later; used_v2 minus our
-        // 262 MiB, from docs/data/ns-signals-h100.txt.
+        // The times below are the measured ones: listed (host view) at 6.148 s, context
+        // ready 166 ms later; used_v2 minus what we held alone
+        // (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+        // raw in docs/data/ns-signals-h100.txt).
         let job = ForeignJob {
             first_kernel_after: Duration::from_millis(166),
             ..ForeignJob::compute_bound(6.148, 14.0, 1.0)

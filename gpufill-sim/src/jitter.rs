@@ -5,11 +5,13 @@
 //! With jitter on, every group of our kernels is timed as the CUDA launcher times it
 //! (a host launch time and gap, a GPU start stamp) and judged by the same
 //! [`StartChain`]; the late start a context switch causes is added to the stamp of the
-//! group it delays, instead of being reported directly. Calibrated on two H100s of one
-//! host that paused 22 and 29 times in 90 s at 052ca04 (docs/data/host-jitter-h100.txt;
-//! docs/benchmarks.md, "Start jitter on an empty GPU"):
-//! - **stalls**: about once a second the launching thread is stalled for 90-300 us (now
-//!   and then up to 500 us), often two launches in a row or close together: episodes of
+//! group it delays, instead of being reported directly. Calibrated on the traces of the
+//! two GPUs of one host that paused with nobody there at 052ca04
+//! (docs/data/host-jitter-h100.txt;
+//! docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in;
+//! the values are [`HostJitter::H100_MEASURED`]'s):
+//! - **stalls**: now and then the launching thread is stalled for a few hundred
+//!   microseconds, often two launches in a row or close together: episodes of
 //!   [`HostJitter::episode`] at a mean gap of [`HostJitter::episode_every`], each launch
 //!   in one stalled with [`HostJitter::stall_chance`]. Most stalls fall in the kernel's
 //!   launch; [`HostJitter::in_record`] of them inside the start event's record call,
@@ -17,7 +19,7 @@
 //! - **resumption**: after an idle spell of [`HostJitter::resume_after_idle`] or more
 //!   the GPU starts our kernels up to [`HostJitter::resume_extra_us`] later, falling
 //!   to nothing over [`HostJitter::resume_decay`];
-//! - **noise**: ordinary starts and host gaps spread by about 20 us.
+//! - **noise**: ordinary starts and host gaps spread by [`HostJitter::noise_us`].
 
 use std::time::Duration;
 
@@ -55,7 +57,7 @@ pub struct HostJitter {
 }
 
 impl HostJitter {
-    /// The jitter of the H100 host that paused (see the module docs).
+    /// The jitter of the host that paused (see the module docs).
     pub const H100_MEASURED: HostJitter = HostJitter {
         seed: 1,
         episode_every: Duration::from_millis(2500),

@@ -6,8 +6,8 @@
 //! Without MPS the GPU time-slices between processes, and what a job loses depends on
 //! how our kernels are laid out ([`LaunchShape`]):
 //! - [`LaunchShape::Bursts`]: `duty x period` of kernels queued back to back. A kernel
-//!   of the job that arrives during a burst waits up to a time slice (about 2 ms on an
-//!   H100), and then shares the GPU with the rest of the burst. The job progresses at
+//!   of the job that arrives during a burst waits up to a time slice
+//!   (`SimConfig::time_slice`), and then shares the GPU with the rest of the burst. The job progresses at
 //!   `1 - interference x own_duty` of its wanted rate, `interference` calibrated per job
 //!   on measured slowdowns.
 //! - [`LaunchShape::OneInFlight`]: one kernel of ours in flight at a time. A kernel of
@@ -18,24 +18,22 @@
 //!   `WAITS_PER_REQUEST x kernel / request`, never more than `interference` (a kernel
 //!   as long as a time slice costs what a queued burst does).
 //!
-//! Calibration (docs/benchmarks.md, "Beside a mostly-idle service"): ResNet-50 requests
-//! (batch 1) on an H100, p50 / p99 in ms over 3 interleaved reps, p50 noise about
-//! ±10 %: alone 5.59 / 8.25; one 250 us kernel of ours in flight at 50 % duty 5.62 /
-//! 8.02; 500 us 5.24 / 8.44; 1000 us 6.71 / 8.47; queued bursts of 2 ms kernels (25 ms
-//! per 50 ms) 6.09 / 10.47. Slowdowns here are shares of progress lost: a request
-//! taking `1 + x` times as long has lost `x / (1 + x)`. The 1000 us point, the one
-//! clear of the noise (+20 % at 50 % duty: 17 % lost), gives 1.9 waits per 5.6 ms
-//! request. An older probe beside sparse PyTorch requests (one 100 us kernel in flight
-//! at 100 % duty added ~0.1 ms to a 0.39 ms op and ~0.19 ms to 1.9 ms of matmuls) gives
-//! 0.8 and 1.7; with one 2 ms kernel (0.86 ms and 2.08 ms added) fewer, as a request
+//! Calibration: ResNet-50 requests (batch 1) beside one kernel of ours in flight of
+//! 250, 500 and 1000 us and beside queued bursts, at 50 % duty
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! shapes beside a ResNet-50 service"). Slowdowns here are shares of progress lost: a
+//! request taking `1 + x` times as long has lost `x / (1 + x)`. The 1000 us point, the
+//! one clear of the noise, gives about 2 waits per request. The older probe beside
+//! sparse PyTorch requests (the same section, "Earlier notes": one 100 us kernel in
+//! flight at 100 % duty) gives fewer, and one 2 ms kernel fewer still, as a request
 //! shorter than our kernel waits at most once. The model takes 2, the service's figure
 //! rounded up. It then predicts for the ResNet-50 service at 50 % duty 4.5 % (250 us),
 //! 8.9 % (500 us), both within the noise of what was measured, and 15 % (1000 us: the
-//! cap, the service's `interference`, against 17 % measured); for the 8192^3 matmul
-//! loop (1.66 ms an iteration) beside 100 us kernels 6 % against the 8 % measured on
-//! the H200, and beside 1 ms kernels the cap, 21 %, as measured (docs/benchmarks.md,
-//! "The GPU itself, measured before gpufill (probes)"; assuming that filler, like the
-//! probes' open-loop one, ran one kernel at a time).
+//! cap, the service's `interference`, a little under what was measured); for the
+//! 8192^3 matmul loop ([`ForeignJob::MATMUL_ITERATION`]) beside 100 us kernels 6 %, a
+//! little under what was measured, and beside 1 ms kernels the cap, 21 %, as measured
+//! (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes; assuming that
+//! filler, like the probes' open-loop one, ran one kernel at a time).
 
 use std::time::Duration;
 
@@ -45,11 +43,13 @@ use gpufill_core::time::Time;
 
 const MIB: u64 = 1 << 20;
 
-/// A newcomer's device memory while its context is created, as the H100 showed it
-/// (docs/data/ns-signals-h100.txt; PyTorch, `torch.cuda.init`): milliseconds from the
-/// moment NVML listed it (in the host view) and MiB held, its driver share included.
-/// It held memory 36 ms before it was listed; the context was complete (612 MiB listed,
-/// 618 MiB on the device) 167 ms after, when its first kernel came. Times after the
+/// A newcomer's device memory while its context is created, as measured
+/// (docs/data/ns-signals-h100.txt;
+/// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+/// PyTorch, `torch.cuda.init`): milliseconds from the moment NVML listed it (in the
+/// host view) and MiB held, its driver share included. It held memory before it was
+/// listed; the context was complete (`CONTEXT_COMPLETE_MS` after the listing) when
+/// its first kernel came. Times after the
 /// listing scale with the job's `first_kernel_after`, so the context is complete at its
 /// first kernel whatever that delay.
 const CONTEXT_RAMP: [(f64, u64); 5] = [
@@ -70,8 +70,8 @@ pub struct ForeignJob {
     pub pid: u32,
     /// When the probe starts listing it (its context creation has begun).
     pub listed_at: Time,
-    /// Delay from being listed to its first kernel (for PyTorch on the H200 see
-    /// docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)").
+    /// Delay from being listed to its first kernel (for PyTorch see
+    /// docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes).
     pub first_kernel_after: Duration,
     /// When it leaves (stops running and is no longer listed).
     pub leaves_at: Time,
@@ -95,9 +95,11 @@ pub struct ForeignJob {
     /// disjoint: a service's bursts ([`ForeignJob::service`]), a notebook's cells
     /// ([`ForeignJob::notebook`]). It works inside `work` and inside any of these.
     pub windows: Vec<(Time, Time)>,
-    /// The device memory NVML lists for it once its context is complete, bytes (612
-    /// MiB: PyTorch with a tiny tensor). Before that it grows as a PyTorch context did on
-    /// the H100, from 36 ms before the host view would list it until its first kernel.
+    /// The device memory NVML lists for it once its context is complete, bytes (by
+    /// default PyTorch's with a tiny tensor:
+    /// docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes). Before that it
+    /// grows as a PyTorch context was measured to (`CONTEXT_RAMP`), from before the host
+    /// view would list it until its first kernel.
     pub memory_bytes: u64,
     /// With `SimConfig::mps`: a process that is not a client of the MPS server (started
     /// without its pipe directory), which time-slices with us as without MPS.
@@ -116,25 +118,27 @@ pub struct ForeignJob {
 
 impl ForeignJob {
     /// How many times, per request, a kernel of ours in flight makes the job wait for
-    /// it (module docs: 1.9 from the ResNet-50 service at 1000 us, 0.8 and 1.7 from
-    /// sparse PyTorch ops and matmuls beside 100 us kernels).
+    /// it (the module docs say what it was fitted on).
     pub const WAITS_PER_REQUEST: f64 = 2.0;
 
-    /// One iteration of the 8192^3 bf16 matmul loop alone (604 it/s on the H200).
+    /// One iteration of the 8192^3 bf16 matmul loop alone, as measured
+    /// (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes).
     pub const MATMUL_ITERATION: Duration = Duration::from_micros(1660);
 
-    /// A ResNet-50 request at batch 1 alone on the H100 (p50 5.59 ms).
+    /// A ResNet-50 request at batch 1 alone, its measured p50
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
     pub const RESNET50_REQUEST: Duration = Duration::from_micros(5590);
 
     /// How busy an isolated request keeps the GPU while it is served: a quarter (the
-    /// rest is the host's work and synchronisation). The sub-millisecond service of
-    /// issue 21 took about 0.9 ms a request on an H100, 20 a second, and NVML read 0 %
-    /// beside it: 20 x 0.9 ms busy throughout would read 2 %.
+    /// rest is the host's work and synchronisation). NVML read 0 % beside the
+    /// sub-millisecond service of issue 21 at 20 requests a second
+    /// (docs/benchmarks.md#live-services-issue-21-scriptslive_probepy-scriptslive_service_benchpy),
+    /// which its requests, busy throughout, would have raised to about 2 %.
     pub const ISOLATED_REQUEST_LOAD: f64 = 0.25;
 
-    /// [`ForeignJob::mps_wave_loss`] of requests of ten bf16 4096^2 matmuls on an H100
-    /// beside our 25 ms kernels under MPS: 8-12 % on the mean at duty 0.5
-    /// (docs/benchmarks.md, "Graphs of short kernels under MPS").
+    /// [`ForeignJob::mps_wave_loss`] of requests of ten bf16 4096^2 matmuls beside our
+    /// 25 ms kernels under MPS at duty 0.5, as measured on the mean
+    /// (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host).
     pub const FEW_WAVE_MPS_LOSS: f64 = 0.2;
 
     /// A compute-bound job (the measured 8192^3 matmul loop) that wants `load` of the
@@ -162,16 +166,16 @@ impl ForeignJob {
     }
 
     /// An inference service that works in sparse bursts, like the ResNet-50 service
-    /// (batch 1) measured on an H100 beside gpufill (docs/benchmarks.md, "Beside a
-    /// mostly-idle service"): bursts of 20 requests every 6 s, a burst about 170 ms
-    /// (about 110 ms in a probe with 1 s between bursts), the GPU busy roughly 0.3 to
-    /// 0.5 of a burst (it is CPU-bound). It holds its context from `start_s` to `end_s`
+    /// (batch 1) measured beside gpufill, in bursts of 20 requests a few seconds apart
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16: the
+    /// bursts' length in "Earlier notes" and in the launch-shape probe), the GPU busy
+    /// roughly 0.3 to 0.5 of a burst (it is CPU-bound). It holds its context from `start_s` to `end_s`
     /// and works only in bursts of `burst` every `every`, the first at its first kernel,
     /// wanting `load` of the GPU inside a burst.
     ///
     /// Beside our bursts it loses 0.3 per unit of our duty: between the queued-burst
-    /// probe (p50 +9 % at 50 % duty, p99 +27 %) and the activity-mode run, which filled
-    /// in bursts through the service's bursts (p50 +16 %, noisy).
+    /// probe and the activity-mode run, which filled in bursts through the service's
+    /// bursts (both in the same section).
     pub fn service(start_s: f64, end_s: f64, every: Duration, burst: Duration, load: f64) -> Self {
         let job = ForeignJob {
             interference: 0.3,
@@ -284,8 +288,8 @@ impl ForeignJob {
         }
     }
 
-    /// Its device memory at `t`, its driver share `driver` included: nothing until 36 ms
-    /// before it is listed, the measured ramp up to its first kernel, then
+    /// Its device memory at `t`, its driver share `driver` included: nothing until the
+    /// measured ramp (`CONTEXT_RAMP`) begins, before it is listed, the ramp up to its first kernel, then
     /// `memory_bytes + driver` until it leaves.
     pub(super) fn memory_at(&self, t: Time, driver: u64) -> u64 {
         if t >= self.leaves_at {
@@ -516,13 +520,14 @@ mod tests {
         let service = ForeignJob::service(0.0, 10.0, Duration::from_secs(6), Duration::ZERO, 0.4);
         let us = Duration::from_micros;
         let at_half = |k: u64| 0.5 * service.loss_per_duty(LaunchShape::OneInFlight, us(k));
-        // Measured at 50 % duty: +0.5 %, -6 %, +20 % (p50, noise about ±10 %); the last
-        // is 17 % of progress lost, and the model's cap, queued bursts' cost, is 15 %.
+        // The measured p50s at 50 % duty are within the noise at 250 and 500 us and a
+        // little above the model's cap (queued bursts' cost) at 1000 us: module docs.
         assert!((at_half(250) - 0.045).abs() < 0.001, "{}", at_half(250));
         assert!((at_half(500) - 0.089).abs() < 0.001, "{}", at_half(500));
         assert_eq!(at_half(1000), 0.5 * service.interference);
         assert_eq!(service.loss_per_duty(LaunchShape::Bursts, us(250)), 0.3);
-        // The matmul loop beside 100 us kernels at 50 %: 6 % (8 % measured on the H200).
+        // The matmul loop beside 100 us kernels at 50 %: 6 %, a little under what was
+        // measured (module docs).
         let matmul = ForeignJob::compute_bound(0.0, 10.0, 1.0);
         let l = 0.5 * matmul.loss_per_duty(LaunchShape::OneInFlight, us(100));
         assert!((l - 0.06).abs() < 0.001, "{l}");

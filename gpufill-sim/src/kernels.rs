@@ -12,13 +12,14 @@
 //! - **One in flight** ([`Layout::Paced`]): one kernel of `one_in_flight_kernel`, then
 //!   an idle gap, so a kernel starts every `kernel / duty`.
 //!
-//! # What a request pays (H100: scripts/live_probe.py; [`serve`])
+//! # What a request pays ([`serve`])
+//! Measured by the retired `live_probe.py` (scripts/RETIRED.md):
+//! docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on.
 //! Without MPS the GPU time-slices between contexts. A request that arrives while a
 //! kernel of ours runs waits for the rest of it, but at most for the rest of the time
-//! slice it is in (slices of [`SimConfig::time_slice`], 2 ms, counted from the kernel's
-//! start; docs/benchmarks.md, "Live services"), plus a context
-//! switch ([`SimConfig::context_switch`], 130 us: the lateness of the first kernel after
-//! another context's). Our spin kernel then ends early (it ends at a jump of the GPU
+//! slice it is in (slices of [`SimConfig::time_slice`], counted from the kernel's
+//! start), plus a context switch ([`SimConfig::context_switch`]: the lateness of the
+//! first kernel after another context's). Our spin kernel then ends early (it ends at a jump of the GPU
 //! clock), so later requests do not meet it. A request that arrives when our context
 //! was the last on the GPU pays one switch; otherwise it pays nothing.
 //!
@@ -27,7 +28,7 @@
 //! the next one), not by the request's own later kernels. For a launch-bound request
 //! much longer than our kernels' gaps (one kernel in flight beside a 10 ms request)
 //! this counts fewer waits than the GPU makes; beside isolated sub-ms requests and
-//! one kernel a burst it matches the H100 (`SimConfig::context_switch` docs).
+//! one kernel a burst it matches the measurements (`SimConfig::context_switch` docs).
 //!
 //! [`SimConfig::time_slice`]: super::SimConfig::time_slice
 //! [`SimConfig::context_switch`]: super::SimConfig::context_switch

@@ -6,10 +6,10 @@
 //! no GPU. The `gpufill` binary ships it too (`gpufill simulate`, `gpufill bench --sim`),
 //! which is why it is a crate of its own and not test support.
 //!
-//! It models what the real one does, as measured on an H200 and an H100 (the
-//! measurements are in docs/benchmarks.md, "The GPU itself, measured before gpufill
-//! (probes)" unless another section is named; the numbers below are the model's
-//! parameters, chosen to match them):
+//! It models what the real one does, as measured (the measurements are in
+//! docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes unless another
+//! section is named; the numbers below are the model's parameters, chosen to match
+//! them, and what follows from them):
 //! - **NVML sampling**: the device publishes one integer-percent sample per sampling
 //!   period (200 ms by default, configurable), the busy share of that window; the
 //!   probe returns each new sample once.
@@ -30,7 +30,9 @@
 //! - **Stopping**: after the load goes idle, work already queued keeps running for
 //!   `stop_tail` (the real launcher lets at most one burst finish); one in flight, only
 //!   the kernel in flight finishes.
-//! - **Seeing others** (no MPS; H100, scripts/live_probe.py): a kernel of ours that
+//! - **Seeing others** (no MPS; measured:
+//!   docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on,
+//!   by the retired `live_probe.py`: scripts/RETIRED.md): a kernel of ours that
 //!   starts after another context's work (since our previous kernel, which must be
 //!   within [`SimConfig::late_start_window`]) starts a switch late, and one during which
 //!   another context's work arrives is preempted and ends early: either way
@@ -44,19 +46,20 @@
 //!   ([`SimConfig::context_switch`], 130 us); one that arrives when our context ran last
 //!   pays a switch; otherwise nothing. Under MPS it pays `mps_interference x own_duty`
 //!   of its length (more for a job that fills every SM: **MPS** below). Calibrated on
-//!   the H100 (the `context_switch` docs say how well).
+//!   measured requests (the `context_switch` docs say how well).
 //! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
 //!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
 //!   newcomer well before its context is ready), wants the GPU a share `load` of the
 //!   time while it works, and leaves. It works from its first kernel on, or only in
 //!   `work` and `windows`: the sparse bursts of an inference service
-//!   ([`ForeignJob::service`], calibrated on ResNet-50 at batch 1 on an H100:
-//!   docs/benchmarks.md, "Beside a mostly-idle service") or a notebook's cells
+//!   ([`ForeignJob::service`], calibrated on ResNet-50 at batch 1:
+//!   docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16) or a notebook's cells
 //!   ([`ForeignJob::notebook`]), merely holding its context in between.
 //! - **Time-slicing** (no MPS): while both want to run, the foreign job progresses at
 //!   `1 - loss x own_duty` of its wanted rate. Beside our bursts `loss` is the job's
 //!   `interference`: 0.42 reproduces the measured loss of the 8192^3 matmul loop at
-//!   50 % duty, 0.84 that of the 1024^3 synchronised loop, 0.3 the ResNet-50 service's.
+//!   50 % duty, 0.84 that of the 1024^3 synchronised loop (both in the probes section),
+//!   0.3 the ResNet-50 service's.
 //!   Beside one kernel in flight a request waits at most our kernel's remaining
 //!   length, so `loss` is `2 x kernel / request`, capped at `interference`
 //!   ([`ForeignJob::loss_per_duty`], whose module docs give the calibration). The
@@ -66,27 +69,30 @@
 //! - **Per-process samples**: a job shows in the samples of the windows in which it
 //!   ran, `process_sample_lag` after their publication, and only once a run of its
 //!   kernels has lasted `process_sample_min_run`
-//!   ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`], 400 ms: the H100 never showed the
-//!   service's 170 ms bursts there, the H200 showed steady work within 580 ms).
+//!   ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`], whose docs say what it was fitted
+//!   on).
 //! - **MPS**: kernels run together; utilization is the union of the two, and the
 //!   foreign job loses `mps_interference x own_duty` (0.015, matching the measured loss
 //!   at full duty), plus, for a job whose kernels fill every SM in a few waves
 //!   ([`ForeignJob::filling_every_sm`]), its `mps_wave_loss` (0.2) as far as our
 //!   kernels outlast a wave ([`SimConfig::mps_wave_factor`]: nothing for our kernels of
 //!   40 us or less, all from 500 us; `SimConfig::mps_kernel` is `load.mps_kernel_us`,
-//!   50 us). Calibrated on the H100's matmul service (docs/benchmarks.md, "Graphs of
-//!   short kernels under MPS"); the model is pessimistic by under a point there. A
-//!   steady load is modelled: gpufill's measured costs beside real training under MPS
-//!   (ResNet-50 -3.2 %, GPT-2 -0.8 %; the sparse service's bursts +8 % at p50:
-//!   docs/benchmarks.md, "Under MPS") come from filling the dips of a job whose
-//!   utilization wavers, which the model does not have.
+//!   50 us). Calibrated on the matmul service under MPS
+//!   (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host);
+//!   the model is pessimistic by under a point there. A steady load is modelled: the
+//!   costs measured beside real training and a sparse service under MPS (the earlier
+//!   figures in docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+//!   "Under MPS", none distinguishable from zero at the noise measured there) would
+//!   come from filling the dips of a job whose utilization wavers, which the model does
+//!   not have.
 //! - **Faults**: probe calls fail transiently inside configured intervals; after
 //!   `lost_at` every call fails with a lost device, until `recovers_at` if set (then
 //!   [`SimGpu::open`] works again); at each of `context_breaks` the load sources opened
 //!   before it fail as a CUDA context does after a sticky launch error.
 //! - **The host's jitter** ([`HostJitter`], `gpufill simulate --host-jitter`): with it
 //!   every group of our kernels is timed as the launcher times it, with the stalled
-//!   launches and slow resumptions of the H100 host that paused with nobody there, and
+//!   launches and slow resumptions of the host that paused with nobody there
+//!   (docs/benchmarks.md#the-cause-the-host-stalls-the-launching-thread-and-the-baseline-took-the-stalls-in), and
 //!   judged by the launcher's own rule ([`gpufill_core::kernel_timing`]); another context's
 //!   switch then shows only through that rule.
 //! - **Churn** ([`churn`]): random foreign arrivals from a seeded generator, added and
@@ -94,17 +100,19 @@
 //! - **SM activity**: the share of SMs busy, `own_duty x width / sm_count` plus the
 //!   foreign jobs' own SM share, for the `sm` metric.
 //! - **A PID namespace of our own** ([`SimConfig::pid_view`], `gpufill simulate
-//!   --pid-namespace`), as measured on an H100 (docs/data/ns-signals-h100.txt): the
+//!   --pid-namespace`), as measured (docs/data/ns-signals-h100.txt;
+//!   docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy): the
 //!   foreign jobs are missing from the process list, while device memory, utilization
 //!   and per-process samples (under host PIDs) still show them. Device memory is our
-//!   context (254 MiB) plus each job's, plus 8 MiB of driver share per context, plus
-//!   the driver's own moves ([`SimConfig::driver_memory`]); a newcomer's memory grows
-//!   as the H100 showed it, from 36 ms before the host view would list it until its
-//!   first kernel. [`SimConfig::pid_namespace`] also delays per-process samples by the
-//!   2.6 s the H100 took to show a new PID's work. The probe runs the same
+//!   context ([`SimConfig::own_context_bytes`]) plus each job's, plus the driver's share
+//!   per context ([`SimConfig::driver_per_context_bytes`]), plus the driver's own moves
+//!   ([`SimConfig::driver_memory`]); a newcomer's memory grows as measured, from before
+//!   the host view would list it until its first kernel. [`SimConfig::pid_namespace`]
+//!   also delays per-process samples as measured
+//!   ([`SimConfig::H100_PROCESS_SAMPLE_LAG`]). The probe runs the same
 //!   [`gpufill_core::unlisted::UnexplainedMemory`] as the NVML probe. One caveat: time-sliced
 //!   busy shares add up here, so a light job beside our fill raises the simulated
-//!   utilization, which the H100 did not show (docs/benchmarks.md, "Inside a PID namespace of its own"): tests of the
+//!   utilization, which the hardware did not show (the same section): tests of the
 //!   per-process path use jobs too light for the utilization signal.
 
 #![forbid(unsafe_code)]

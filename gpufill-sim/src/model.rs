@@ -610,8 +610,9 @@ mod tests {
         Time::from_millis(x)
     }
 
-    /// Isolated requests of 0.87 ms (the service of issue 21 alone on the H100) at
-    /// `per_s`, evenly spaced from `from_ms` or as a Poisson process.
+    /// Isolated requests as long as those of the service of issue 21 alone
+    /// (docs/benchmarks.md#live-services-issue-21-scriptslive_probepy-scriptslive_service_benchpy)
+    /// at `per_s`, evenly spaced from `from_ms` or as a Poisson process.
     fn requests(per_s: f64, from_ms: u64, spacing: Spacing) -> ForeignJob {
         ForeignJob::isolated_requests(0.0, 1000.0, per_s, Duration::from_micros(870))
             .with_spacing(spacing)
@@ -632,9 +633,11 @@ mod tests {
 
     #[test]
     fn one_kernel_a_burst_costs_isolated_requests_what_the_h100_measured() {
-        // The H100 (scripts/live_probe.py, one 25 ms kernel every 50 ms beside 20
-        // requests a second, Poisson, about 0.87 ms alone): p50 +15 % (1.001 ms against
-        // 0.833-0.914 alone), mean +0.33 ms, p99 3.0 ms, 62 of 148 bursts cut short.
+        // One 25 ms kernel every 50 ms beside 20 requests a second, Poisson, as measured
+        // (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on;
+        // raw in docs/data/live-long-kernels-h100.txt, from the retired `live_probe.py`:
+        // scripts/RETIRED.md): the bounds below bracket its p50, mean, p99 and the share
+        // of bursts cut short.
         for seed in [1, 2, 3] {
             let g = gpu(
                 requests(20.0, 0, Spacing::Poisson { seed }),
@@ -650,7 +653,8 @@ mod tests {
             assert!(r.p99 <= Duration::from_micros(3200), "{r:?}");
             // A request waits at most a time slice and a switch.
             assert!(r.max_wait <= Duration::from_micros(2130), "{r:?}");
-            // Cut short in about 40 % of the bursts: a request came while it ran.
+            // Cut short in about the measured share of the bursts: a request came while
+            // it ran.
             let bursts = 200.0 * 20.0;
             let cut = r.met_kernel as f64 / bursts;
             assert!((0.33..0.47).contains(&cut), "{cut}");
@@ -659,7 +663,8 @@ mod tests {
 
     #[test]
     fn one_short_kernel_in_flight_costs_a_request_at_most_that_kernel_and_a_switch() {
-        // 500/500 us on the H100: p50 +0.2 ms (1.137 against 0.86-1.01 alone).
+        // 500/500 us: the p50 as measured (the same section's last paragraph; raw in
+        // docs/data/live-probe-h100.txt).
         let cfg = SimConfig {
             one_in_flight_kernel: Some(Duration::from_micros(500)),
             ..SimConfig::default()
@@ -758,10 +763,11 @@ mod tests {
 
     #[test]
     fn under_mps_a_few_wave_service_pays_for_long_kernels_and_not_for_short_ones() {
-        // The matmul service on the H100 under MPS at duty 0.5 (5 requests a second,
-        // ten bf16 4096^2 matmuls, about 2 ms): mean +7.6 % and +11.7 % beside one 25 ms
-        // kernel a burst, +3.5 % beside 200 us kernels, nothing measurable (-0.3 %,
-        // +0.4 %) beside 50 us ones.
+        // The matmul service under MPS at duty 0.5 (5 requests a second, ten bf16
+        // 4096^2 matmuls): the bounds below bracket its measured mean cost beside one
+        // 25 ms kernel a burst, beside 200 us kernels and beside 50 us ones (nothing
+        // measurable)
+        // (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host).
         let matmuls = || {
             ForeignJob::isolated_requests(0.0, 1000.0, 5.0, Duration::from_millis(2))
                 .with_spacing(Spacing::Poisson { seed: 3 })

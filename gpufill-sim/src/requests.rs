@@ -4,8 +4,9 @@
 //!
 //! A request's latency is the time from its arrival to its answer: alone, its length
 //! (and, for isolated requests, any wait behind its own previous request); beside us,
-//! that plus what our kernels made it wait. "Slowed by" compares the medians, as the H100
-//! runs of issue 21 did.
+//! that plus what our kernels made it wait. "Slowed by" compares the medians, as the
+//! runs of issue 21 did
+//! (docs/benchmarks.md#live-services-issue-21-scriptslive_probepy-scriptslive_service_benchpy).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,8 +2,9 @@
 //! time. Without MPS gpufill fills beside a holder only once a probe has found it
 //! dormant, and stops at its first sign of life: a live service (a request a second or
 //! more, of any size) is never filled beside, and its requests take as long as alone.
-//! The services answer isolated requests (0.87 ms, as the service of issue 21 took
-//! alone on the H100) or bursts of ResNet-50 requests; NVML's per-process samples never
+//! The services answer isolated requests (as long as the service of issue 21's alone:
+//! docs/benchmarks.md#live-services-issue-21-scriptslive_probepy-scriptslive_service_benchpy)
+//! or bursts of ResNet-50 requests; NVML's per-process samples never
 //! show them ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`]). Our kernels are the
 //! defaults: one kernel a burst, bursts beside holders too. The loop ticks every 50 ms
 //! and a stopped burst runs on for 25 ms.
@@ -154,7 +155,8 @@ fn beside_isolated_sub_ms_requests_at_20_a_second_it_never_fills_and_costs_them_
     let r = requests(&s, secs(1210.0));
     assert!(r.count > 23_000, "{r:?}");
     costs_nothing(&r);
-    // NVML hardly sees it (the H100 read 0 %): most samples read 0 %, the mean under 1.
+    // NVML hardly sees it (the hardware read nothing: the same section): most samples
+    // read 0 %, the mean under 1.
     let mut samples: Vec<f64> = during(&ticks, secs(2.0), secs(1201.0))
         .filter_map(|t| t.sample.map(|u| u.percent()))
         .collect();

@@ -1,9 +1,11 @@
 //! Scenarios inside a PID namespace of our own, on the simulated GPU: NVML lists none
 //! of the foreign jobs, and gpufill must see them by device memory, per-process samples
 //! and utilization (`gpufill_core::unlisted`), keeping each policy's promise as it does
-//! in the host view. The simulated namespace is the H100's (docs/data/ns-signals-h100.txt):
-//! a PyTorch newcomer's memory ramp, its context complete 166 ms after the host would
-//! list it, per-process samples 2.6 s late. Ticks and bursts are the defaults (50 ms,
+//! in the host view. The simulated namespace is the one measured
+//! (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! raw in docs/data/ns-signals-h100.txt): a PyTorch newcomer's memory ramp, its context
+//! complete a little after the host would list it, per-process samples late
+//! ([`SimConfig::H100_PROCESS_SAMPLE_LAG`]). Ticks and bursts are the defaults (50 ms,
 //! a burst of `duty x 50 ms` still running after a stop).
 
 use std::time::Duration;
@@ -21,7 +23,7 @@ fn secs(s: f64) -> Time {
     Time::from_secs_f64(s)
 }
 
-/// The H100's namespace view with the default loop's burst tail.
+/// The measured namespace view with the default loop's burst tail.
 fn namespace(foreign: Vec<ForeignJob>) -> SimConfig {
     SimConfig {
         foreign,
@@ -30,7 +32,7 @@ fn namespace(foreign: Vec<ForeignJob>) -> SimConfig {
     }
 }
 
-/// A PyTorch job whose context starts 36 ms before `listed_s` (when the host view would
+/// A PyTorch job whose context starts before `listed_s` (when the host view would
 /// list it) and is ready 166 ms after, as measured; it works at `load` in `work` (the
 /// whole stay when `None`) and leaves at `leaves_s`.
 fn pytorch(listed_s: f64, leaves_s: f64, load: f64, work: Option<(f64, f64)>) -> ForeignJob {
@@ -268,7 +270,7 @@ fn light_notebook(load: f64) -> ForeignJob {
 #[test]
 fn activity_pauses_at_our_first_kernel_after_an_unlisted_holders_work_and_holds_while_it_works() {
     // 5 % busy: too light to show in the device utilization; its per-process samples
-    // show it 2.6 s late. Our kernels see it at once (issue 21: before, the samples
+    // show it late. Our kernels see it at once (issue 21: before, the samples
     // were the first sign).
     let mut s = sim(namespace(vec![light_notebook(0.05)]), activity());
     let ticks = s.collect_until(secs(40.0));

@@ -308,7 +308,8 @@ fn five_hundred_short_lived_processes_never_meet_our_kernels() {
 #[test]
 fn a_long_run_with_random_arrivals_neither_drifts_nor_grows() {
     // Two virtual hours in a debug build; `gpufill simulate --duration 86400` runs the
-    // same code for a day (docs/faults.md gives the release-build timing).
+    // same code for a day (the release-build timing:
+    // docs/benchmarks.md#simulations-with-many-random-jobs-and-fuzzing-gpufill-simulate-cargo-fuzz).
     let mut sim = Simulation::new(
         SimConfig::default(),
         settings(50.0),
@@ -346,7 +347,9 @@ fn a_long_run_with_random_arrivals_neither_drifts_nor_grows() {
 
 #[test]
 fn a_simulated_week_with_a_thousand_jobs_an_hour_keeps_what_it_holds_bounded() {
-    // `gpufill simulate --duration 604800 --random-foreign 1000` ran for over 300 s: the
+    // `gpufill simulate --duration 604800 --random-foreign 1000` ran for minutes and got
+    // slower by the hour
+    // (docs/benchmarks-history.md#simulations-with-many-random-jobs-before-issue-22-gpufill-simulate): the
     // model kept every PID it had seen working (read only by the `activity` policy), so
     // each sample cost more than the last. Here a week of the same arrivals, ticked and
     // sampled once a virtual second (the work per virtual second is what grew), must

@@ -134,7 +134,8 @@ impl gpufill_core::LoadSource for Blind {
 #[test]
 fn a_filler_that_does_not_yield_slows_the_foreign_job() {
     // The control for the test above: the same job beside a fixed 50 % filler that
-    // never yields (and never looks) loses about a fifth, as measured on the H200.
+    // never yields (and never looks) loses about a fifth, as measured
+    // (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes).
     let gpu = gpufill_sim::SimGpu::new(SimConfig {
         foreign: vec![ForeignJob::compute_bound(5.0, 12.0, 1.0)],
         ..SimConfig::default()

@@ -21,7 +21,7 @@ use crate::cli::BenchArgs;
 use crate::error::UsageError;
 
 /// How often the watcher reads NVML's process list (microseconds a call:
-/// docs/benchmarks.md, section "Hardware tests (run B)").
+/// docs/benchmarks.md#hardware-tests-run-b).
 const WATCH_EVERY: Duration = Duration::from_millis(1);
 /// The watcher gives up on a foreign process that has not left after this long.
 const WATCH_LIMIT: Duration = Duration::from_secs(60);
@@ -123,9 +123,9 @@ impl RealRig {
 
 /// Board power of the idle GPU, before our context exists: the mean of the last second
 /// of readings once they have settled (within 2 W over 1 s), waiting at most 10 s. A GPU
-/// that was busy just before (another benchmark, say) keeps its clocks up and reads tens
-/// of watts high for some seconds (seen on the H200: docs/benchmarks.md, section
-/// "`gpufill bench`: the same measurements as a user command").
+/// that was busy just before (another benchmark, say) keeps its clocks up and reads
+/// high for some seconds (seen in
+/// docs/benchmarks-history.md#results-on-the-h200-session-of-2026-11-21-driver-58015904).
 fn idle_power(nvml: &Nvml, uuid: &str) -> Option<f64> {
     const WINDOW: usize = 10;
     let mut readings = Vec::new();

@@ -10,7 +10,8 @@ use gpufill_runtime::{State, Time};
 use gpufill_sim::tracking;
 use serde::Serialize;
 
-/// Tolerance for "settled", in percentage points (as `scripts/gpulab/track.py`).
+/// Tolerance for "settled", in percentage points (as `scripts/gpulab/track.py`, `lab.py
+/// track`, and docs/benchmarks.md#how-to-reproduce define it).
 pub const SETTLE_POINTS: f64 = 2.0;
 
 /// How one target went.
@@ -206,9 +207,9 @@ impl BenchSummary {
     }
 
     /// Whether the idle power is above some target's filling power: then it was read
-    /// while the GPU was still clocked up from earlier work (seen on the H200 after
-    /// other benchmarks: docs/benchmarks.md, section "`gpufill bench`: the same
-    /// measurements as a user command").
+    /// while the GPU was still clocked up from earlier work (seen after other
+    /// benchmarks:
+    /// docs/benchmarks-history.md#results-on-the-h200-session-of-2026-11-21-driver-58015904).
     pub fn idle_power_suspect(&self) -> bool {
         self.idle_power_w.is_some_and(|idle| {
             self.targets

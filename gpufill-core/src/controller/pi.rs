@@ -1,17 +1,18 @@
 //! A proportional-integral controller with feed-forward, in per-sample form.
 //!
 //! Duty cycle is an almost exact actuator for NVML utilization (it reads a little below
-//! the duty: docs/benchmarks.md, section "The GPU itself, measured before gpufill"), so
+//! the duty: docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes), so
 //! the feed-forward `duty = target` lands within a few points at once and the integral
 //! removes the steady shortfall (launch overhead, sleep overshoot). The gains are per
 //! *sample* rather than per second: each NVML sample is one full averaging window
 //! whatever its length (1/6 s to 1 s by product), so the same gains are stable on every
 //! product.
 //!
-//! The controller is fed only new samples. NVML's samples lag the duty: on the H200 the
-//! first sample after a change of target still showed the old duty and the second a mix,
-//! so integrating their errors overshot and settled slowly (docs/benchmarks.md, section
-//! "`gpufill bench`: the same measurements as a user command"). After a change of
+//! The controller is fed only new samples. NVML's samples lag the duty: the first
+//! sample after a change of target still showed the old duty and the second a mix, so
+//! integrating their errors overshot and settled slowly
+//! (docs/benchmarks-history.md#results-on-the-h200-session-of-2026-11-21-driver-58015904).
+//! After a change of
 //! target the controller therefore holds its integral and proportional terms for the
 //! next [`PiGains::stale_samples`] samples (2): the feed-forward moves the duty at once,
 //! and only samples that can show the new duty correct it.
@@ -109,8 +110,9 @@ impl Controller for PiController {
     fn reset(&mut self, _now: Time) {
         // The integral is the device's steady offset: keep it, it is as right after a pause.
         // Resuming is a step of duty from zero: the next samples still show the idle time
-        // (H200, `gpufill bench` after its yield test: 90 % overshot to 99 % when they were
-        // integrated), so they are held like those after a step of target.
+        // (`gpufill bench` after its yield test overshot when they were integrated: run 4
+        // in docs/benchmarks-history.md#results-on-the-h200-session-of-2026-11-21-driver-58015904),
+        // so they are held like those after a step of target.
         self.last_error = 0.0;
         self.stale = self.gains.stale_samples;
     }
@@ -132,7 +134,8 @@ mod tests {
 
     #[test]
     fn integral_removes_a_steady_shortfall() {
-        // A plant that delivers 96 % of the commanded duty, as NVML showed for 1 ms kernels.
+        // A plant that delivers 96 % of the commanded duty, as NVML showed for 1 ms kernels
+        // (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes).
         let mut pi = PiController::default();
         let mut duty = pi.update(Time::ZERO, None, pct(50.0));
         for _ in 0..20 {

@@ -3,8 +3,8 @@
 //! At the end of each window: multiply the load by 1.2 when the window's mean is below
 //! 90 % of the target, divide it by 1.5 when above 120 %, and idle for 5 s when the
 //! window's peak exceeds 110 % of the target. It starts at a low load, so it takes over
-//! a minute to reach 50 % (on the simulated GPU: docs/benchmarks.md, section "Controller
-//! tuning on the simulated GPU").
+//! a minute to reach 50 % (on the simulated GPU:
+//! docs/benchmarks.md#controller-tuning-on-the-simulated-gpu-cargo-bench--p-gpufill-bench---bench-controller).
 
 use std::time::Duration;
 

@@ -97,7 +97,7 @@ pub enum YieldMode {
         idle_grace: Duration,
     },
     /// Under MPS: kernels of MPS clients run together with ours (what that costs a job:
-    /// docs/benchmarks.md, "Under MPS"), so gpufill stays on beside them and its
+    /// docs/benchmarks.md#under-mps-scriptsinterferencepy-with-an-mps-control-daemon), so gpufill stays on beside them and its
     /// controller, which reads total device utilization, fills only the gap others leave.
     /// A listed process that is not a client of the MPS server time-slices with us as
     /// without MPS: gpufill yields to it as `Presence` does, with the grace.

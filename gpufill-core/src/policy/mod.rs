@@ -2,7 +2,7 @@
 //!
 //! Without MPS the GPU time-slices between processes, so any kernel of ours that is
 //! resident while another process wants to run slows it markedly (measured at 50 % duty:
-//! docs/benchmarks.md, "The GPU itself, measured before gpufill (probes)"). The only way to cost nothing is to be idle whenever anyone else is
+//! docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes). The only way to cost nothing is to be idle whenever anyone else is
 //! on the GPU. The loop asks the policy before the controller, and the policy wins.
 //!
 //! Three modes:
@@ -257,7 +257,7 @@ impl YieldPolicy {
     /// ([`Unlisted::Unknown`]). In the host's view NVML lists every compute context
     /// before its first kernel, and inside a namespace every context shows in device
     /// memory ([`crate::unlisted`]): a sign with nobody there is the host's own jitter
-    /// (docs/benchmarks.md, "Start jitter on an empty GPU"), and the loop reports it
+    /// (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-scriptshost_jitterpy-scriptsjitter_sessionsh), and the loop reports it
     /// as such. With anyone listed, ignored ones included, now or less than
     /// [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so it
     /// does not count either: an ignored process (a monitoring agent, another gpufill)
