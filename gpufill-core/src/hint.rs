@@ -20,7 +20,7 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(3);
 /// How long after a hint the list is read every [`WATCH_EVERY`]: two and a half times
 /// what a CUDA process took from opening the device files to its listing
 /// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on,
-/// "a newcomer"). A process that only opens them
+/// on a newcomer). A process that only opens them
 /// (nvidia-smi, a framework probing the devices at import, a monitor) costs one window
 /// of reads: 50 at most.
 pub const WATCH_WINDOW: Duration = Duration::from_millis(150);

@@ -2,7 +2,7 @@
 //! `/dev/nvidiactl` and `/dev/nvidia-uvm` as its driver starts, before NVML lists it
 //! (the first open came before the listing:
 //! docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on,
-//! "a newcomer"). An inotify watch on those files wakes the loop between ticks, and the
+//! on a newcomer). An inotify watch on those files wakes the loop between ticks, and the
 //! loop then reads the process list every few milliseconds for a short window
 //! ([`gpufill_core::Supervisor::run_watched`]), so a newcomer is yielded to within
 //! milliseconds of its listing instead of up to a tick later, while an idle watch wakes

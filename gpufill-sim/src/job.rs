@@ -132,7 +132,7 @@ impl ForeignJob {
     /// How busy an isolated request keeps the GPU while it is served: a quarter (the
     /// rest is the host's work and synchronisation). NVML read 0 % beside the
     /// sub-millisecond service of issue 21 at 20 requests a second
-    /// (docs/benchmarks.md#live-services-issue-21-scriptslive_probepy-scriptslive_service_benchpy),
+    /// (docs/benchmarks.md#live-services-issue-21-labpy-live),
     /// which its requests, busy throughout, would have raised to about 2 %.
     pub const ISOLATED_REQUEST_LOAD: f64 = 0.25;
 

@@ -16,7 +16,7 @@
 //! Two more probes would speak for too long a time, so each pauses only for
 //! [`CONFIRM_AFTER`] and a second probe then decides ([`Beside::Confirming`]):
 //! - a late start of ours alone ([`Evidence::Weak`]): it can be the host's own jitter
-//!   (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-scriptshost_jitterpy-scriptsjitter_sessionsh);
+//!   (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh);
 //! - the first probe beside newcomers that went quiet: it speaks for the time since our
 //!   last kernel before they came, their start-up included.
 //!
