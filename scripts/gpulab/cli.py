@@ -1,6 +1,7 @@
 """The lab's commands: which module runs each, and which figure of docs/benchmarks.md
 (by section heading) it reproduces."""
 import importlib
+import signal
 import sys
 
 # name: (module, function, what it measures, the benchmarks.md section it reproduces)
@@ -64,6 +65,10 @@ def main(argv):
     if name not in COMMANDS:
         print(f"lab: no command {name!r}\n\n{usage()}", end="", file=sys.stderr)
         return 2
+    # SIGTERM (a `timeout`, the device tool's limit) exits like an exception, so that
+    # `with` blocks and lib's exit handler stop the gpufill a command started: a gpufill
+    # left running would hold the GPU, and the next run's would be refused it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     module, func, _, _ = COMMANDS[name]
     run = getattr(importlib.import_module(f"gpulab.{module}"), func)
     return run(rest) or 0

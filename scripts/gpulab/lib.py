@@ -16,6 +16,7 @@
 Nothing here imports pynvml, torch or CuPy at import time, so every command's --help
 works on a machine without them.
 """
+import atexit
 import datetime
 import importlib
 import os
@@ -243,6 +244,17 @@ def leftover_gpufill():
     return out
 
 
+_RUNNING = set()  # the Gpufill runs not yet stopped, stopped at exit
+
+
+@atexit.register
+def _stop_all():
+    """Stops what a command left running when it ends early (an exception, SIGTERM from
+    a `timeout`: the command's SIGTERM handler exits through here)."""
+    for g in list(_RUNNING):
+        g.stop(timeout=5)
+
+
 class Gpufill:
     """A `gpufill run` (by default) in the background; its log goes to a file as it comes
     (`log_path`, else a temporary one) and is read back with each line's own time stamp.
@@ -283,6 +295,7 @@ class Gpufill:
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=self._log, env=env,
                                      preexec_fn=preexec)
         self.pid = self.proc.pid
+        _RUNNING.add(self)
 
     def __enter__(self):
         return self
@@ -368,6 +381,9 @@ class Gpufill:
         """SIGTERM (SIGKILL after `timeout`); returns (exit code, seconds to exit).
         `left` then holds the gpufill processes started since this one that still run
         (a child it left behind; or another run's, when runs overlap), with a warning."""
+        if self not in _RUNNING:  # stopped already
+            return self.proc.returncode, 0.0
+        _RUNNING.discard(self)
         t = time.time()
         self.signal(signal.SIGTERM)
         try:

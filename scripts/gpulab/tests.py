@@ -7,6 +7,7 @@
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -191,6 +192,32 @@ class Log(unittest.TestCase):
             self.assertEqual(g.first("stopping"), "stopping")
             with open(log) as f:
                 self.assertTrue(f.readline().startswith(f"==== {exe} run --gpus 0 --config"))
+
+
+    def test_a_command_stopped_by_sigterm_stops_the_gpufill_it_started(self):
+        # As under `timeout`: cli.main turns SIGTERM into an exit, and lib's exit
+        # handler stops every Gpufill not yet stopped.
+        with tempfile.TemporaryDirectory() as d:
+            exe = os.path.join(d, "fake")
+            with open(exe, "w") as f:
+                f.write("#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.05; done\n")
+            os.chmod(exe, 0o755)
+            child = subprocess.Popen(
+                [sys.executable, "-c",
+                 "import signal, sys, time\n"
+                 "from gpulab import lib\n"
+                 "signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\n"
+                 f"g = lib.Gpufill({exe!r})\n"
+                 "print(g.pid, flush=True)\n"
+                 "time.sleep(30)\n"],
+                cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                stdout=subprocess.PIPE, text=True)
+            self.addCleanup(child.kill)
+            pid = int(child.stdout.readline())
+            child.send_signal(signal.SIGTERM)
+            self.assertEqual(child.wait(timeout=10), 143)
+            with self.assertRaises(ProcessLookupError):
+                os.kill(pid, 0)  # reaped by the child's stop(), not left running
 
 
 class Proc(unittest.TestCase):
