@@ -3,8 +3,9 @@
 //! [`CudaLoad`] implements [`gpufill_core::LoadSource`] for one GPU. The control loop
 //! says what share of time our kernels should be resident (the duty) and how wide they
 //! are; this crate makes it so, using as little of the GPU, its memory and the CPU as it
-//! can, and getting out of the way fast. It holds no control logic. This is the only
-//! crate of gpufill with `unsafe`; every block says why it is sound.
+//! can, and getting out of the way fast. It holds no control logic. Most of gpufill's
+//! `unsafe` is here (the driver calls; the runtime and the binary have a few libc calls,
+//! listed in docs/ARCHITECTURE.md); every block says why it is sound.
 //!
 //! # The kernel
 //!

@@ -99,9 +99,8 @@ pub use worker::WorkerError;
 
 #[doc(hidden)]
 pub mod for_the_binary {
-    //! For the `gpufill` binary and the workspace's own crates (`gpufill-sim`), **not**
-    //! for embedders: these may change or go in any release, and are hidden from the
-    //! docs. They are what the binary needs beyond an embedder's API: the command line's
+    //! For the `gpufill` binary, **not** for embedders: these may change or go in any
+    //! release, and are hidden from the docs. They are what the binary needs beyond an embedder's API: the command line's
     //! view of the settings (each key's flag), the bench's real loop and newcomer watch,
     //! `simulate`'s local clock, `status`'s escaping, the watchdog's summary, and the
     //! missing-driver message ([`crate::OpenError::NoDriver`] is the embedder's).
