@@ -35,7 +35,7 @@ pub fn flag_error_text(err: &clap::Error) -> Option<String> {
         .map(|arg| arg.to_string())
         .and_then(|arg| arg.split_whitespace().next().map(str::to_owned))
         .filter(|flag| flag.starts_with("--"));
-    match flag.map(|flag| crate::value_source(&flag)) {
+    match flag.map(|flag| value_source(&flag)) {
         Some(source) if source.starts_with("GPUFILL_") => {
             Some(format!("{source}: {}", message.trim_end()))
         }
@@ -61,6 +61,34 @@ pub fn print_help_or_version(err: &clap::Error) -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Where a flag's value came from, for messages: the flag when the command line has
+/// it, else its `GPUFILL_*` variable when that is set (clap's `env`), else the flag.
+pub fn value_source(flag: &str) -> String {
+    let on_command_line = std::env::args_os().skip(1).any(|arg| {
+        arg.to_str().is_some_and(|a| {
+            a == flag
+                || a.strip_prefix(flag)
+                    .is_some_and(|rest| rest.starts_with('='))
+        })
+    });
+    let variable = crate::cli::env_var_of(flag);
+    if !on_command_line && std::env::var_os(&variable).is_some() {
+        variable
+    } else {
+        flag.to_owned()
+    }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader has gone (`| head`): the
+/// reader wanted no more, which is not a failure.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 #[cfg(test)]

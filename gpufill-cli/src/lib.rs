@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 pub use cli::env_var_of;
 use cli::{Command, ConfigCommand, LoopFlags};
 use config::{Config, Overrides};
-pub use error::UsageError;
+pub use error::{UsageError, is_broken_pipe, value_source};
 
 /// The config file `run` and `config check` read when no `--config` (nor
 /// `GPUFILL_CONFIG`) names one, where it exists: the one the .deb installs.
@@ -41,24 +41,6 @@ pub fn config_file(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
     match named {
         Some(path) => Some(path.to_path_buf()),
         None => default.exists().then(|| default.to_path_buf()),
-    }
-}
-
-/// Where a flag's value came from, for messages: the flag when the command line has
-/// it, else its `GPUFILL_*` variable when that is set (clap's `env`), else the flag.
-pub fn value_source(flag: &str) -> String {
-    let on_command_line = std::env::args_os().skip(1).any(|arg| {
-        arg.to_str().is_some_and(|a| {
-            a == flag
-                || a.strip_prefix(flag)
-                    .is_some_and(|rest| rest.starts_with('='))
-        })
-    });
-    let variable = env_var_of(flag);
-    if !on_command_line && std::env::var_os(&variable).is_some() {
-        variable
-    } else {
-        flag.to_owned()
     }
 }
 
@@ -103,16 +85,6 @@ fn check_config(file: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<()> 
         .and_then(|()| out.flush())
         .context("cannot write to standard output")?;
     Ok(())
-}
-
-/// Whether `err` comes from writing to a pipe whose reader has gone (`| head`): the
-/// reader wanted no more, which is not a failure.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 /// Runs one subcommand.

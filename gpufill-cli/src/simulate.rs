@@ -284,7 +284,7 @@ pub struct Recorded {
 /// report needs.
 ///
 /// # Errors
-/// Writing the table to `out` (a reader that has gone: [`crate::is_broken_pipe`]) or
+/// Writing the table to `out` (a reader that has gone: [`crate::error::is_broken_pipe`]) or
 /// the CSV file failed; either ends the run at once.
 pub fn drive(
     setup: &mut Setup,
