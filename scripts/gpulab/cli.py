@@ -4,10 +4,11 @@ import importlib
 import signal
 import sys
 
-# name: (module, function, what it measures, the benchmarks.md section it reproduces)
+# name: (module, function, what it measures, the section of docs/benchmarks.md it
+# reproduces, or of docs/benchmarks-history.md where it says so)
 COMMANDS = {
     "track": ("track", "main", "tracking, settle, memory, CPU, power and stop per target",
-              "Tracking, memory, CPU, power, stop"),
+              "Tracking, memory, CPU, power, stop (in benchmarks-history.md)"),
     "sm-track": ("sm_track", "main", "metric = \"sm\": GPM SM tracking and power against "
                  "one warp and a full grid", "SM activity: `metric = \"sm\"`"),
     "metrics": ("endpoint", "metrics", "the metrics endpoint against NVML, its CPU, SIGHUP "
@@ -27,7 +28,8 @@ COMMANDS = {
     "multi-gpu": ("multi_gpu", "main", "the agent on every GPU of a host; a holder and a "
                   "service on two GPUs", "Many GPUs"),
     "cpu-sweep": ("cpu", "sweep", "CPU per thread against tick and launch period, builds "
-                  "interleaved", "CPU against tick and launch period; Launching from the "
+                  "interleaved", "CPU against tick and launch period (in benchmarks-history.md); "
+                  "Launching from the "
                   "loop's thread"),
     "tick-cost": ("cpu", "tick_cost", "one tick of the loop thread, split by subtraction",
                   "Launching from the loop's thread (Where a tick's CPU goes)"),
