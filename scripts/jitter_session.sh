@@ -10,7 +10,10 @@
 #   bash scripts/jitter_session.sh extra [GPU]         # on the other GPU, the final build:
 #        052ca04 alone 60 s, a dormant holder, gpufill bench, the live service, and
 #        issue 33's MPS follow (scripts/mps_follow_check.sh)
-#   bash scripts/jitter_session.sh collect             # waits for `start`, copies to $OUT
+#   bash scripts/jitter_session.sh hold [SECS]         # nobody else on the GPUs: the new
+#        build on GPU 0 and 052ca04 (carry/old/gpufill) on GPU 1, both at the literal
+#        defaults for SECS (600), detached, in the same run; results in /tmp/hj
+#   bash scripts/jitter_session.sh collect             # waits for `start`/`hold`, copies to $OUT
 set -u
 cd "$(dirname "$0")/.."
 # Details go to /tmp/js-PART, packed into one file under $OUT at the end (the device tool
@@ -41,6 +44,14 @@ start)
   setsid nohup $J idle --gpu "$gpu" --seconds "$secs" --tag "idle-new-gpu$gpu" --out /tmp/hj \
     >/tmp/hj/idle.txt 2>&1 </dev/null &
   echo "started: gpu $gpu for $secs s" ;;
+hold)
+  secs=${2:-600}
+  info >/tmp/hj/host.txt
+  setsid nohup $J idle --gpu 0 --seconds "$secs" --tag idle-new-gpu0 --out /tmp/hj \
+    >/tmp/hj/idle.txt 2>&1 </dev/null &
+  setsid nohup $J idle --exe carry/old/gpufill --gpu 1 --seconds "$secs" --tag idle-old-gpu1 \
+    --out /tmp/hj >/tmp/hj/idle-old.txt 2>&1 </dev/null &
+  echo "started: the new build on GPU 0, 052ca04 on GPU 1, for $secs s" ;;
 beside)
   gpu=${2:-1}
   info
@@ -77,9 +88,9 @@ extra)
   pack ;;
 collect)
   while pgrep -f "lab.py jitter idle" >/dev/null; do sleep 2; done
-  cat /tmp/hj/host.txt /tmp/hj/idle.txt
+  cat /tmp/hj/host.txt /tmp/hj/idle*.txt
   cp /tmp/hj/*.log /tmp/hj/*.json /tmp/hj/*.txt "$out"/ 2>/dev/null
   pack; ls -la "$out" ;;
 *)
-  echo "usage: $0 start [GPU] [SECS] | beside [GPU] | extra [GPU] | collect" >&2; exit 2 ;;
+  echo "usage: $0 start [GPU] [SECS] | hold [SECS] | beside [GPU] | extra [GPU] | collect" >&2; exit 2 ;;
 esac
