@@ -31,7 +31,8 @@
 //!   is judged (it can only look early) but never enters the baseline;
 //! - the baseline is the **median** of the recent ordinary offsets, and a launch is
 //!   judged only against at least [`BASELINE_MIN`] of them;
-//! - a chain restarts whenever we were idle ([`StartChain::restart_next`]): after an
+//! - a chain restarts whenever we were idle (the caller passes no `gpu_since_us` to
+//!   [`StartChain::next`] for the first launch after it): after an
 //!   idle spell the GPU starts our first kernels later for a while (its clocks come
 //!   back up; the same section), so a resumption is never judged against the
 //!   baseline from before it; and the first launch of a chain is not judged by its start
@@ -118,6 +119,15 @@ impl OthersSign {
             other
         } else {
             self
+        }
+    }
+
+    /// The stronger of two optional signs ([`Self::stronger`]; either when one is
+    /// missing): how a run of signs is folded into the one a caller reports.
+    pub fn strongest(a: Option<OthersSign>, b: Option<OthersSign>) -> Option<OthersSign> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.stronger(b)),
+            (a, b) => a.or(b),
         }
     }
 }
@@ -250,12 +260,6 @@ impl StartChain {
         verdict
     }
 
-    /// Forgets the chain: the next launch starts a new one (after an idle spell of ours,
-    /// a probe, or a change of shape). The host's record calls are kept.
-    pub fn restart_next(&mut self) {
-        self.last_host = None;
-    }
-
     /// How long the host's record calls usually take (the median of its recent ones),
     /// if any was seen.
     pub fn usual_record_call(&self) -> Option<Duration> {
@@ -333,6 +337,17 @@ pub fn judge_group(chain: &mut StartChain, g: &GroupTiming) -> (Option<OthersSig
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strongest_keeps_a_strong_sign_over_a_weak_one_and_either_when_one_is_missing() {
+        let late = OthersSign::LateStart { late_us: 70.0 };
+        let cut = OthersSign::CutShort { short_us: 900.0 };
+        assert_eq!(OthersSign::strongest(Some(late), Some(cut)), Some(cut));
+        assert_eq!(OthersSign::strongest(Some(cut), Some(late)), Some(cut));
+        assert_eq!(OthersSign::strongest(None, Some(late)), Some(late));
+        assert_eq!(OthersSign::strongest(Some(late), None), Some(late));
+        assert_eq!(OthersSign::strongest(None, None), None);
+    }
 
     const US: Duration = Duration::from_micros(1);
     /// An ordinary record call.
@@ -454,9 +469,9 @@ mod tests {
             chain.next(t0 + BURSTS * i, CALL, Some(50_000.0));
         }
         // Idle for 0.5 s (a pause), then the GPU starts us 80 us later than before.
-        chain.restart_next();
+        // The launcher passes no GPU gap for the first launch after an idle spell.
         let back = t0 + BURSTS * 9 + Duration::from_millis(550);
-        let v = chain.next(back, CALL, Some(550_080.0));
+        let v = chain.next(back, CALL, None);
         assert!(!v.judged);
         for i in 1..10 {
             let v = chain.next(back + BURSTS * i, CALL, Some(50_000.0));
@@ -470,7 +485,6 @@ mod tests {
         let t0 = Time::from_secs_f64(1.0);
         for i in 0..8 {
             chain.next(t0 + BURSTS * i, CALL, None);
-            chain.restart_next();
         }
         assert_eq!(chain.usual_record_call(), Some(CALL));
         // A stalled first launch of a chain is known as one.

@@ -510,7 +510,7 @@ impl CudaLoad {
         match self.watch.judge(&self.event) {
             Ok(Some(sign)) => {
                 if let Some(sign) = sign {
-                    self.seen = stronger(self.seen, Some(sign));
+                    self.seen = OthersSign::strongest(self.seen, Some(sign));
                     self.stats.others_seen += 1;
                 }
                 self.cut_in_a_row = if matches!(sign, Some(OthersSign::CutShort { .. })) {
@@ -576,7 +576,7 @@ impl CudaLoad {
         self.stats.kernels_launched += stopped.kernels;
         self.stats.one_in_flight += stopped.kernels;
         self.late_unreported += stopped.late;
-        self.late_sign = stronger(self.late_sign, stopped.sign);
+        self.late_sign = OthersSign::strongest(self.late_sign, stopped.sign);
         self.pending = true;
         if let Some(e) = stopped.error {
             self.fault = Some(e);
@@ -635,8 +635,8 @@ impl LoadSource for CudaLoad {
         let (running, running_sign) = self.pacing.as_ref().map_or((0, None), Pacing::take_late);
         let late = running + std::mem::take(&mut self.late_unreported);
         self.stats.late_kernels += late;
-        let paced = stronger(running_sign, self.late_sign.take());
-        stronger(self.seen.take(), paced)
+        let paced = OthersSign::strongest(running_sign, self.late_sign.take());
+        OthersSign::strongest(self.seen.take(), paced)
     }
 
     /// Runs two tiny kernels and compares their starts (`others.rs`): whether
@@ -787,14 +787,6 @@ impl Drop for CudaLoad {
 /// that waits for the GPU sleeps instead of spinning a core. This works on any driver
 /// (`cuCtxSetFlags` after creation needs 12.1). Other flags set in this process are
 /// kept, except `CU_CTX_LMEM_RESIZE_TO_MAX`, which would pin grown stacks.
-/// The stronger of two optional signs.
-fn stronger(a: Option<OthersSign>, b: Option<OthersSign>) -> Option<OthersSign> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.stronger(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 fn set_primary_flags(device: sys::CUdevice) -> Result<(), CudaError> {
     let mut flags: std::ffi::c_uint = 0;
     let mut active: std::ffi::c_int = 0;

@@ -202,8 +202,7 @@ impl OthersWatch {
     /// or when the shape changes hands).
     pub(crate) fn restart(&mut self) {
         self.pending = None;
-        self.last_start = None;
-        self.chain.restart_next();
+        self.last_start = None; // the next launch starts a new chain
     }
 }
 

@@ -343,7 +343,7 @@ impl Worker {
         let deadline = Instant::now() + LATE_PAUSE;
         let mut state = self.shared.lock();
         state.late += 1;
-        state.sign = Some(state.sign.map_or(sign, |s| s.stronger(sign)));
+        state.sign = OthersSign::strongest(state.sign, Some(sign));
         state.load_changed = false;
         self.wait_until(state, |_| Some(deadline), |s| s.load_changed)
     }

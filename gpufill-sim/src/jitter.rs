@@ -127,8 +127,7 @@ impl Timing {
 
     /// Our load went idle, or a probe ran: the launcher starts a new chain next.
     pub(super) fn restart(&mut self) {
-        self.chain.restart_next();
-        self.last_stamp_us = None;
+        self.last_stamp_us = None; // the next group starts a new chain
     }
 
     /// A group of ours that runs `[start, end)`, `switch` late after another context's

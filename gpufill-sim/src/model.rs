@@ -333,7 +333,7 @@ impl Model {
     }
 
     fn note_sign(&mut self, sign: OthersSign) {
-        self.seen = Some(self.seen.map_or(sign, |s| s.stronger(sign)));
+        self.seen = OthersSign::strongest(self.seen, Some(sign));
     }
 
     /// With timing: judges our groups that started since the last call, before now.
