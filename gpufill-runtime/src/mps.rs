@@ -141,7 +141,6 @@ pub fn daemon_in(dir: &Path, euid: u32, host_pids: bool) -> Daemon {
 #[derive(Debug)]
 pub struct DaemonWatch {
     client: bool,
-    every: Duration,
     last: Option<Instant>,
     differing: u32,
     untrusted: Option<String>,
@@ -152,26 +151,20 @@ impl DaemonWatch {
     pub fn new(client: bool) -> Self {
         DaemonWatch {
             client,
-            every: WATCH_EVERY,
             last: None,
             differing: 0,
             untrusted: None,
         }
     }
 
-    /// Whether this process's contexts are MPS clients.
-    pub fn client(&self) -> bool {
-        self.client
-    }
-
     /// At `now`, looks with `look` if a look is due; returns whether a daemon runs once
-    /// that has differed from [`DaemonWatch::client`] on [`WATCH_CONFIRM`] looks in a
+    /// that has differed from `client` (as it was made) on [`WATCH_CONFIRM`] looks in a
     /// row (then this process should start afresh). An untrusted endpoint counts as no
     /// daemon, and its reason is logged once.
     pub fn poll(&mut self, now: Instant, look: impl FnOnce() -> Daemon) -> Option<bool> {
         if self
             .last
-            .is_some_and(|at| now.saturating_duration_since(at) < self.every)
+            .is_some_and(|at| now.saturating_duration_since(at) < WATCH_EVERY)
         {
             return None;
         }
@@ -613,7 +606,6 @@ mod tests {
         let start = Instant::now();
         let at = |s: u64| start + Duration::from_secs(s);
         let mut watch = DaemonWatch::new(true);
-        assert!(watch.client());
         assert_eq!(watch.poll(at(0), || Daemon::Running), None);
         assert_eq!(watch.poll(at(1), || Daemon::Untrusted("x".into())), None);
         assert_eq!(watch.poll(at(2), || Daemon::Absent), Some(false));

@@ -39,7 +39,7 @@ const STATES: [State; 5] = [
 ];
 
 /// The states of `gpufill_mps`, in order.
-pub const MPS_STATES: [&str; 2] = ["client", "none"];
+pub(crate) const MPS_STATES: [&str; 2] = ["client", "none"];
 
 /// The PID views of `gpufill_pid_view`, in order.
 const PID_VIEWS: [PidView; 2] = [PidView::Host, PidView::Namespace];
@@ -216,7 +216,7 @@ fn start_time_seconds() -> Option<f64> {
 /// What the process uses now: the `process_*` series that change (read at each
 /// scrape).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// `process_cpu_seconds_total`: user and system CPU time.
     pub cpu_seconds: f64,
     /// `process_resident_memory_bytes`.
@@ -252,7 +252,7 @@ pub fn render(gpus: &[GpuSnapshot], process: &Process) -> String {
 }
 
 /// [`render`] with `stats` for the `process_*` series that change (none: left out).
-pub fn render_with(
+pub(crate) fn render_with(
     gpus: &[GpuSnapshot],
     process: &Process,
     stats: Option<&ProcessStats>,
@@ -580,7 +580,6 @@ mod tests {
             "stdin, stdout, stderr and the file: {stats:?}"
         );
         assert!(stats.max_fds.is_none_or(|max| max >= stats.open_fds));
-        assert!(stats.cpu_seconds >= 0.0);
         drop(file);
     }
 
@@ -597,7 +596,6 @@ mod tests {
             "{start}"
         );
         assert!(!p.hostname.is_empty());
-        assert_eq!((p.version, p.revision), ("1.2.3", "abc"));
     }
 
     #[test]

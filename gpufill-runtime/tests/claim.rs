@@ -73,6 +73,9 @@ fn a_second_agent_on_a_claimed_gpu_is_refused_before_it_starts_a_worker() {
 
 #[test]
 fn without_a_claim_directory_agents_claim_nothing() {
+    // Off by default: an embedder's agents claim nothing unless asked to (as root, a
+    // default directory would let the second agent below be refused).
+    assert!(gpufill_runtime::AgentOptions::default().claim_dir.is_none());
     let opener = SimOpener::default();
     let a = common::started(&opener, 1, 40.0);
     let other = SimOpener::default();
