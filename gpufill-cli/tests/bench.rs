@@ -85,19 +85,18 @@ fn bench_on_the_simulated_gpu_writes_the_table_plot_csv_and_summary() {
     assert!((4.9..=5.3).contains(&back), "{y}");
 }
 
+/// `gpufill bench --sim --no-yield --targets 40 --seconds <seconds>`.
+fn bench_at_40(seconds: &str) -> assert_cmd::Command {
+    let mut cmd = gpufill();
+    cmd.args(["bench", "--sim", "--no-yield", "--targets", "40"])
+        .args(["--seconds", seconds]);
+    cmd
+}
+
 #[test]
 fn bench_without_the_yield_test_says_it_was_skipped() {
     let dir = tempfile::tempdir().unwrap();
-    gpufill()
-        .args([
-            "bench",
-            "--sim",
-            "--no-yield",
-            "--targets",
-            "40",
-            "--seconds",
-            "2",
-        ])
+    bench_at_40("2")
         .arg("--out")
         .arg(dir.path())
         .assert()
@@ -117,16 +116,7 @@ fn bench_without_the_yield_test_says_it_was_skipped() {
 fn bench_on_the_simulated_gpu_warns_that_gpu_is_not_used() {
     let dir = tempfile::tempdir().unwrap();
     let run = |extra: &[&str]| {
-        let out = gpufill()
-            .args([
-                "bench",
-                "--sim",
-                "--no-yield",
-                "--targets",
-                "40",
-                "--seconds",
-                "1",
-            ])
+        let out = bench_at_40("1")
             .args(extra)
             .arg("--out")
             .arg(dir.path())

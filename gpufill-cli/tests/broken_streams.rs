@@ -1,41 +1,14 @@
 //! Streams that cannot be written and signals at awkward times (issue 22): none gives
 //! exit 101 (a panic), and `simulate` stops when nobody reads its table.
 
-use std::fs::{File, OpenOptions};
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> std::path::PathBuf {
-    assert_cmd::cargo::cargo_bin("gpufill")
-}
-
-fn dev_full() -> File {
-    OpenOptions::new().write(true).open("/dev/full").unwrap()
-}
-
-/// Waits up to `limit` for `child`; kills it and fails past that.
-fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(child: &Child, name: &str) {
-    let sent = Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-}
+use common::running::{signal, wait_within};
+use common::{bin, dev_full};
 
 #[test]
 fn a_stderr_that_cannot_be_written_never_gives_exit_101() {
@@ -56,7 +29,7 @@ fn a_stderr_that_cannot_be_written_never_gives_exit_101() {
         ),
         (&["-v", "simulate", "--duration", "5"], 0),
     ] {
-        let status = Command::new(bin())
+        let status = bin()
             .args(args)
             .stdout(Stdio::null())
             .stderr(dev_full())
@@ -68,10 +41,9 @@ fn a_stderr_that_cannot_be_written_never_gives_exit_101() {
 
 #[test]
 fn a_log_pipe_that_closes_mid_run_does_not_stop_gpufill() {
-    let mut child = Command::new(bin())
+    let mut child = bin()
         .args(["simulate", "--realtime", "--duration", "2", "--every", "1"])
         .args(["--metrics", "127.0.0.1:0"])
-        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -93,7 +65,7 @@ fn a_log_pipe_that_closes_mid_run_does_not_stop_gpufill() {
 /// `gpufill args | head -1`: the exit status and how long gpufill ran.
 fn into_head_1(args: &[&str]) -> (ExitStatus, Duration, String) {
     let start = Instant::now();
-    let mut child = Command::new(bin())
+    let mut child = bin()
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -137,7 +109,7 @@ fn simulate_ends_promptly_and_quietly_when_its_reader_goes_away() {
 #[test]
 fn simulate_into_a_full_disk_stops_with_exit_1_at_once() {
     let start = Instant::now();
-    let out = Command::new(bin())
+    let out = bin()
         .args(["simulate", "--duration", "2592000", "--every", "0.05"])
         .stdout(dev_full())
         .output()
@@ -158,7 +130,7 @@ fn simulate_into_a_full_disk_stops_with_exit_1_at_once() {
 #[test]
 fn sigterm_ends_a_realtime_simulation_with_its_summary_and_exit_0() {
     for name in ["TERM", "INT"] {
-        let mut child = Command::new(bin())
+        let mut child = bin()
             .args(["simulate", "--realtime", "--duration", "30", "--every", "5"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -193,7 +165,7 @@ fn a_sighup_while_gpufill_starts_is_kept_not_fatal() {
     // From 20 ms after exec (the handler is installed first thing in main; before
     // main, a signal kills any program: docs/faults.md, "SIGHUP at any time").
     for _ in 0..5 {
-        let mut child = Command::new(bin())
+        let mut child = bin()
             .args(["simulate", "--realtime", "--duration", "0.3"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

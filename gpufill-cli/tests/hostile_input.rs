@@ -8,13 +8,10 @@ use std::io::Read;
 use std::process::{Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
-use common::gpufill;
+use common::running::signal;
+use common::{bin, gpufill};
 use predicates::prelude::PredicateBooleanExt;
 use predicates::str::contains;
-
-fn bin() -> std::path::PathBuf {
-    assert_cmd::cargo::cargo_bin("gpufill")
-}
 
 fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.path().join(name);
@@ -184,7 +181,7 @@ fn a_full_disk_on_stdout_is_an_error_not_a_panic() {
         eprintln!("skipped: no /dev/full here");
         return;
     };
-    let out = StdCommand::new(bin())
+    let out = bin()
         .args(["config", "check"])
         .stdout(full)
         .output()
@@ -201,7 +198,7 @@ fn a_full_disk_on_stdout_is_an_error_not_a_panic() {
 #[test]
 fn a_reader_that_goes_away_is_not_a_failure() {
     for _ in 0..10 {
-        let mut child = StdCommand::new(bin())
+        let mut child = bin()
             .args(["config", "check"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -223,19 +220,14 @@ fn a_reader_that_goes_away_is_not_a_failure() {
 
 #[test]
 fn sighup_without_a_config_file_does_not_kill_simulate() {
-    let mut child = StdCommand::new(bin())
+    let mut child = bin()
         .args(["simulate", "--realtime", "--duration", "3", "--every", "1"])
-        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));
-    let sent = StdCommand::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    signal(&child, "HUP");
     let status = child.wait().unwrap();
     let mut stderr = String::new();
     child

@@ -2,111 +2,16 @@
 //! endpoint, SIGHUP reload, schedules. The realtime tests take a few seconds each and
 //! poll with timeouts rather than sleeping fixed times.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use assert_cmd::cargo::CommandCargoExt;
+use common::gpufill;
+use common::metrics::{LABELS, scrape, target, value};
+use common::running::Running;
 use predicates::str::contains;
-
-const LABELS: &str = "gpu=\"0\",UUID=\"GPU-00000000-0000-0000-0000-000000000000\",\
-                      model_name=\"simulated GPU\",Hostname=\"test-node\"";
-
-/// A running `gpufill`, its stderr lines arriving on a channel.
-struct Running {
-    child: Child,
-    stderr: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Running {
-    fn start(args: &[&str]) -> Running {
-        let mut child = Command::cargo_bin("gpufill")
-            .unwrap()
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env("NODE_NAME", "test-node")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Running {
-            child,
-            stderr: rx,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits up to 10 s for a stderr line containing `needle`.
-    fn wait_for_line(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
-            return line.clone();
-        }
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.stderr.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        panic!("no line with {needle:?} in {:#?}", self.seen);
-    }
-
-    fn metrics_port(&mut self) -> u16 {
-        let line = self.wait_for_line("metrics listening on http://");
-        let url = &line[line.find("http://").unwrap() + 7..];
-        let host_port = url.split('/').next().unwrap();
-        host_port.rsplit(':').next().unwrap().parse().unwrap()
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
-    out
-}
-
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
 
 /// Scrapes until `ok` holds for the text (up to 10 s); returns the last text.
 fn scrape_until(port: u16, what: &str, ok: impl Fn(&str) -> bool) -> String {
@@ -119,10 +24,6 @@ fn scrape_until(port: u16, what: &str, ok: impl Fn(&str) -> bool) -> String {
         assert!(Instant::now() < deadline, "never {what}:\n{text}");
         thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn target(text: &str) -> Option<f64> {
-    value(text, &format!("gpufill_target_percent{{{LABELS}}}"))
 }
 
 #[test]
@@ -180,7 +81,7 @@ fn healthcheck_passes_against_a_running_gpufill_and_logs_read_as_json() {
     ]);
     let port = g.metrics_port();
     // One JSON object a line, with the message among its fields.
-    let line = g.wait_for_line("metrics listening on http://");
+    let line = g.wait_for("metrics listening on http://", 1);
     let object: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
     assert_eq!(object["level"], "INFO", "{line}");
     assert!(
@@ -193,8 +94,7 @@ fn healthcheck_passes_against_a_running_gpufill_and_logs_read_as_json() {
         t.contains("gpufill_worker_up{") && t.contains("} 1\n")
     });
     let metrics = format!("127.0.0.1:{port}");
-    let out = Command::cargo_bin("gpufill")
-        .unwrap()
+    let out = gpufill()
         .args(["healthcheck", "--metrics", &metrics])
         .output()
         .unwrap();
@@ -204,8 +104,7 @@ fn healthcheck_passes_against_a_running_gpufill_and_logs_read_as_json() {
         format!("ok: http://{metrics}/healthz answered 200\n")
     );
     // The address comes from GPUFILL_METRICS as well, as in the container image.
-    let out = Command::cargo_bin("gpufill")
-        .unwrap()
+    let out = gpufill()
         .arg("healthcheck")
         .env("GPUFILL_METRICS", format!("0.0.0.0:{port}"))
         .output()
@@ -239,12 +138,12 @@ fn sighup_applies_a_new_target_and_refuses_a_broken_file_keeping_the_old_one() {
     .unwrap();
     g.signal("HUP");
     scrape_until(port, "target 70 after SIGHUP", |t| target(t) == Some(70.0));
-    g.wait_for_line("config reloaded");
-    g.wait_for_line("tick_ms changed but needs a restart");
+    g.wait_for("config reloaded", 1);
+    g.wait_for("tick_ms changed but needs a restart", 1);
 
     std::fs::write(&file, "target_percent = 20\n[load]\nwidth_blocks = 0\n").unwrap();
     g.signal("HUP");
-    let line = g.wait_for_line("reload refused");
+    let line = g.wait_for("reload refused", 1);
     assert!(line.contains("ERROR"), "{line}");
     assert!(
         line.contains("g.toml:3:16: load.width_blocks: must be between 1 and 65535, got 0"),
@@ -295,14 +194,14 @@ fn simulate_crosses_a_window_boundary_in_virtual_time() {
     let dir = tempfile::tempdir().unwrap();
     let config = window_config(dir.path());
     let csv = dir.path().join("t.csv");
-    Command::cargo_bin("gpufill")
-        .unwrap()
+    gpufill()
         .args(["simulate", "--start-time", "21:59", "--duration", "70"])
         .arg("--config")
         .arg(&config)
         .arg("--csv")
         .arg(&csv)
-        .assert_success();
+        .assert()
+        .success();
     let text = std::fs::read_to_string(&csv).unwrap();
     let rows: Vec<(f64, f64, f64)> = text
         .lines()
@@ -321,24 +220,12 @@ fn simulate_crosses_a_window_boundary_in_virtual_time() {
     assert!(rows.last().unwrap().2 < 1.0, "duty off inside the window");
 }
 
-trait AssertSuccess {
-    fn assert_success(&mut self);
-}
-
-impl AssertSuccess for Command {
-    fn assert_success(&mut self) {
-        let out = self.output().unwrap();
-        assert!(out.status.success(), "{out:?}");
-    }
-}
-
 #[test]
 fn windows_use_the_local_time_of_the_tz_variable() {
     let dir = tempfile::tempdir().unwrap();
     let config = window_config(dir.path());
     let start_in = |tz: &str| -> u32 {
-        let out = Command::cargo_bin("gpufill")
-            .unwrap()
+        let out = gpufill()
             .env("TZ", tz)
             .args(["simulate", "--duration", "0.1", "--config"])
             .arg(&config)
@@ -361,16 +248,16 @@ fn windows_use_the_local_time_of_the_tz_variable() {
 
 #[test]
 fn a_bad_metrics_address_exits_2_and_a_taken_port_exits_1() {
-    let mut cmd = assert_cmd::Command::cargo_bin("gpufill").unwrap();
-    cmd.args(["simulate", "--metrics", "localhost"])
+    gpufill()
+        .args(["simulate", "--metrics", "localhost"])
         .assert()
         .code(2)
         .stderr(contains("invalid --metrics"))
         .stderr(contains("expected IP:PORT"));
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let mut cmd = assert_cmd::Command::cargo_bin("gpufill").unwrap();
-    cmd.args(["simulate", "--duration", "1", "--metrics", &addr])
+    gpufill()
+        .args(["simulate", "--duration", "1", "--metrics", &addr])
         .assert()
         .code(1)
         .stderr(contains(format!("cannot serve metrics on {addr}")));
@@ -386,8 +273,7 @@ fn simulate_honours_the_idle_rule_and_drops_it_while_a_job_is_there() {
     )
     .unwrap();
     let csv = dir.path().join("t.csv");
-    assert_cmd::Command::cargo_bin("gpufill")
-        .unwrap()
+    gpufill()
         .args(["simulate", "--duration", "30", "--foreign", "10-12:30"])
         .arg("--config")
         .arg(&config)

@@ -1,8 +1,12 @@
 //! `gpufill status` reads NVML only: it works where libcuda is missing (a container
 //! given only the `utility` driver capability), against a stand-in NVML library.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
+
+use common::{bin, dev_full};
 
 /// Builds `tests/fake-nvml/fake_nvml.c` as `dir/libnvidia-ml.so.1` with `cc`, the
 /// linker cargo itself uses on Linux.
@@ -27,7 +31,7 @@ fn status_needs_nvml_only_not_libcuda() {
     build_fake_nvml(dir.path());
     // Only the stand-in NVML is on the library path: on a machine without the driver
     // there is no libcuda to find.
-    let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+    let out = bin()
         .arg("status")
         .env("LD_LIBRARY_PATH", dir.path())
         .output()
@@ -46,7 +50,7 @@ fn status_needs_nvml_only_not_libcuda() {
 /// `gpufill status --json` against the stand-in NVML, with `CUDA_MPS_PIPE_DIRECTORY`
 /// set to `pipe`.
 fn status_json(nvml: &Path, pipe: &Path) -> serde_json::Value {
-    let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+    let out = bin()
         .args(["status", "--json"])
         .env("LD_LIBRARY_PATH", nvml)
         .env("CUDA_MPS_PIPE_DIRECTORY", pipe)
@@ -70,9 +74,9 @@ fn status_says_whether_an_mps_daemon_runs_as_json_and_as_text() {
 
     // A stand-in daemon: its endpoint, and a process named as the daemon in its PID file.
     let _endpoint = std::os::unix::net::UnixListener::bind(pipe.join("control")).unwrap();
-    let bin = dir.path().join("nvidia-cuda-mps-control");
-    std::fs::copy("/bin/sleep", &bin).unwrap();
-    let mut daemon = Command::new(&bin).arg("30").spawn().unwrap();
+    let control = dir.path().join("nvidia-cuda-mps-control");
+    std::fs::copy("/bin/sleep", &control).unwrap();
+    let mut daemon = Command::new(&control).arg("30").spawn().unwrap();
     // Until it has executed the copy, the child still shows the test's name.
     let comm = format!("/proc/{}/comm", daemon.id());
     for _ in 0..200 {
@@ -87,7 +91,7 @@ fn status_says_whether_an_mps_daemon_runs_as_json_and_as_text() {
     )
     .unwrap();
     let running = status_json(dir.path(), &pipe);
-    let text = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+    let text = bin()
         .arg("status")
         .env("LD_LIBRARY_PATH", dir.path())
         .env("CUDA_MPS_PIPE_DIRECTORY", &pipe)
@@ -114,14 +118,10 @@ fn status_into_a_full_disk_says_what_it_could_not_write_and_exits_1() {
     build_fake_nvml(dir.path());
     // The table and the JSON alike.
     for args in [&["status"][..], &["status", "--json"]] {
-        let full = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/full")
-            .unwrap();
-        let out = Command::new(assert_cmd::cargo::cargo_bin("gpufill"))
+        let out = bin()
             .args(args)
             .env("LD_LIBRARY_PATH", dir.path())
-            .stdout(full)
+            .stdout(dev_full())
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

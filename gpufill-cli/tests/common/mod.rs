@@ -2,9 +2,14 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod metrics;
+pub mod running;
+
+use std::fs::File;
 use std::path::Path;
 
 use assert_cmd::Command;
+use assert_cmd::cargo::CommandCargoExt;
 
 /// The default loop tick, seconds: `simulate` and `bench` write one CSV row per tick.
 pub fn tick_s() -> f64 {
@@ -19,6 +24,25 @@ pub fn ticks_in(seconds: f64) -> usize {
 /// The `gpufill` binary under test.
 pub fn gpufill() -> Command {
     Command::cargo_bin("gpufill").unwrap()
+}
+
+/// The `gpufill` binary as a std `Command`, for a test that spawns it, holds its pipes or
+/// signals it. Its log is plain (`NO_COLOR`) at the flags' level whatever `RUST_LOG` the
+/// test runs under, and `NODE_NAME` fixes the metrics' `Hostname` label ([`metrics::LABELS`]).
+pub fn bin() -> std::process::Command {
+    let mut cmd = std::process::Command::cargo_bin("gpufill").unwrap();
+    cmd.env("NO_COLOR", "1")
+        .env("NODE_NAME", "test-node")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// `/dev/full` opened for writing: every write fails with ENOSPC.
+pub fn dev_full() -> File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
 }
 
 /// One row of the `t_s,target,util,duty,state` CSV that `simulate --csv` and `bench` write.
