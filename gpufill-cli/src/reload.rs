@@ -11,9 +11,9 @@
 //! place is waited for until it closes the file (however long it pauses between writes),
 //! a file renamed over it is complete as it lands (the last one read wins, so a writer that
 //! renames a new file every 20 ms never blocks a reload), and a read during which the
-//! file changed is read again. A file still being written after [`Settle::limit`] is
+//! file changed is read again. A file still being written after `Settle::limit` is
 //! refused. Where inotify cannot be used, the file must have settled instead: two reads
-//! [`Settle::quiet`] apart give the same text and modification time, and that time is at
+//! `Settle::quiet` apart give the same text and modification time, and that time is at
 //! least `quiet` old. A file that sets no key at all (empty, blank or comments only) is
 //! refused too: to go back to the defaults on purpose, set one of them
 //! (`target_percent = 50`).
@@ -51,7 +51,7 @@ use watch::Watch;
 /// What a reload would do: the config to apply, with the keys that need a restart
 /// kept at their old values, and the names of those that the new file changed: the
 /// runtime's ([`gpufill_runtime::RESTART_KEYS`]) and the binary's `metrics.listen`.
-pub fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
+fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
     let (settings, mut kept) = old.to_settings().live_update(new.to_settings());
     let mut metrics = new.metrics;
     if metrics.listen != old.metrics.listen {
@@ -61,11 +61,12 @@ pub fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
     (Config { settings, metrics }, kept)
 }
 
-/// Loads `path` and lays `flags` over it, as at start.
+/// Loads `path` and lays `flags` over it, as at start (tests).
 ///
 /// # Errors
 /// The file's or the flags' [`ConfigError`].
-pub fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
+#[cfg(test)]
+pub(crate) fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
     let mut config = Config::load(path)?;
     config.apply(flags);
     config.validate(Some(path))?;
@@ -74,7 +75,7 @@ pub fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
 
 /// How a reload waits for a file that is being written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settle {
+pub(crate) struct Settle {
     /// Without inotify: how long the file must stay unchanged, and the least time
     /// between the two reads that must agree.
     pub quiet: Duration,
@@ -280,7 +281,8 @@ impl Reloader {
     }
 
     /// Waits for a file being written as `settle` says (tests shorten it).
-    pub fn with_settle(mut self, settle: Settle) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_settle(mut self, settle: Settle) -> Self {
         self.settle = settle;
         self
     }
@@ -348,7 +350,8 @@ impl Reloader {
 
     /// Reloads now and waits for the outcome, as a SIGHUP does (tests; the binary's
     /// loops call [`Reloader::poll`] or [`Reloader::propose`], which never wait).
-    pub fn reload(&mut self) -> Option<Arc<Config>> {
+    #[cfg(test)]
+    pub(crate) fn reload(&mut self) -> Option<Arc<Config>> {
         self.request();
         while self.pending.is_some() {
             if let Some(new) = self.poll() {
