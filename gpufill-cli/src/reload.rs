@@ -145,10 +145,11 @@ enum Step {
     GiveUp,
 }
 
-/// A reload that waits for its file, without inotify: the settle rule of the module
-/// docs, one read per call.
+/// A reload that waits for its file: since when, and, without inotify, the settle rule
+/// of the module docs, one read per call.
 #[derive(Debug)]
 struct Settling {
+    /// When the reload was asked for: the limit counts from here.
     since: Instant,
     last: Option<(Read, Instant)>,
 }
@@ -177,6 +178,12 @@ impl Settling {
             }
             _ => self.last = Some((read, now)),
         }
+        self.wait(now, settle)
+    }
+
+    /// Waits on at `now`, or gives up once `settle.limit` has passed since the reload
+    /// was asked for.
+    fn wait(&self, now: Instant, settle: Settle) -> Step {
         if now.duration_since(self.since) >= settle.limit {
             Step::GiveUp
         } else {
@@ -188,8 +195,7 @@ impl Settling {
 /// A reload asked for and not yet answered.
 #[derive(Debug)]
 struct Pending {
-    since: Instant,
-    /// Without inotify: the reads so far.
+    /// Since when it waits, and without inotify the reads so far.
     settling: Settling,
     /// Whether the wait for the writer has been logged.
     told: bool,
@@ -306,7 +312,9 @@ impl Reloader {
         }
         let pending = self.pending.as_mut()?;
         let path = self.path.as_deref()?;
-        let loaded = match next_step(path, pending, self.watch.as_mut(), seen, self.settle) {
+        // The watch and what it saw: both or neither.
+        let watched = self.watch.as_mut().zip(seen);
+        let loaded = match next_step(path, pending, watched, self.settle) {
             Ok(Step::Wait) => {
                 if !std::mem::replace(&mut pending.told, true) {
                     debug!(file = %path.display(), "reload: waiting for the file's writer");
@@ -327,8 +335,7 @@ impl Reloader {
                 Some(Proposal { config, kept })
             }
             Err(why) => {
-                error!("reload refused, old settings kept: {why}");
-                self.status.refused();
+                self.refused(why);
                 None
             }
         }
@@ -339,10 +346,8 @@ impl Reloader {
         if self.path.is_none() {
             warn!("SIGHUP: no --config file, nothing to reload");
         } else if self.pending.is_none() {
-            let now = Instant::now();
             self.pending = Some(Pending {
-                since: now,
-                settling: Settling::new(now),
+                settling: Settling::new(Instant::now()),
                 told: false,
             });
         }
@@ -385,6 +390,11 @@ impl Reloader {
     /// force, and logs it.
     pub fn refuse(&mut self, proposal: Proposal, why: impl Display) {
         drop(proposal);
+        self.refused(why);
+    }
+
+    /// Logs a reload refused for `why`, the settings in force kept, and records it.
+    fn refused(&self, why: impl Display) {
         error!("reload refused, old settings kept: {why}");
         self.status.refused();
     }
@@ -400,19 +410,16 @@ impl Reloader {
 fn next_step(
     path: &Path,
     pending: &mut Pending,
-    watch: Option<&mut Watch>,
-    seen: Option<watch::Seen>,
+    watched: Option<(&mut Watch, watch::Seen)>,
     settle: Settle,
 ) -> Result<Step, Refused> {
     let now = Instant::now();
-    match (watch, seen) {
-        (Some(watch), Some(seen)) if watch.active() => {
-            if !seen.writing {
-                Ok(read_complete(path, watch)?)
-            } else if now.duration_since(pending.since) >= settle.limit {
-                Ok(Step::GiveUp)
+    match watched {
+        Some((watch, seen)) if watch.active() => {
+            if seen.writing {
+                Ok(pending.settling.wait(now, settle))
             } else {
-                Ok(Step::Wait)
+                Ok(read_complete(path, watch)?)
             }
         }
         _ => {
