@@ -44,7 +44,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
 use crate::metrics::ReloadStatus;
 use watch::Watch;
 
@@ -53,12 +53,14 @@ use watch::Watch;
 /// runtime's ([`gpufill_runtime::RESTART_KEYS`]) and the binary's `metrics.listen`.
 fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
     let (settings, mut kept) = old.to_settings().live_update(new.to_settings());
-    let mut metrics = new.metrics;
-    if metrics.listen != old.metrics.listen {
-        metrics.listen.clone_from(&old.metrics.listen);
-        kept.push("metrics.listen");
+    let mut config = Config {
+        settings,
+        metrics: new.metrics,
+    };
+    if config.copy_key(old, MetricsConfig::LISTEN) {
+        kept.push(MetricsConfig::LISTEN);
     }
-    (Config { settings, metrics }, kept)
+    (config, kept)
 }
 
 /// Loads `path` and lays `flags` over it, as at start (tests).
