@@ -85,7 +85,12 @@ fn write_pages(cmd: &clap::Command, dir: &Path, written: &mut Vec<PathBuf>) -> i
     if text.signals {
         definitions(&mut page, "SIGNALS", SIGNALS)?;
     }
-    definitions(&mut page, "FILES", text.files)?;
+    let files: Vec<(String, &str)> = text
+        .files
+        .iter()
+        .map(|(path, what)| (path.concat(), *what))
+        .collect();
+    definitions(&mut page, "FILES", &files)?;
     definitions(&mut page, "ENVIRONMENT", &environment(cmd))?;
     definitions(&mut page, "EXAMPLES", text.examples)?;
     if cmd
@@ -111,7 +116,8 @@ struct Page {
     description: &'static str,
     exit_status: &'static [(&'static str, &'static str)],
     signals: bool,
-    files: &'static [(&'static str, &'static str)],
+    /// FILES: each file's path, in parts (joined when written), and what it is.
+    files: &'static [File],
     examples: &'static [(&'static str, &'static str)],
 }
 
@@ -141,16 +147,20 @@ const SIGNALS: &[(&str, &str)] = &[
     ),
 ];
 
-const CONFIG_FILE: (&str, &str) = (
-    "/etc/gpufill/gpufill.toml",
+/// A file a page names: its path in parts, joined when written (so that a path the
+/// code defines is taken from there), and what it is.
+type File = (&'static [&'static str], &'static str);
+
+const CONFIG_FILE: File = (
+    &[crate::DEFAULT_CONFIG],
     "The config file read by run and config check when no --config (nor GPUFILL_CONFIG) names one, where it exists (the .deb installs it). Every key with its default: gpufill.example.toml.",
 );
-const CLAIM_FILES: (&str, &str) = (
-    "/run/gpufill/UUID.lock",
+const CLAIM_FILES: File = (
+    &[gpufill_runtime::CLAIM_DIR, "/UUID.lock"],
     "run's claim of each GPU it fills (an flock, released when it ends, however it ends, and before it executes itself again to follow MPS): a second gpufill on that GPU exits 2, naming the first.",
 );
-const MPS_FILES: (&str, &str) = (
-    "$CUDA_MPS_PIPE_DIRECTORY/control, nvidia-cuda-mps-control.pid",
+const MPS_FILES: File = (
+    &["$CUDA_MPS_PIPE_DIRECTORY/control, nvidia-cuda-mps-control.pid"],
     "An MPS control daemon's endpoint and PID file (default directory /tmp/nvidia-mps): MPS runs while both are there, trusted, and the daemon lives.",
 );
 

@@ -27,7 +27,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 
 pub use cli::env_var_of;
-use cli::{Command, ConfigCommand, LoopFlags};
+use cli::{Command, ConfigCommand};
 use config::{Config, Overrides};
 pub use error::{UsageError, is_broken_pipe, value_source};
 
@@ -44,17 +44,19 @@ pub fn config_file(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Loads the config file named by the flags (or the defaults), applies the flags, and validates.
+/// Loads `file` (or the defaults), lays the command line's `overrides` over it, and
+/// validates: the one place where flags reach the settings at start-up. `run` passes
+/// every override it has, `--gpus` included, the same set its [`reload::Reloader`]
+/// lays over the file at each reload.
 ///
 /// # Errors
 /// [`UsageError`] naming the file, key and reason.
-pub fn resolve_config(flags: &LoopFlags) -> Result<Config, UsageError> {
-    let mut config = match &flags.config {
+pub fn resolve_config(file: Option<&Path>, overrides: &Overrides) -> Result<Config, UsageError> {
+    let mut config = match file {
         Some(path) => Config::load(path).map_err(|e| UsageError(e.into()))?,
         None => Config::default(),
     };
-    let overrides = flags.overrides();
-    config.apply(&overrides);
+    config.apply(overrides);
     // The file was validated when loaded, so what fails now came from a flag.
     config
         .validate_blaming(None, |key| overrides.sets(key))
@@ -94,7 +96,7 @@ fn check_config(file: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<()> 
 pub fn dispatch(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Simulate(args) => {
-            let config = resolve_config(&args.flags)?;
+            let config = resolve_config(args.flags.config.as_deref(), &args.flags.overrides())?;
             simulate::run(&args, &config, &mut std::io::stdout().lock())
         }
         Command::Config(ConfigCommand::Check { file }) => {
@@ -105,8 +107,7 @@ pub fn dispatch(command: Command) -> anyhow::Result<()> {
             // Read by the reloader too: SIGHUP re-reads the default file as well.
             args.flags.config =
                 config_file(args.flags.config.as_deref(), Path::new(DEFAULT_CONFIG));
-            let mut config = resolve_config(&args.flags)?;
-            config.apply(&args.gpus.overrides);
+            let config = resolve_config(args.flags.config.as_deref(), &args.overrides())?;
             if let Some(d) = args
                 .duration
                 .filter(|d| !(d.is_finite() && *d > 0.0 && *d <= MAX_RUN_S))

@@ -27,19 +27,15 @@ use tracing_subscriber::layer::{Filter, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-pub use crate::cli::LogFormat;
+use crate::cli::LogFormat;
 
-/// Installs the text subscriber; `verbose` and `quiet` count the `-v` and `-q` flags.
-pub fn init(verbose: u8, quiet: u8) {
-    init_as(verbose, quiet, LogFormat::Text);
-}
-
-/// Installs the subscriber writing `format` (`--log-format`): text, or one JSON object
-/// a line with `timestamp`, `level`, `fields` (the message and the event's fields) and
-/// the GPU's span (`span`: `{"gpu": 0, "name": "gpu"}`), never coloured. Either way the
+/// Installs the subscriber writing `format` (`--log-format`); `verbose` and `quiet`
+/// count the `-v` and `-q` flags. Text, or one JSON object a line with `timestamp`,
+/// `level`, `fields` (the message and the event's fields) and the GPU's span (`span`:
+/// `{"gpu": 0, "name": "gpu"}`), never coloured. Either way the
 /// level comes from [`filter_of`]: a `RUST_LOG` not understood gives way to `-v`/`-q`
 /// with one warning, and errors always pass.
-pub fn init_as(verbose: u8, quiet: u8, format: LogFormat) {
+pub fn init(verbose: u8, quiet: u8, format: LogFormat) {
     let level = level_of(verbose, quiet);
     let (filter, warning) = filter_of(std::env::var_os("RUST_LOG").as_deref(), level);
     let layer = tracing_subscriber::fmt::layer()

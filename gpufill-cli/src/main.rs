@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             None => return gpufill_cli::error::print_help_or_version(&e),
         },
     };
-    gpufill_cli::logging::init_as(cli.verbose, cli.quiet, cli.log_format);
+    gpufill_cli::logging::init(cli.verbose, cli.quiet, cli.log_format);
     match gpufill_cli::dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,

@@ -11,9 +11,9 @@
 //! place is waited for until it closes the file (however long it pauses between writes),
 //! a file renamed over it is complete as it lands (the last one read wins, so a writer that
 //! renames a new file every 20 ms never blocks a reload), and a read during which the
-//! file changed is read again. A file still being written after [`Settle::limit`] is
+//! file changed is read again. A file still being written after `Settle::limit` is
 //! refused. Where inotify cannot be used, the file must have settled instead: two reads
-//! [`Settle::quiet`] apart give the same text and modification time, and that time is at
+//! `Settle::quiet` apart give the same text and modification time, and that time is at
 //! least `quiet` old. A file that sets no key at all (empty, blank or comments only) is
 //! refused too: to go back to the defaults on purpose, set one of them
 //! (`target_percent = 50`).
@@ -44,28 +44,31 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use tracing::{debug, error, info, warn};
 
-use crate::config::{Config, ConfigError, Overrides};
+use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
 use crate::metrics::ReloadStatus;
 use watch::Watch;
 
 /// What a reload would do: the config to apply, with the keys that need a restart
 /// kept at their old values, and the names of those that the new file changed: the
 /// runtime's ([`gpufill_runtime::RESTART_KEYS`]) and the binary's `metrics.listen`.
-pub fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
+fn diff(old: &Config, new: Config) -> (Config, Vec<&'static str>) {
     let (settings, mut kept) = old.to_settings().live_update(new.to_settings());
-    let mut metrics = new.metrics;
-    if metrics.listen != old.metrics.listen {
-        metrics.listen.clone_from(&old.metrics.listen);
-        kept.push("metrics.listen");
+    let mut config = Config {
+        settings,
+        metrics: new.metrics,
+    };
+    if config.copy_key(old, MetricsConfig::LISTEN) {
+        kept.push(MetricsConfig::LISTEN);
     }
-    (Config { settings, metrics }, kept)
+    (config, kept)
 }
 
-/// Loads `path` and lays `flags` over it, as at start.
+/// Loads `path` and lays `flags` over it, as at start (tests).
 ///
 /// # Errors
 /// The file's or the flags' [`ConfigError`].
-pub fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
+#[cfg(test)]
+pub(crate) fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
     let mut config = Config::load(path)?;
     config.apply(flags);
     config.validate(Some(path))?;
@@ -74,7 +77,7 @@ pub fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError> {
 
 /// How a reload waits for a file that is being written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settle {
+pub(crate) struct Settle {
     /// Without inotify: how long the file must stay unchanged, and the least time
     /// between the two reads that must agree.
     pub quiet: Duration,
@@ -144,10 +147,11 @@ enum Step {
     GiveUp,
 }
 
-/// A reload that waits for its file, without inotify: the settle rule of the module
-/// docs, one read per call.
+/// A reload that waits for its file: since when, and, without inotify, the settle rule
+/// of the module docs, one read per call.
 #[derive(Debug)]
 struct Settling {
+    /// When the reload was asked for: the limit counts from here.
     since: Instant,
     last: Option<(Read, Instant)>,
 }
@@ -176,6 +180,12 @@ impl Settling {
             }
             _ => self.last = Some((read, now)),
         }
+        self.wait(now, settle)
+    }
+
+    /// Waits on at `now`, or gives up once `settle.limit` has passed since the reload
+    /// was asked for.
+    fn wait(&self, now: Instant, settle: Settle) -> Step {
         if now.duration_since(self.since) >= settle.limit {
             Step::GiveUp
         } else {
@@ -187,8 +197,7 @@ impl Settling {
 /// A reload asked for and not yet answered.
 #[derive(Debug)]
 struct Pending {
-    since: Instant,
-    /// Without inotify: the reads so far.
+    /// Since when it waits, and without inotify the reads so far.
     settling: Settling,
     /// Whether the wait for the writer has been logged.
     told: bool,
@@ -280,7 +289,8 @@ impl Reloader {
     }
 
     /// Waits for a file being written as `settle` says (tests shorten it).
-    pub fn with_settle(mut self, settle: Settle) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_settle(mut self, settle: Settle) -> Self {
         self.settle = settle;
         self
     }
@@ -304,7 +314,9 @@ impl Reloader {
         }
         let pending = self.pending.as_mut()?;
         let path = self.path.as_deref()?;
-        let loaded = match next_step(path, pending, self.watch.as_mut(), seen, self.settle) {
+        // The watch and what it saw: both or neither.
+        let watched = self.watch.as_mut().zip(seen);
+        let loaded = match next_step(path, pending, watched, self.settle) {
             Ok(Step::Wait) => {
                 if !std::mem::replace(&mut pending.told, true) {
                     debug!(file = %path.display(), "reload: waiting for the file's writer");
@@ -325,8 +337,7 @@ impl Reloader {
                 Some(Proposal { config, kept })
             }
             Err(why) => {
-                error!("reload refused, old settings kept: {why}");
-                self.status.refused();
+                self.refused(why);
                 None
             }
         }
@@ -337,10 +348,8 @@ impl Reloader {
         if self.path.is_none() {
             warn!("SIGHUP: no --config file, nothing to reload");
         } else if self.pending.is_none() {
-            let now = Instant::now();
             self.pending = Some(Pending {
-                since: now,
-                settling: Settling::new(now),
+                settling: Settling::new(Instant::now()),
                 told: false,
             });
         }
@@ -348,7 +357,8 @@ impl Reloader {
 
     /// Reloads now and waits for the outcome, as a SIGHUP does (tests; the binary's
     /// loops call [`Reloader::poll`] or [`Reloader::propose`], which never wait).
-    pub fn reload(&mut self) -> Option<Arc<Config>> {
+    #[cfg(test)]
+    pub(crate) fn reload(&mut self) -> Option<Arc<Config>> {
         self.request();
         while self.pending.is_some() {
             if let Some(new) = self.poll() {
@@ -382,6 +392,11 @@ impl Reloader {
     /// force, and logs it.
     pub fn refuse(&mut self, proposal: Proposal, why: impl Display) {
         drop(proposal);
+        self.refused(why);
+    }
+
+    /// Logs a reload refused for `why`, the settings in force kept, and records it.
+    fn refused(&self, why: impl Display) {
         error!("reload refused, old settings kept: {why}");
         self.status.refused();
     }
@@ -397,19 +412,16 @@ impl Reloader {
 fn next_step(
     path: &Path,
     pending: &mut Pending,
-    watch: Option<&mut Watch>,
-    seen: Option<watch::Seen>,
+    watched: Option<(&mut Watch, watch::Seen)>,
     settle: Settle,
 ) -> Result<Step, Refused> {
     let now = Instant::now();
-    match (watch, seen) {
-        (Some(watch), Some(seen)) if watch.active() => {
-            if !seen.writing {
-                Ok(read_complete(path, watch)?)
-            } else if now.duration_since(pending.since) >= settle.limit {
-                Ok(Step::GiveUp)
+    match watched {
+        Some((watch, seen)) if watch.active() => {
+            if seen.writing {
+                Ok(pending.settling.wait(now, settle))
             } else {
-                Ok(Step::Wait)
+                Ok(read_complete(path, watch)?)
             }
         }
         _ => {

@@ -9,8 +9,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use gpufill_nvml::{GpuInfo, Nvml, ProcessEntry};
+use gpufill_nvml::{GpuInfo, Nvml};
 use gpufill_runtime::PidView;
+use gpufill_runtime::for_the_binary::is_gpufill;
 use gpufill_runtime::mps::Daemon;
 use serde_json::{Value, json};
 
@@ -94,7 +95,7 @@ fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[Gp
                         "name": p.name,
                         "used_memory_bytes": p.used_memory_bytes,
                         "mps_client": p.mps_client,
-                        "gpufill": is_gpufill(p),
+                        "gpufill": p.name.as_deref().is_some_and(is_gpufill),
                     })
                 })
                 .collect();
@@ -123,14 +124,6 @@ fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[Gp
     })
 }
 
-/// Whether a listed process is a gpufill (by its name).
-fn is_gpufill(p: &ProcessEntry) -> bool {
-    p.name
-        .as_deref()
-        .and_then(|n| n.rsplit('/').next())
-        .is_some_and(|n| n.starts_with("gpufill"))
-}
-
 fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     writeln!(
@@ -154,7 +147,12 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
     }
     for p in &gpu.processes {
         let name = printable(p.name.as_deref().unwrap_or("?"));
-        let ours = if is_gpufill(p) { "  (gpufill)" } else { "" };
+        // The rule by which `run` refuses a GPU another gpufill fills.
+        let ours = if p.name.as_deref().is_some_and(is_gpufill) {
+            "  (gpufill)"
+        } else {
+            ""
+        };
         let client = if p.mps_client { "  (MPS client)" } else { "" };
         writeln!(
             out,
@@ -187,6 +185,7 @@ fn printable(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufill_nvml::ProcessEntry;
 
     fn gpu_with(processes: Vec<ProcessEntry>) -> GpuInfo {
         GpuInfo {
@@ -262,6 +261,36 @@ mod tests {
         assert_eq!(gpu["processes"][0]["gpufill"], true);
         assert_eq!(gpu["processes"][1]["mps_client"], false);
         assert_eq!(gpu["processes"][1]["used_memory_bytes"], 254u64 << 20);
+    }
+
+    #[test]
+    fn a_gpufill_is_marked_by_its_program_s_file_name_as_run_s_claim_judges_it() {
+        let gpu = gpu_with(vec![
+            process(20, "/usr/bin/gpufill --config /etc/g.toml", false),
+            process(21, "gpufill-bench", false),
+            process(22, "/opt/gpufill/bin/gpufill", false),
+        ]);
+        let mut out = Vec::new();
+        write_gpu(&mut out, &gpu).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = |pid: &str| text.lines().find(|l| l.contains(pid)).unwrap().to_owned();
+        assert!(
+            line(" 20 ").ends_with("/usr/bin/gpufill --config /etc/g.toml  (gpufill)"),
+            "{text}"
+        );
+        assert!(line(" 21 ").ends_with("gpufill-bench"), "{text}");
+        assert!(line(" 22 ").ends_with("(gpufill)"), "{text}");
+        let value = to_json(
+            "580.1",
+            PidView::Host,
+            Path::new("/tmp/nvidia-mps"),
+            &Daemon::Absent,
+            &[gpu],
+        );
+        let marks: Vec<&Value> = (0..3)
+            .map(|i| &value["gpus"][0]["processes"][i]["gpufill"])
+            .collect();
+        assert_eq!(marks, [true, false, true]);
     }
 
     #[test]

@@ -309,7 +309,7 @@ pub fn listed_gpufill(listed: &[GpuInfo], gpus: &[Gpu], me: u32) -> Result<(), C
 
 /// Whether a process name as NVML gives it (a path, perhaps with arguments) is
 /// gpufill's: its program's file name is `gpufill`.
-fn is_gpufill(name: &str) -> bool {
+pub fn is_gpufill(name: &str) -> bool {
     name.split_whitespace()
         .next()
         .and_then(|program| program.rsplit('/').next())

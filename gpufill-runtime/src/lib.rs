@@ -118,7 +118,7 @@ pub mod for_the_binary {
     //! ```compile_fail
     //! use gpufill_runtime::device_hint::DeviceOpenHint;
     //! ```
-    pub use crate::claim::escape_controls;
+    pub use crate::claim::{escape_controls, is_gpufill};
     pub use crate::device_hint::DeviceOpenHint;
     pub use crate::localtime::now as local_time_of_day;
     pub use crate::open::{NO_DRIVER, RealLoad, RealLoop};

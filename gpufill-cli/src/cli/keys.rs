@@ -10,7 +10,7 @@ use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use gpufill_runtime::for_the_binary::FlagValue;
 
 use super::{Number, parse_gpus};
-use crate::config::{Config, Overrides};
+use crate::config::{Config, MetricsConfig, Overrides};
 
 /// Keys with a flag that a subcommand takes, in the order `--help` lists them. What each
 /// flag is (its name, value, help and type) is its key's line: the runtime's settings
@@ -35,7 +35,7 @@ impl KeySet for LoopKeys {
         "yield.grace_s",
         "tick_ms",
         "load.period_ms",
-        "metrics.listen",
+        MetricsConfig::LISTEN,
     ];
 }
 
@@ -157,7 +157,7 @@ mod tests {
             .filter(|k| k.flag.is_some())
             .map(|k| k.name)
             .collect();
-        lines.push("metrics.listen");
+        lines.push(MetricsConfig::LISTEN);
         let mut taken = [LoopKeys::KEYS, RunKeys::KEYS].concat();
         lines.sort_unstable();
         taken.sort_unstable();
