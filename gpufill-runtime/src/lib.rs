@@ -100,10 +100,12 @@ pub use worker::WorkerError;
 #[doc(hidden)]
 pub mod for_the_binary {
     //! For the `gpufill` binary, **not** for embedders: these may change or go in any
-    //! release, and are hidden from the docs. They are what the binary needs beyond an embedder's API: the command line's
-    //! view of the settings (each key's flag), the bench's real loop and newcomer watch,
-    //! `simulate`'s local clock, `status`'s escaping, the watchdog's summary, and the
-    //! missing-driver message ([`crate::OpenError::NoDriver`] is the embedder's).
+    //! release, and are hidden from the docs. They are what the binary needs beyond an
+    //! embedder's API: the command line's view of the settings (each key's flag), the
+    //! bench's real loop and newcomer watch, `simulate`'s local clock, `status`'s
+    //! escaping and its rule for a gpufill process (the one the claim uses), the
+    //! watchdog's summary, and the missing-driver message
+    //! ([`crate::OpenError::NoDriver`] is the embedder's).
     //!
     //! The boundary holds by code: none of these is reachable from the crate's root.
     //! ```compile_fail
