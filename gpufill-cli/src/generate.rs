@@ -152,7 +152,7 @@ const SIGNALS: &[(&str, &str)] = &[
 type File = (&'static [&'static str], &'static str);
 
 const CONFIG_FILE: File = (
-    &[crate::DEFAULT_CONFIG],
+    &[crate::config::DEFAULT_CONFIG],
     "The config file read by run and config check when no --config (nor GPUFILL_CONFIG) names one, where it exists (the .deb installs it). Every key with its default: gpufill.example.toml.",
 );
 const CLAIM_FILES: File = (

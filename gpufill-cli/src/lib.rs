@@ -31,9 +31,7 @@ use cli::{Command, ConfigCommand};
 use config::{Config, Overrides};
 pub use error::{UsageError, is_broken_pipe, value_source};
 
-/// The config file `run` and `config check` read when no `--config` (nor
-/// `GPUFILL_CONFIG`) names one, where it exists: the one the .deb installs.
-pub const DEFAULT_CONFIG: &str = "/etc/gpufill/gpufill.toml";
+pub use config::DEFAULT_CONFIG;
 
 /// The file to read: `named`, else `default` where it exists, else none (the built-in
 /// defaults).

@@ -51,6 +51,10 @@ use error::{key_at, span_of_key};
 pub use metrics::MetricsConfig;
 pub use overrides::Overrides;
 
+/// The config file `run` and `config check` read when no `--config` (nor
+/// `GPUFILL_CONFIG`) names one, where it exists: the one the .deb installs.
+pub const DEFAULT_CONFIG: &str = "/etc/gpufill/gpufill.toml";
+
 /// The whole configuration, as in `gpufill.toml`: the runtime's settings (every key
 /// but one) and the binary's `[metrics]`. Every key is optional. It reads as the
 /// settings it holds (`config.load.period_ms`).
