@@ -334,6 +334,75 @@ pub fn judge_group(chain: &mut StartChain, g: &GroupTiming) -> (Option<OthersSig
     (sign, verdict)
 }
 
+/// The first kernel of a probe pair starting this much later against the second than
+/// the pair's usual spread with nobody else (it starts earlier than the second then; a
+/// context switch later after another context's work) says that someone ran since our
+/// previous kernel.
+pub const PROBE_LATE: Duration = Duration::from_micros(30);
+
+/// The length of each kernel of a probe pair.
+pub const PROBE_KERNEL: Duration = Duration::from_micros(5);
+
+/// What one probe pair measured: two [`PROBE_KERNEL`] kernels, each launched right after
+/// its start event was recorded, with nothing of ours queued before them (the CUDA
+/// launcher's probe, `LoadSource::probe`). Both kernels ran; a kernel that did not run
+/// within the probe's wait was held back, which the caller knows without timing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PairTiming {
+    /// How long the first kernel ran, from its start event to the end event after it.
+    pub first_ran: Duration,
+    /// The host's time from recording the first start event to its launch returning.
+    pub first_gap: Duration,
+    /// The GPU's time between the two start events.
+    pub gpu_between: Duration,
+    /// The host's time between the two start events' records returning.
+    pub host_between: Duration,
+    /// How long the second record call took.
+    pub second_record_call: Duration,
+    /// The host's usual record call (the chain's; `None` before it knows one: the
+    /// faster of the pair's two calls is taken).
+    pub usual_record_call: Option<Duration>,
+    /// How long the first record call took.
+    pub first_record_call: Duration,
+}
+
+/// What a probe pair says ([`judge_probe_pair`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PairVerdict {
+    /// Nobody ran since our previous kernel.
+    Nobody,
+    /// Someone ran since our previous kernel.
+    Someone,
+    /// It looks like someone ran, but the host stalled in the second record call, by
+    /// which the first kernel looks late: run the pair again (a caller that has run it
+    /// again enough believes it: someone ran).
+    Stalled,
+}
+
+/// Judges a probe pair. The first kernel ran a context switch long (its start event was
+/// stamped before the switch it then waited for: [`ran_long`]), or the first start is
+/// more than [`PROBE_LATE`] later against the second on the GPU than on the host: someone
+/// ran. A late reading whose second record call took [`SLOW_RECORD`] beyond the host's
+/// usual is uncertain by the stall ([`PairVerdict::Stalled`]). The first record after
+/// idling is slow on the host too (cold): only the second one's call is weighed.
+pub fn judge_probe_pair(t: &PairTiming) -> PairVerdict {
+    if ran_long(PROBE_KERNEL, t.first_ran, t.first_gap, 1).is_some() {
+        return PairVerdict::Someone;
+    }
+    let late = t.host_between.as_secs_f64() - t.gpu_between.as_secs_f64();
+    if late <= PROBE_LATE.as_secs_f64() {
+        return PairVerdict::Nobody;
+    }
+    let usual = t
+        .usual_record_call
+        .unwrap_or(t.first_record_call.min(t.second_record_call));
+    if t.second_record_call > usual + SLOW_RECORD {
+        PairVerdict::Stalled
+    } else {
+        PairVerdict::Someone
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -352,6 +421,83 @@ mod tests {
     const US: Duration = Duration::from_micros(1);
     /// An ordinary record call.
     const CALL: Duration = Duration::from_micros(6);
+
+    /// A clean pair: the second kernel starts 20 us after the first on both clocks.
+    fn clean_pair() -> PairTiming {
+        PairTiming {
+            first_ran: 8 * US,
+            first_gap: 4 * US,
+            gpu_between: 20 * US,
+            host_between: 20 * US,
+            second_record_call: CALL,
+            usual_record_call: Some(CALL),
+            first_record_call: CALL,
+        }
+    }
+
+    #[test]
+    fn a_probe_pair_on_time_finds_nobody_and_a_late_first_start_finds_someone() {
+        assert_eq!(judge_probe_pair(&clean_pair()), PairVerdict::Nobody);
+        // Within the spread allowed: still nobody.
+        let spread = PairTiming {
+            host_between: 49 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&spread), PairVerdict::Nobody);
+        // The first kernel started a switch (130 us) late: the GPU saw less time between
+        // the two starts than the host did.
+        let late = PairTiming {
+            host_between: 150 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&late), PairVerdict::Someone);
+    }
+
+    #[test]
+    fn a_first_probe_kernel_that_ran_a_switch_long_finds_someone_whatever_the_starts() {
+        let long = PairTiming {
+            first_ran: 150 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&long), PairVerdict::Someone);
+        // The host's own launch time is taken off: a slow launch is not a switch.
+        let slow_launch = PairTiming {
+            first_ran: 150 * US,
+            first_gap: 140 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&slow_launch), PairVerdict::Nobody);
+    }
+
+    #[test]
+    fn a_late_reading_after_a_stalled_second_record_is_uncertain_not_someone() {
+        let stalled = PairTiming {
+            host_between: 150 * US,
+            second_record_call: CALL + 140 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&stalled), PairVerdict::Stalled);
+        // A stall on a pair that found nobody changes nothing.
+        let clean_but_slow = PairTiming {
+            second_record_call: CALL + 140 * US,
+            ..clean_pair()
+        };
+        assert_eq!(judge_probe_pair(&clean_but_slow), PairVerdict::Nobody);
+        // Before the chain knows the usual call, the faster of the pair's two is taken:
+        // a fast first record shows the second one stalled...
+        let unknown_usual = PairTiming {
+            usual_record_call: None,
+            ..stalled
+        };
+        assert_eq!(judge_probe_pair(&unknown_usual), PairVerdict::Stalled);
+        // ...and two records as slow as each other show no stall of the second.
+        let both_slow = PairTiming {
+            usual_record_call: None,
+            first_record_call: CALL + 140 * US,
+            ..stalled
+        };
+        assert_eq!(judge_probe_pair(&both_slow), PairVerdict::Someone);
+    }
 
     /// A chain of launches every `every`, with GPU start offsets `offsets_us` and record
     /// calls of `calls_us` (host time is the record's return; each launch's GPU start

@@ -17,19 +17,12 @@ use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 use cudarc::driver::{CudaEvent, CudaFunction, CudaStream};
 use gpufill_core::Time;
 use gpufill_core::kernel_timing::{
-    GroupTiming, OthersSign, SLOW_RECORD, StartChain, judge_group, ran_long,
+    GroupTiming, OthersSign, PROBE_KERNEL, PairTiming, PairVerdict, StartChain, judge_group,
+    judge_probe_pair,
 };
 
 use crate::error::CudaError;
 use crate::spin::{NEVER_YIELD, launch_spin};
-
-/// The first kernel of a probe pair starting this much later against the second than
-/// the pair's usual spread with nobody else (it starts earlier than the second then;
-/// a context switch later after another context's work) says that someone ran since our previous kernel.
-pub(crate) const PROBE_LATE: Duration = Duration::from_micros(30);
-
-/// The length of each kernel of a probe.
-pub(crate) const PROBE_KERNEL: Duration = Duration::from_micros(5);
 
 /// How long a probe waits for each of its kernels: one that has not run by then is held
 /// back by someone else's work right now.
@@ -228,10 +221,10 @@ struct Pending {
 /// Runs a probe pair on `stream`: whether another context has run on the GPU since our
 /// previous kernel. Nothing of ours may be queued. `end` is recorded after each kernel.
 ///
-/// The kernels' starts are compared with when their start events' records returned. A
-/// pair whose second record the host stalled in ([`SLOW_RECORD`] beyond the usual call)
-/// would make the first kernel look late by the stall: it is run again, up to
-/// [`PROBE_RETRIES`] times.
+/// The pair's times are judged by core's
+/// [`judge_probe_pair`](gpufill_core::kernel_timing::judge_probe_pair). A pair whose
+/// second record the host stalled in would make the first kernel look late by the
+/// stall: it is run again, up to [`PROBE_RETRIES`] times, then believed.
 ///
 /// # Errors
 /// A failed launch, record or query.
@@ -243,26 +236,28 @@ pub(crate) fn probe(
 ) -> Result<bool, CudaError> {
     let mut tries = 0;
     loop {
-        match probe_pair(stream, func, watch, end)? {
-            Pair::Found(found) => return Ok(found),
-            Pair::Stalled(found) if tries >= PROBE_RETRIES => return Ok(found),
-            Pair::Stalled(_) => tries += 1,
+        let verdict = match probe_pair(stream, func, watch, end)? {
+            // Held back right now by someone else's work.
+            None => return Ok(true),
+            Some(timing) => judge_probe_pair(&timing),
+        };
+        match verdict {
+            PairVerdict::Nobody => return Ok(false),
+            PairVerdict::Someone => return Ok(true),
+            PairVerdict::Stalled if tries >= PROBE_RETRIES => return Ok(true),
+            PairVerdict::Stalled => tries += 1,
         }
     }
 }
 
-/// What one probe pair found, and whether the host stalled on its second launch.
-enum Pair {
-    Found(bool),
-    Stalled(bool),
-}
-
+/// Runs one probe pair and reads its times; `None` when a kernel did not run within
+/// [`PROBE_WAIT`] (held back by someone else's work right now).
 fn probe_pair(
     stream: &CudaStream,
     func: &CudaFunction,
     watch: &mut OthersWatch,
     end: &CudaEvent,
-) -> Result<Pair, CudaError> {
+) -> Result<Option<PairTiming>, CudaError> {
     watch.restart();
     let ns = u64::try_from(PROBE_KERNEL.as_nanos()).unwrap_or(u64::MAX);
     let mut host = [Instant::now(); 2];
@@ -283,53 +278,31 @@ fn probe_pair(
         end.record(stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
         if !wait_for(end, PROBE_WAIT)? {
-            // Held back right now by someone else's work.
-            return Ok(Pair::Found(true));
+            return Ok(None);
         }
         if i == 0 {
-            let ms = watch.starts[0]
-                .elapsed_ms(end)
-                .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?;
-            first_ran = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+            first_ran = elapsed(&watch.starts[0], end)?;
         }
     }
-    // The first kernel ran a context switch long: its start event was stamped before
-    // the switch it then waited for.
-    if ran_long(PROBE_KERNEL, first_ran, first_gap, 1).is_some() {
-        tracing::debug!(
-            first_ran_us = first_ran.as_secs_f64() * 1e6,
-            host_gap_us = first_gap.as_secs_f64() * 1e6,
-            "probe pair: first kernel long"
-        );
-        return Ok(Pair::Found(true));
-    }
-    let gpu_us = f64::from(
-        watch.starts[0]
-            .elapsed_ms(&watch.starts[1])
-            .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?,
-    ) * 1e3;
-    let host_us = host[1].saturating_duration_since(host[0]).as_secs_f64() * 1e6;
-    let found = host_us - gpu_us > PROBE_LATE.as_secs_f64() * 1e6;
-    // The first record after idling is slow on the host too (cold): only the second
-    // one's call is weighed, against the host's usual.
-    let usual = watch
-        .chain
-        .usual_record_call()
-        .unwrap_or(calls[0].min(calls[1]));
-    let stalled = calls[1] > usual + SLOW_RECORD;
-    tracing::debug!(
-        host_us,
-        gpu_us,
-        late_us = host_us - gpu_us,
-        second_record_us = calls[1].as_secs_f64() * 1e6,
-        stalled,
-        "probe pair"
-    );
-    Ok(if stalled && found {
-        Pair::Stalled(found)
-    } else {
-        Pair::Found(found)
-    })
+    let timing = PairTiming {
+        first_ran,
+        first_gap,
+        gpu_between: elapsed(&watch.starts[0], &watch.starts[1])?,
+        host_between: host[1].saturating_duration_since(host[0]),
+        second_record_call: calls[1],
+        usual_record_call: watch.chain.usual_record_call(),
+        first_record_call: calls[0],
+    };
+    tracing::debug!(?timing, "probe pair");
+    Ok(Some(timing))
+}
+
+/// The GPU time from `from` to `to`, both completed (0 if negative).
+fn elapsed(from: &CudaEvent, to: &CudaEvent) -> Result<Duration, CudaError> {
+    let ms = from
+        .elapsed_ms(to)
+        .map_err(|e| CudaError::driver("cuEventElapsedTime", e))?;
+    Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
 }
 
 /// Polls `event` (20 us, then every 100 us) until it completes (`true`) or `limit`
