@@ -42,6 +42,8 @@ COMMANDS = {
              "A/B", "Live services (each subsection)"),
     "jitter": ("jitter", "main", "start jitter on an empty GPU: idle, holder, bursting, "
                "sweep, analyze", "Start jitter on an empty GPU"),
+    "physics": ("physics", "main", "time slicing between two contexts: a job's wait beside "
+                "our kernels, queued or with gaps; the switch", "none yet"),
 }
 
 USAGE = """usage: python3 scripts/lab.py COMMAND [ARGS...]   (or, from scripts/: python3 -m gpulab)

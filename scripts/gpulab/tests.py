@@ -258,6 +258,112 @@ class Proc(unittest.TestCase):
         self.assertIsNotNone(lib.status_kib(os.getpid(), "VmRSS"))
 
 
+class Physics(unittest.TestCase):
+    """`physics`'s analysis: a job request's wait decomposed against our kernels' stamps."""
+    T = 10**18  # globaltimer values are that large
+
+    def ours(self, *spans_us):
+        S = [self.T + round(s * 1e3) for s, _ in spans_us]
+        E = [self.T + round(e * 1e3) for _, e in spans_us]
+        return S, E
+
+    def at(self, us):
+        return self.T + round(us * 1e3)
+
+    def test_a_job_that_met_one_kernel_waits_its_remainder_then_the_switch(self):
+        from .physics import decompose
+        S, E = self.ours((0, 50), (200, 250))
+        r = decompose(self.at(20), self.at(180), self.at(181), S, E)
+        self.assertEqual(r["kind"], "met")
+        self.assertEqual((r["wait_us"], r["rem_us"], r["beyond_us"], r["switch_us"], r["n_more"]),
+                         (160, 30, 130, 130, 0))
+
+    def test_behind_a_queue_the_switch_counts_from_the_last_kernel_not_the_one_met(self):
+        from .physics import decompose
+        S, E = self.ours(*[(10 * i, 10 * (i + 1)) for i in range(200)], (2200, 2210))
+        r = decompose(self.at(5), self.at(2130), self.at(2131), S, E)
+        self.assertEqual(r["kind"], "met")
+        self.assertEqual(r["rem_us"], 5)
+        self.assertEqual(r["n_more"], 199)
+        self.assertEqual(r["more_us"], 1990)
+        self.assertEqual(r["switch_us"], 130)  # not 2120: that is beyond
+        self.assertEqual((r["beyond_us"], r["wait_us"]), (2120, 2125))
+
+    def test_free_raced_preempted_and_overlap(self):
+        from .physics import decompose
+        S, E = self.ours((0, 50), (200, 250))
+        r = decompose(self.at(60), self.at(65), self.at(66), S, E)
+        self.assertEqual((r["kind"], r["wait_us"], r["since_us"], r["switch_us"]), ("free", 5, 15, None))
+        # Ready at 195 us while the GPU was free, yet ours (200-250) ran first.
+        r = decompose(self.at(195), self.at(380), self.at(381), S, E)
+        self.assertEqual((r["kind"], r["rem_us"], r["switch_us"]), ("raced", None, 130))
+        # A kernel of ours that spans the job's was switched out mid-kernel.
+        S, E = self.ours((0, 3000))
+        r = decompose(self.at(100), self.at(2100), self.at(2100.5), S, E)
+        self.assertEqual((r["kind"], r["wait_us"], r["ran_us"], r["switch_us"]), ("preempted", 2000, 2000, None))
+        S, E = self.ours((0, 50))
+        self.assertEqual(decompose(self.at(30), self.at(40), self.at(60), S, E)["kind"], "overlap")
+        self.assertEqual(decompose(self.at(30), self.at(40), self.at(60), [], [])["kind"], "free")
+
+    def test_ready_follows_the_clocks_drift_between_calibrations(self):
+        from .physics import analyze, calibration, drift_ppm
+        # globaltimer = host + o(t), o drifting 20 ppm; launch-to-start at least 4 us.
+        def gt(host):
+            return self.T + host + round(host * 20e-6)
+
+        def samples(t0):
+            return [(t0 + i * 30_000, t0 + i * 30_000 + 25_000, gt(t0 + i * 30_000) + 4_000 + 997 * (i % 7))
+                    for i in range(50)]
+        before, after = calibration(samples(0)), calibration(samples(5 * 10**9))
+        self.assertAlmostEqual(drift_ppm(before, after), 20, places=1)
+        self.assertLessEqual(before["lo"], self.T)  # the true offset lies between lo and hi
+        self.assertGreaterEqual(before["hi"], self.T + 4_000)
+        # A request at 2.5 s: its true earliest start is gt(ta) + 4 us. One of ours ran from
+        # 10 us before that to 40 us after; the job started 130 us after ours ended.
+        ta = 25 * 10**8
+        ready = gt(ta) + 4_000
+        job = {"ta": [ta], "tb": [ta + 200_000], "js": [ready + 170_000], "je": [ready + 171_000]}
+        rows = analyze(job, before, after, [(ready - 10_000, ready + 40_000)])
+        r = rows[0]
+        self.assertEqual(r["lat_us"], 200)
+        self.assertAlmostEqual(r["ready"], ready, delta=2)
+        self.assertEqual(r["kind"], "met")  # with the first calibration alone: 50 us early, "raced"
+        self.assertAlmostEqual(r["rem_us"], 40, delta=0.01)
+        self.assertAlmostEqual(r["switch_us"], 130, delta=0.01)
+
+    def test_summaries_pool_kinds_and_subtract_alone(self):
+        from .physics import HEAD, answers, ours_stats, summarize, table_line
+        alone = summarize([{"lat_us": 20.0 + i % 3, "wait_us": 2.0, "kind": "free"} for i in range(100)])
+        self.assertEqual((alone["lat_p50"], alone["share_free"]), (21.0, 1.0))
+        rows = ([{"lat_us": 200.0, "wait_us": 180.0, "kind": "met", "rem_us": 50.0, "beyond_us": 130.0,
+                  "switch_us": 130.0, "n_more": 0, "more_us": 0.0}] * 3
+                + [{"lat_us": 25.0, "wait_us": 6.0, "kind": "free", "since_us": 40.0}])
+        s = summarize(rows, alone)
+        self.assertEqual((s["share_met"], s["share_free"]), (0.75, 0.25))
+        self.assertEqual((s["rem_p50"], s["switch_p50"], s["n_more_max"]), (50.0, 130.0, 0))
+        self.assertEqual(s["d_lat_p50"], 200.0 - 21.0)
+        self.assertEqual(s["d_free_wait_p50"], 4.0)
+        st = ours_stats([(0, 50_000), (100_000, 150_000), (200_000, 400_000)], 50)
+        self.assertEqual((st["n"], st["stretched"], st["gap_p50_us"]), (3, 1, 50.0))
+        self.assertAlmostEqual(st["duty"], 0.75)
+        self.assertEqual(len(table_line("gaps 50", s, st)), len(HEAD))
+        self.assertEqual(len(table_line("alone", alone)), len(HEAD))
+        text = "\n".join(answers({"alone": alone, "gaps 50": s}, "Timeslice: Default"))
+        self.assertIn("gaps 50", text)
+        self.assertIn("4. compute policy: Timeslice: Default", text)
+
+    def test_plan_alone_around_each_round_the_order_turned(self):
+        import argparse
+        from .physics import plan
+        a = argparse.Namespace(modes=["queued", "gaps"], lengths=[10.0, 50.0], rounds=2)
+        cells = plan(a)
+        self.assertEqual(cells[0], (0, "alone", 0))
+        self.assertEqual([c[1:] for c in cells[1:6]], [("queued", 10.0), ("queued", 50.0),
+                                                        ("gaps", 10.0), ("gaps", 50.0), ("alone", 0)])
+        self.assertEqual(cells[6][1:], ("gaps", 50.0))
+        self.assertEqual(len(cells), 11)
+
+
 class Commands(unittest.TestCase):
     def test_every_command_prints_its_help_without_gpu_modules(self):
         for name in COMMANDS:
