@@ -197,27 +197,12 @@ pub struct FillLoop<P, L, C> {
     policy: YieldPolicy,
     settings: FillSettings,
     shaper: Shaper,
-    state: Option<State>,
-    /// Whether the last decision was a pause for a burst (filling resumes silently).
-    paused: bool,
-    applied: Load,
-    shape: LaunchShape,
-    last_util: Option<Utilization>,
-    skip_next_sample: bool,
-    fault_since: Option<Time>,
-    idle_since: Option<Time>,
-    released: bool,
-    quiet_since: Option<Time>,
-    fresh_controller: bool,
-    /// While yielding: the last process list read and when, reused for
-    /// [`YIELDING_POLL`].
-    yielding_list: Option<(Time, Vec<ProcessInfo>)>,
-    /// What the probe saw beyond its list at the last step.
-    unlisted: Unlisted,
-    /// Our own load's share of the samples (signal 3 of [`crate::unlisted`]).
-    own_share: OwnShare,
-    /// The foreign PIDs listed at the last step (see [`FillLoop::newcomer_listed`]).
-    listed_at_step: Vec<u32>,
+    /// What the loop is doing, with what that state needs to know ([`Phase`]).
+    phase: Phase,
+    /// The load and launch shape in force on the load source.
+    in_force: InForce,
+    /// What the loop keeps of its measurements from one step to the next.
+    sensed: Sensed,
 }
 
 /// How often the process list is read while yielding to a process that is still
@@ -232,8 +217,112 @@ pub struct FillLoop<P, L, C> {
 /// docs/benchmarks-history.md#faults-sigkill-churn-long-run-scriptsrobustnesssh).
 pub const YIELDING_POLL: Duration = Duration::from_millis(100);
 
+/// The loop's state, with the data that belongs to it. [`State`] is its public name;
+/// the transitions are in [`FillLoop::enter`] (and a lost device, [`FillLoop::stop`],
+/// and a load source that does not run, [`FillLoop::report_no_load`]).
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    /// Before the first step.
+    New,
+    /// Holding the target.
+    Filling {
+        /// The controller was replaced: it starts afresh at the next step.
+        fresh: bool,
+        /// The next sample is not the controller's: its window began before we filled.
+        skip_sample: bool,
+    },
+    /// Idle for others, since `since`.
+    Yielding {
+        since: Time,
+        /// It began as a pause for a quiet holder's burst: filling resumes silently.
+        paused: bool,
+        /// The load source was released ([`FillSettings::release_after`]).
+        released: bool,
+        /// In presence mode, the process list read at that time, reused for
+        /// [`YIELDING_POLL`].
+        list: Option<(Time, Vec<ProcessInfo>)>,
+    },
+    /// Idle because of a fault: the probe has failed for longer than `fault_hold`, or no
+    /// load source runs.
+    Blind,
+    /// Idle: the target is 0.
+    Off,
+    /// Idle for good: the device is lost or cannot be measured.
+    Stopped,
+}
+
+impl Phase {
+    fn state(&self) -> State {
+        match self {
+            Phase::New | Phase::Blind => State::Blind,
+            Phase::Filling { .. } => State::Filling,
+            Phase::Yielding { .. } => State::Yielding,
+            Phase::Off => State::Off,
+            Phase::Stopped => State::Stopped,
+        }
+    }
+
+    fn filling(&self) -> bool {
+        matches!(self, Phase::Filling { .. })
+    }
+}
+
+/// Where one step's measurements lead ([`FillLoop::enter`]).
+#[derive(Debug)]
+enum Next {
+    /// Fill with this load, in this shape; `skip_sample` as the controller left it.
+    Fill {
+        load: Load,
+        shape: LaunchShape,
+        skip_sample: bool,
+    },
+    /// Yield to these processes (or the grace).
+    Yield { pids: Vec<u32>, unlisted: bool },
+    /// Pause for a quiet holder's work, on this evidence.
+    Pause {
+        pids: Vec<u32>,
+        unlisted: bool,
+        sign: Option<OthersSign>,
+    },
+    /// The target is 0 (the shape the policy chose stays in force).
+    Off { shape: LaunchShape },
+    /// The probe failed: keep the state and the load for now.
+    Hold,
+    /// The probe has failed too long.
+    Blind,
+}
+
+/// The load and launch shape in force on the load source.
+#[derive(Clone, Copy, Debug, Default)]
+struct InForce {
+    load: Load,
+    shape: LaunchShape,
+}
+
+/// What the loop keeps of its measurements from one step to the next.
+#[derive(Debug)]
+struct Sensed {
+    /// The latest utilization sample.
+    last_util: Option<Utilization>,
+    /// What the probe saw beyond its list at the last step.
+    unlisted: Unlisted,
+    /// Our own load's share of the samples (signal 3 of [`crate::unlisted`]).
+    own_share: OwnShare,
+    /// The foreign PIDs listed at the last step (see [`FillLoop::newcomer_listed`]).
+    listed_at_step: Vec<u32>,
+    /// Since when nobody who counts has been on the GPU.
+    quiet_since: Option<Time>,
+    /// Since when the probe has been failing.
+    fault_since: Option<Time>,
+    /// In this step the loop began filling: where [`Event::Filling`] goes among the
+    /// tick's events once the load runs.
+    announce: Option<usize>,
+}
+
 struct Measured {
     foreign: Vec<ProcessInfo>,
+    /// When the list kept while yielding was read (`None`: not kept).
+    list_read: Option<Time>,
     unlisted: Unlisted,
     sample: Option<Utilization>,
     /// The sample exceeds what our load explains.
@@ -259,21 +348,17 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             policy,
             shaper: Shaper::new(settings.shaping),
             settings,
-            state: None,
-            paused: false,
-            applied: Load::IDLE,
-            shape: LaunchShape::default(),
-            last_util: None,
-            skip_next_sample: true,
-            fault_since: None,
-            idle_since: None,
-            released: false,
-            quiet_since: None,
-            fresh_controller: false,
-            yielding_list: None,
-            unlisted: Unlisted::ListComplete,
-            own_share: OwnShare::new(),
-            listed_at_step: Vec::new(),
+            phase: Phase::New,
+            in_force: InForce::default(),
+            sensed: Sensed {
+                last_util: None,
+                unlisted: Unlisted::ListComplete,
+                own_share: OwnShare::new(),
+                listed_at_step: Vec::new(),
+                quiet_since: None,
+                fault_since: None,
+                announce: None,
+            },
         }
     }
 
@@ -301,21 +386,25 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// Replaces the controller; it starts afresh at the next filling step.
     pub fn set_controller(&mut self, controller: C) {
         self.controller = controller;
-        self.fresh_controller = true;
+        if let Phase::Filling { fresh, .. } = &mut self.phase {
+            *fresh = true;
+        }
     }
 
     /// How long the GPU has been free of foreign processes that count (ignore lists
     /// apply) at `now`: since the first step, or since the last one left. `None` while
     /// one is there, before the first step, and while the probe fails.
     pub fn quiet_for(&self, now: Time) -> Option<Duration> {
-        self.quiet_since.map(|since| now.saturating_since(since))
+        self.sensed
+            .quiet_since
+            .map(|since| now.saturating_since(since))
     }
 
     /// What the probe saw beyond its process list at the last step:
     /// [`Unlisted::ListComplete`] in the host's PID view; inside a PID namespace, the
     /// memory of processes the list misses (for metrics and status).
     pub fn unlisted(&self) -> Unlisted {
-        self.unlisted
+        self.sensed.unlisted
     }
 
     /// The probe (for adapters that expose more than the trait).
@@ -335,84 +424,182 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             state: State::Stopped,
             target: self.settings.target,
             sample: None,
-            util: self.last_util,
-            duty: self.applied.duty,
-            width: self.applied.width,
-            shape: self.shape,
+            util: self.sensed.last_util,
+            duty: self.in_force.load.duty,
+            width: self.in_force.load.width,
+            shape: self.in_force.shape,
             foreign: 0,
             probed: None,
             events: Vec::new(),
         };
-        if self.state == Some(State::Stopped) {
+        if self.phase == Phase::Stopped {
             // Whatever the failed idle left recorded, a stopped loop asks for nothing.
             tick.duty = Duty::ZERO;
             return tick;
         }
-        let (state, desired, shape) = match self.measure(now) {
+        let (next, kept) = match self.measure(now) {
             Ok(measured) => {
-                let decided = self.decide(now, &measured, &mut tick);
+                let next = self.decide(now, &measured, &mut tick);
                 // While yielding the list is kept for the next ticks (moved, not copied:
                 // a yielding tick allocates no more than a filling one needs to).
-                if let Some((_, kept)) = &mut self.yielding_list {
-                    *kept = measured.foreign;
-                }
-                decided
+                (next, measured.list_read.map(|at| (at, measured.foreign)))
             }
             Err((ErrorKind::Transient, message)) => {
                 // Blind: whether anyone came cannot be known, so the quiet time restarts.
-                self.quiet_since = None;
-                let (state, load) = self.hold_or_go_blind(now, message, &mut tick);
-                (state, load, self.shape)
+                self.sensed.quiet_since = None;
+                (self.hold_or_go_blind(now, message, &mut tick), None)
             }
             Err((kind, message)) => {
                 self.stop(now, kind, message, &mut tick);
                 return tick;
             }
         };
-        tick.state = state;
-        if self.state != Some(state) && state == State::Filling && !self.paused {
-            tick.events.push(Event::Filling);
-        }
-        if state != State::Yielding {
-            self.paused = false;
-        }
-        self.state = Some(state);
-        if shape != self.shape {
+        let (desired, shape) = self.enter(now, next, kept, &mut tick);
+        tick.state = self.phase.state();
+        if shape != self.in_force.shape {
             self.load.set_shape(shape);
-            self.shape = shape;
+            self.in_force.shape = shape;
         }
-        tick.shape = self.shape;
+        tick.shape = self.in_force.shape;
         self.apply(now, desired, &mut tick);
-        self.note_load(now, &tick);
+        self.note_load(now);
         self.launch_due(now, &mut tick);
         self.report_no_load(&mut tick);
         self.release_if_idle_long(now, &mut tick);
         tick
     }
 
+    /// The transitions: from the phase the loop was in to the one `next` leads to, with
+    /// the events that the change is worth. Returns the load and shape to put in force.
+    /// `kept` is the process list of this step, when a yield in presence mode keeps it.
+    fn enter(
+        &mut self,
+        now: Time,
+        next: Next,
+        kept: Option<(Time, Vec<ProcessInfo>)>,
+        tick: &mut Tick,
+    ) -> (Load, LaunchShape) {
+        let shape = self.in_force.shape;
+        let was = std::mem::replace(&mut self.phase, Phase::New);
+        let (phase, load, shape) = match (was, next) {
+            (was, Next::Hold) => (was, self.in_force.load, shape),
+            (_, Next::Blind) => (Phase::Blind, Load::IDLE, shape),
+            (_, Next::Off { shape }) => (Phase::Off, Load::IDLE, shape),
+            (
+                was,
+                Next::Fill {
+                    load,
+                    shape,
+                    skip_sample,
+                },
+            ) => {
+                // Resuming after a pause for a burst is silent (bursts come often). The
+                // line goes where it belongs among this tick's events once the load runs
+                // ([`FillLoop::report_no_load`]).
+                let resumes_silently = matches!(was, Phase::Yielding { paused: true, .. });
+                if !was.filling() && !resumes_silently {
+                    self.sensed.announce = Some(tick.events.len());
+                }
+                let filling = Phase::Filling {
+                    fresh: false,
+                    skip_sample,
+                };
+                (filling, load, shape)
+            }
+            (
+                Phase::Yielding {
+                    since,
+                    paused,
+                    released,
+                    ..
+                },
+                Next::Yield { pids, unlisted },
+            ) => {
+                // A pause that turns into a yield is worth a line of its own.
+                if paused {
+                    tick.events.push(Event::Yielded { pids, unlisted });
+                }
+                let yielding = Phase::Yielding {
+                    since,
+                    paused: false,
+                    released,
+                    list: kept,
+                };
+                (yielding, Load::IDLE, shape)
+            }
+            (_, Next::Yield { pids, unlisted }) => {
+                tick.events.push(Event::Yielded { pids, unlisted });
+                (Phase::yielding(now, false), Load::IDLE, shape)
+            }
+            (
+                Phase::Yielding {
+                    since,
+                    paused,
+                    released,
+                    ..
+                },
+                Next::Pause { .. },
+            ) => {
+                let yielding = Phase::Yielding {
+                    since,
+                    paused,
+                    released,
+                    list: kept,
+                };
+                (yielding, Load::IDLE, shape)
+            }
+            (
+                _,
+                Next::Pause {
+                    pids,
+                    unlisted,
+                    sign,
+                },
+            ) => {
+                tick.events.push(Event::Paused {
+                    pids,
+                    unlisted,
+                    sign,
+                });
+                (Phase::yielding(now, true), Load::IDLE, shape)
+            }
+        };
+        self.phase = phase;
+        (load, shape)
+    }
+
     /// A tick that would fill while no load source runs (a replacement context awaited)
-    /// says so: blind, duty 0; the controller starts afresh once a source runs, as after
-    /// idling (its samples meanwhile show none of our load).
+    /// is blind, duty 0; the controller starts afresh once a source runs, as after any
+    /// idle spell (its samples meanwhile show none of our load). One that fills with its
+    /// load running, after not filling, says so ([`Event::Filling`]).
     fn report_no_load(&mut self, tick: &mut Tick) {
-        if tick.state == State::Filling && !self.load.is_running() {
+        let announce = self.sensed.announce.take();
+        if !self.phase.filling() {
+            return;
+        }
+        if !self.load.is_running() {
+            self.phase = Phase::Blind;
             tick.state = State::Blind;
             tick.duty = Duty::ZERO;
-            self.fresh_controller = true;
+        } else if let Some(at) = announce {
+            tick.events.insert(at, Event::Filling);
         }
     }
 
     /// Tells the probe and the own-share signal the load in force from now on.
-    fn note_load(&mut self, now: Time, tick: &Tick) {
-        if tick.state == State::Stopped {
+    fn note_load(&mut self, now: Time) {
+        if self.phase == Phase::Stopped {
             return;
         }
-        self.own_share
-            .note(self.settings.shaping.reading(self.applied));
-        self.probe.note_load(now, self.applied);
+        let load = self.in_force.load;
+        self.sensed
+            .own_share
+            .note(self.settings.shaping.reading(load));
+        self.probe.note_load(now, load);
     }
 
     fn launch_due(&mut self, now: Time, tick: &mut Tick) {
-        if tick.state == State::Stopped {
+        if self.phase == Phase::Stopped {
             return;
         }
         match self.load.launch_due(now) {
@@ -425,20 +612,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     }
 
     fn release_if_idle_long(&mut self, now: Time, tick: &mut Tick) {
-        if tick.state != State::Yielding {
-            self.idle_since = None;
-            self.released = false;
+        let Phase::Yielding {
+            since, released, ..
+        } = &mut self.phase
+        else {
             return;
-        }
-        let since = *self.idle_since.get_or_insert(now);
+        };
         let due = self
             .settings
             .release_after
-            .is_some_and(|after| now.saturating_since(since) >= after);
-        if due && !self.released && self.applied.is_idle() {
+            .is_some_and(|after| now.saturating_since(*since) >= after);
+        if due && !*released && self.in_force.load.is_idle() {
             match self.load.release(now) {
                 Ok(()) => {
-                    self.released = true;
+                    *released = true;
                     tick.events.push(Event::Released);
                 }
                 Err(e) => tick.events.push(Event::LoadFault {
@@ -454,7 +641,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// The load source's error if the idle load could not be applied.
     pub fn idle(&mut self, now: Time) -> Result<(), L::Error> {
         self.load.set_load(now, Load::IDLE)?;
-        self.applied = Load::IDLE;
+        self.in_force.load = Load::IDLE;
         Ok(())
     }
 
@@ -482,13 +669,14 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     }
 
     fn measure(&mut self, now: Time) -> Result<Measured, (ErrorKind, String)> {
-        let foreign = self.processes(now)?;
+        let (foreign, list_read) = self.processes(now)?;
         let unlisted = self.probe.unlisted(now).map_err(classify)?;
-        self.unlisted = unlisted;
+        self.sensed.unlisted = unlisted;
         let sample = self.probe.utilization(now).map_err(classify)?;
         // Every sample moves the own-share window on, whatever the list.
-        let window_idle = self.own_share.window_idle();
-        let beyond_own = sample.is_some_and(|s| self.own_share.beyond(s));
+        let own_share = &mut self.sensed.own_share;
+        let window_idle = own_share.window_idle();
+        let beyond_own = sample.is_some_and(|s| own_share.beyond(s));
         // A new sample whose window held none of our load and shows nothing beyond it:
         // nobody worked (ends a pause for a burst).
         let quiet_sample = sample.is_some() && window_idle && !beyond_own;
@@ -503,6 +691,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         };
         Ok(Measured {
             foreign,
+            list_read,
             unlisted,
             sample,
             beyond_own,
@@ -513,32 +702,33 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
 
     /// The foreign processes: read every tick, except while yielding in `presence` mode to
     /// a process listed in a read less than [`YIELDING_POLL`] ago, which is then reused
-    /// (the decision is to yield either way).
-    fn processes(&mut self, now: Time) -> Result<Vec<ProcessInfo>, (ErrorKind, String)> {
-        let reusable = self.state == Some(State::Yielding)
-            && self.policy.settings().mode == YieldMode::Presence;
-        if !reusable {
-            self.yielding_list = None;
-            return self.probe.foreign_processes(now).map_err(classify);
-        }
-        if let Some((read, list)) = &mut self.yielding_list
-            && now.saturating_since(*read) < YIELDING_POLL
-            && self.policy.counts_any(list)
-        {
-            return Ok(std::mem::take(list));
-        }
-        let list = self.probe.foreign_processes(now).map_err(classify)?;
-        self.yielding_list = Some((now, Vec::new()));
-        Ok(list)
-    }
-
-    fn decide(
+    /// (the decision is to yield either way). Also when the list returned is to be kept
+    /// for the next ticks: while yielding in `presence` mode, when it was read.
+    fn processes(
         &mut self,
         now: Time,
-        measured: &Measured,
-        tick: &mut Tick,
-    ) -> (State, Load, LaunchShape) {
-        if self.fault_since.take().is_some() {
+    ) -> Result<(Vec<ProcessInfo>, Option<Time>), (ErrorKind, String)> {
+        let presence = self.policy.settings().mode == YieldMode::Presence;
+        let Phase::Yielding { list, .. } = &mut self.phase else {
+            return Ok((self.probe.foreign_processes(now).map_err(classify)?, None));
+        };
+        if !presence {
+            return Ok((self.probe.foreign_processes(now).map_err(classify)?, None));
+        }
+        if let Some((read, kept)) = list
+            && now.saturating_since(*read) < YIELDING_POLL
+            && self.policy.counts_any(kept)
+        {
+            return Ok((std::mem::take(kept), Some(*read)));
+        }
+        let fresh = self.probe.foreign_processes(now).map_err(classify)?;
+        Ok((fresh, Some(now)))
+    }
+
+    /// What the policy makes of this step's measurements (asking the load source for a
+    /// probe of the GPU when it wants one), and the controller's load when it is to fill.
+    fn decide(&mut self, now: Time, measured: &Measured, tick: &mut Tick) -> Next {
+        if self.sensed.fault_since.take().is_some() {
             tick.events.push(Event::ProbeRecovered);
         }
         let seen = Seen {
@@ -550,63 +740,57 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             held_back: self.load.others_seen(),
         };
         if self.policy.sees_anyone(&seen) {
-            self.quiet_since = None;
+            self.sensed.quiet_since = None;
         } else {
-            self.quiet_since.get_or_insert(now);
+            self.sensed.quiet_since.get_or_insert(now);
         }
         tick.sample = measured.sample;
         if measured.sample.is_some() {
-            self.last_util = measured.sample;
+            self.sensed.last_util = measured.sample;
             tick.util = measured.sample;
         }
         let mut decision = self.policy.decide_seen(now, &seen);
         // Reused, not rebuilt: a steady tick allocates nothing.
-        self.listed_at_step.clear();
-        self.listed_at_step
-            .extend(seen.listed.iter().map(|p| p.pid));
+        let listed_at_step = &mut self.sensed.listed_at_step;
+        listed_at_step.clear();
+        listed_at_step.extend(seen.listed.iter().map(|p| p.pid));
         if decision == Decision::Probe {
             decision = self.probe_gpu(now, tick);
         }
         tick.foreign = decision.foreign_count();
         let shape = match decision {
             Decision::FillBeside => LaunchShape::OneInFlight,
-            Decision::Fill => LaunchShape::Bursts,
-            // Idle either way: the shape stays as it was.
-            Decision::Yield { .. } | Decision::Pause { .. } | Decision::Probe => self.shape,
+            _ => LaunchShape::Bursts,
         };
         match decision {
-            Decision::Yield { pids, unlisted } => {
-                if self.state != Some(State::Yielding) || self.paused {
-                    tick.events.push(Event::Yielded { pids, unlisted });
-                }
-                self.paused = false;
-                (State::Yielding, Load::IDLE, shape)
+            Decision::Yield { pids, unlisted } => Next::Yield { pids, unlisted },
+            Decision::Pause {
+                pids,
+                unlisted,
+                sign,
+            } => Next::Pause {
+                pids,
+                unlisted,
+                sign,
+            },
+            // `probe_gpu` above answers it, never with another probe: idle meanwhile.
+            Decision::Probe => Next::Pause {
+                pids: Vec::new(),
+                unlisted: false,
+                sign: None,
+            },
+            Decision::Fill { .. } | Decision::FillBeside
+                if self.settings.target == Utilization::ZERO =>
+            {
+                Next::Off { shape }
             }
-            Decision::Pause { pids, unlisted } => {
-                if self.state != Some(State::Yielding) {
-                    let sign = seen.held_back;
-                    tick.events.push(Event::Paused {
-                        pids,
-                        unlisted,
-                        sign,
-                    });
-                    self.paused = true;
-                }
-                (State::Yielding, Load::IDLE, shape)
-            }
-            // Answered by `probe` above.
-            Decision::Probe => (State::Yielding, Load::IDLE, shape),
-            Decision::Fill | Decision::FillBeside if self.settings.target == Utilization::ZERO => {
-                (State::Off, Load::IDLE, shape)
-            }
-            Decision::Fill | Decision::FillBeside => {
-                if let (Decision::Fill, Some(sign)) = (&decision, seen.held_back)
-                    && seen.listed.is_empty()
-                {
+            Decision::Fill { unexplained } => {
+                if let Some(sign) = unexplained {
                     tick.events.push(Event::Unexplained { sign });
                 }
-                (State::Filling, self.fill(now, measured.sample), shape)
+                self.fill(now, measured.sample, shape)
             }
+            Decision::FillBeside => self.fill(now, measured.sample, shape),
         }
     }
 
@@ -634,65 +818,79 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// when it returns true. Not filling: false, without reading anything. A failed read
     /// returns true, so the step that follows handles it.
     pub fn newcomer_listed(&mut self, now: Time) -> bool {
-        if self.state != Some(State::Filling) {
+        if !self.phase.filling() {
             return false;
         }
         match self.probe.foreign_processes(now) {
             Ok(list) => list.iter().any(|p| {
-                !self.listed_at_step.contains(&p.pid)
+                !self.sensed.listed_at_step.contains(&p.pid)
                     && self.policy.counts_any(std::slice::from_ref(p))
             }),
             Err(_) => true,
         }
     }
 
-    fn fill(&mut self, now: Time, sample: Option<Utilization>) -> Load {
-        // A new controller starts as after idling: reset, and skip the first sample.
-        if self.state != Some(State::Filling) || std::mem::take(&mut self.fresh_controller) {
-            self.controller.reset(now);
-            self.skip_next_sample = true;
-        }
-        // The first sample after idling averages a window that began before we did.
+    /// The controller's load for this step. A loop that was not filling, or whose
+    /// controller was replaced, starts it afresh and skips the first sample after (its
+    /// window began before we filled).
+    fn fill(&mut self, now: Time, sample: Option<Utilization>, shape: LaunchShape) -> Next {
+        let mut skip_sample = match self.phase {
+            Phase::Filling {
+                fresh: false,
+                skip_sample,
+            } => skip_sample,
+            _ => {
+                self.controller.reset(now);
+                true
+            }
+        };
         let measured = match sample {
-            Some(_) if self.skip_next_sample => {
-                self.skip_next_sample = false;
+            Some(_) if skip_sample => {
+                skip_sample = false;
                 None
             }
             other => other,
         };
         let share = self.controller.update(now, measured, self.settings.target);
-        self.shaper
-            .shape(share, self.settings.max_duty, self.settings.width)
+        let load = self
+            .shaper
+            .shape(share, self.settings.max_duty, self.settings.width);
+        Next::Fill {
+            load,
+            shape,
+            skip_sample,
+        }
     }
 
-    fn hold_or_go_blind(&mut self, now: Time, message: String, tick: &mut Tick) -> (State, Load) {
-        let since = *self.fault_since.get_or_insert_with(|| {
+    /// The probe failed: hold the last state and load for `fault_hold`, then go blind.
+    fn hold_or_go_blind(&mut self, now: Time, message: String, tick: &mut Tick) -> Next {
+        let since = *self.sensed.fault_since.get_or_insert_with(|| {
             tick.events.push(Event::ProbeFault { message });
             now
         });
-        let last = self.state.unwrap_or(State::Blind);
-        if now.saturating_since(since) < self.settings.fault_hold && last != State::Blind {
-            return (last, self.applied);
+        let blind = matches!(self.phase, Phase::New | Phase::Blind);
+        if now.saturating_since(since) < self.settings.fault_hold && !blind {
+            return Next::Hold;
         }
-        if last != State::Blind {
+        if !blind {
             tick.events.push(Event::WentBlind);
         }
-        (State::Blind, Load::IDLE)
+        Next::Blind
     }
 
     fn stop(&mut self, now: Time, kind: ErrorKind, message: String, tick: &mut Tick) {
         // Best effort: on a lost device this fails too, and there is nothing left to stop.
         let _ = self.idle(now);
-        self.state = Some(State::Stopped);
+        self.phase = Phase::Stopped;
         tick.state = State::Stopped;
         tick.duty = Duty::ZERO;
         tick.events.push(Event::Stopped { kind, message });
     }
 
     fn apply(&mut self, now: Time, desired: Load, tick: &mut Tick) {
-        if desired != self.applied {
+        if desired != self.in_force.load {
             match self.load.set_load(now, desired) {
-                Ok(()) => self.applied = desired,
+                Ok(()) => self.in_force.load = desired,
                 Err(e) if e.kind() == ErrorKind::Transient => {
                     tick.events.push(Event::LoadFault {
                         message: e.to_string(),
@@ -701,8 +899,20 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 Err(e) => self.stop(now, e.kind(), e.to_string(), tick),
             }
         }
-        tick.duty = self.applied.duty;
-        tick.width = self.applied.width;
+        tick.duty = self.in_force.load.duty;
+        tick.width = self.in_force.load.width;
+    }
+}
+
+impl Phase {
+    /// Idle for others from `now`, as a pause for a burst (`paused`) or a yield.
+    fn yielding(now: Time, paused: bool) -> Phase {
+        Phase::Yielding {
+            since: now,
+            paused,
+            released: false,
+            list: None,
+        }
     }
 }
 

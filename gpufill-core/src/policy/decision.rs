@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::kernel_timing::OthersSign;
+
 /// How long gpufill stays idle after a kernel of ours showed that someone nobody lists
 /// ran on an otherwise empty GPU ([`Seen::held_back`](crate::policy::Seen::held_back) with nobody listed: a graphics
 /// client, a process in another container, a newcomer about to be listed), unless a
@@ -32,11 +34,16 @@ pub fn live_hold(idle_grace: Duration, lates: u32) -> Duration {
     idle_grace.saturating_mul(factor)
 }
 
-/// What the policy decided for this tick.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the policy decided for this tick, with the evidence it decided on.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     /// Nobody else is here: fill.
-    Fill,
+    Fill {
+        /// A sign our kernels showed that nobody can explain: nobody is listed, and the
+        /// device would show anyone there (the host's PID view, or device memory inside
+        /// a namespace). It is the host's own jitter, and nothing pauses for it.
+        unexplained: Option<OthersSign>,
+    },
     /// Others hold a context but are quiet (activity mode, past the idle grace): fill
     /// beside them in [`crate::LaunchShape::OneInFlight`], so that their next kernel
     /// waits at most one short kernel of ours.
@@ -51,6 +58,10 @@ pub enum Decision {
         pids: Vec<u32>,
         /// A foreign process that the list does not show is present.
         unlisted: bool,
+        /// What our kernels' timing showed, when that was the evidence; `None` when
+        /// NVML showed the work (samples, utilization beyond ours), a probe found it,
+        /// or a hold goes on.
+        sign: Option<OthersSign>,
     },
     /// Activity mode: everyone present has been quiet for the idle grace (or a hold
     /// has ended): ask the load source whether anyone ran on the GPU since our
@@ -69,16 +80,19 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// Nobody else is here, and nothing unexplained was seen.
+    pub const FILL: Decision = Decision::Fill { unexplained: None };
+
     /// Whether the decision is to fill.
     pub fn is_fill(&self) -> bool {
-        matches!(self, Decision::Fill | Decision::FillBeside)
+        matches!(self, Decision::Fill { .. } | Decision::FillBeside)
     }
 
     /// How many foreign processes cause the decision (one for an unlisted presence).
     pub fn foreign_count(&self) -> usize {
         match self {
-            Decision::Fill | Decision::FillBeside | Decision::Probe => 0,
-            Decision::Yield { pids, unlisted } | Decision::Pause { pids, unlisted } => {
+            Decision::Fill { .. } | Decision::FillBeside | Decision::Probe => 0,
+            Decision::Yield { pids, unlisted } | Decision::Pause { pids, unlisted, .. } => {
                 pids.len() + usize::from(*unlisted)
             }
         }

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use super::decision::{CONFIRM_AFTER, Decision, live_hold};
 use crate::device::ProcessInfo;
+use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 
 /// What is known of the quiet holders, and of whom gpufill last yielded to.
@@ -76,16 +77,28 @@ impl Beside {
 }
 
 /// What the policy has seen of the holders' work in one tick.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) enum Evidence {
     /// Nothing.
     #[default]
     None,
     /// Only a late start of one of our kernels: the host can fake it.
-    Weak,
+    Weak(OthersSign),
     /// Work that only another context makes: a preemption, a kernel held back, a run
-    /// too long, NVML's samples or utilization beyond our own.
-    Strong,
+    /// too long (the sign, when our kernels showed it), NVML's samples or utilization
+    /// beyond our own (`None`).
+    Strong(Option<OthersSign>),
+}
+
+impl Evidence {
+    /// The sign of our kernels' timing that is the evidence, if it is.
+    fn sign(self) -> Option<OthersSign> {
+        match self {
+            Evidence::None => None,
+            Evidence::Weak(sign) => Some(sign),
+            Evidence::Strong(sign) => sign,
+        }
+    }
 }
 
 impl Holders {
@@ -135,14 +148,14 @@ impl Holders {
         present: (Vec<u32>, bool),
     ) -> Decision {
         self.beside = match (self.beside, evidence) {
-            (Beside::Filling { since, lates }, Evidence::Weak | Evidence::Strong) => {
+            (Beside::Filling { since, lates }, Evidence::Weak(_) | Evidence::Strong(_)) => {
                 // Dormant for a whole idle grace: the backoff starts afresh.
                 let lates = if now.saturating_since(since) >= idle_grace {
                     0
                 } else {
                     lates
                 };
-                if evidence == Evidence::Weak {
+                if matches!(evidence, Evidence::Weak(_)) {
                     Beside::Confirming {
                         until: now + confirm_after(idle_grace),
                         lates,
@@ -151,12 +164,12 @@ impl Holders {
                     Beside::hold(now, live_hold(idle_grace, lates), lates)
                 }
             }
-            (Beside::Holding { until, lates, .. }, Evidence::Weak | Evidence::Strong) => {
+            (Beside::Holding { until, lates, .. }, Evidence::Weak(_) | Evidence::Strong(_)) => {
                 let until = until.max(now + live_hold(idle_grace, lates));
                 Beside::hold(now, until.saturating_since(now), lates)
             }
             // Idle while confirming, so only NVML can show work now.
-            (Beside::Confirming { lates, .. }, Evidence::Strong) => {
+            (Beside::Confirming { lates, .. }, Evidence::Strong(_)) => {
                 Beside::hold(now, live_hold(idle_grace, lates), lates)
             }
             (other, _) => other,
@@ -175,6 +188,7 @@ impl Holders {
                 Decision::Pause {
                     pids: present.0,
                     unlisted: present.1,
+                    sign: evidence.sign(),
                 }
             }
             Beside::Unknown | Beside::Holding { .. } | Beside::Confirming { .. } => {
@@ -200,7 +214,11 @@ impl Holders {
                     lates,
                     mark: None,
                 };
-                return Decision::Pause { pids, unlisted };
+                return Decision::Pause {
+                    pids,
+                    unlisted,
+                    sign: None,
+                };
             }
             _ => {}
         }
@@ -223,7 +241,11 @@ impl Holders {
                     Beside::hold(now, live_hold(idle_grace, lates), lates)
                 }
             };
-            return Decision::Pause { pids, unlisted };
+            return Decision::Pause {
+                pids,
+                unlisted,
+                sign: None,
+            };
         }
         self.beside = Beside::Filling { since: now, lates };
         Decision::FillBeside

@@ -193,8 +193,8 @@ impl YieldPolicy {
             .timers
             .working(now, &listed, seen.active, idle_grace, &mut burst);
         let evidence = match (burst, seen.held_back) {
-            (true, _) => Evidence::Strong,
-            (false, Some(_)) => Evidence::Weak,
+            (true, sign) => Evidence::Strong(sign.filter(|s| !s.is_weak())),
+            (false, Some(sign)) => Evidence::Weak(sign),
             (false, None) => Evidence::None,
         };
         if !working.is_empty() || unlisted {
@@ -238,7 +238,9 @@ impl YieldPolicy {
                 unlisted: false,
             };
         }
-        Decision::Fill
+        Decision::Fill {
+            unexplained: seen.held_back.filter(|_| seen.listed.is_empty()),
+        }
     }
 
     /// Yields to `pids` (and someone unlisted): the grace runs from `now`.
@@ -257,8 +259,8 @@ impl YieldPolicy {
     /// ([`Unlisted::Unknown`]). In the host's view NVML lists every compute context
     /// before its first kernel, and inside a namespace every context shows in device
     /// memory ([`crate::unlisted`]): a sign with nobody there is the host's own jitter
-    /// (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh), and the loop reports it
-    /// as such. With anyone listed, ignored ones included, now or less than
+    /// (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh), and the decision carries it as
+    /// `unexplained`. With anyone listed, ignored ones included, now or less than
     /// [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so it
     /// does not count either: an ignored process (a monitoring agent, another gpufill)
     /// never pauses us.
@@ -283,9 +285,17 @@ impl YieldPolicy {
             return Decision::Pause {
                 pids: Vec::new(),
                 unlisted: true,
+                sign: seen.held_back,
             };
         }
-        Decision::Fill
+        // Where the device would show anyone there, a sign with nobody listed is the
+        // host's own; in a view that cannot tell, someone listed a moment ago may have
+        // made it.
+        Decision::Fill {
+            unexplained: seen
+                .held_back
+                .filter(|_| seen.listed.is_empty() && seen.unlisted != Unlisted::Unknown),
+        }
     }
 
     /// The PIDs of `listed` that count (are on no ignore list).

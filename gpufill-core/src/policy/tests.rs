@@ -34,7 +34,7 @@ fn under_mps_clients_run_beside_us_and_a_non_client_makes_us_yield_with_the_grac
     for p in &mut clients {
         p.mps_client = true;
     }
-    assert_eq!(policy.decide(t(0), &clients, &[10, 11]), Decision::Fill);
+    assert_eq!(policy.decide(t(0), &clients, &[10, 11]), Decision::FILL);
     let mut mixed = clients.clone();
     mixed.extend(procs(&[12]));
     assert_eq!(
@@ -49,7 +49,7 @@ fn under_mps_clients_run_beside_us_and_a_non_client_makes_us_yield_with_the_grac
         policy.decide(t(3), &clients, &[]),
         Decision::Yield { .. }
     ));
-    assert_eq!(policy.decide(t(7), &clients, &[]), Decision::Fill);
+    assert_eq!(policy.decide(t(7), &clients, &[]), Decision::FILL);
 }
 
 #[test]
@@ -135,9 +135,15 @@ fn marker(p: &mut YieldPolicy, now: Time, seen: &Seen<'_>, paused: &Decision) {
 }
 
 fn pause(pids: &[u32]) -> Decision {
+    paused_by(pids, None)
+}
+
+/// A pause whose evidence is `sign` of our kernels' timing.
+fn paused_by(pids: &[u32], sign: Option<OthersSign>) -> Decision {
     Decision::Pause {
         pids: pids.to_vec(),
         unlisted: false,
+        sign,
     }
 }
 
@@ -223,11 +229,21 @@ fn the_first_sign_of_life_pauses_at_once_and_holds_for_the_idle_grace() {
                 ..quiet
             },
         };
+        // The pause carries our kernels' sign when that was the evidence.
+        let evidence = if sign == "held back" { HELD } else { None };
         p.decide_seen(ms(0), &quiet);
         assert_eq!(answered(&mut p, ms(1000), &quiet), Decision::FillBeside);
-        assert_eq!(p.decide_seen(ms(5000), &working), pause(&[5]), "{sign}");
+        assert_eq!(
+            p.decide_seen(ms(5000), &working),
+            paused_by(&[5], evidence),
+            "{sign}"
+        );
         // More work extends the hold (and moves its marker); it ends with a probe.
-        assert_eq!(p.decide_seen(ms(5500), &working), pause(&[5]), "{sign}");
+        assert_eq!(
+            p.decide_seen(ms(5500), &working),
+            paused_by(&[5], evidence),
+            "{sign}"
+        );
         marker(&mut p, ms(6000), &quiet, &pause(&[5]));
         assert_eq!(p.decide_seen(ms(6499), &quiet), pause(&[5]), "{sign}");
         assert_eq!(p.decide_seen(ms(6500), &quiet), Decision::Probe, "{sign}");
@@ -259,13 +275,13 @@ fn the_backoff_starts_afresh_once_a_holder_was_dormant_for_the_idle_grace() {
     }
     assert_eq!(p.probed(ms(t), Some(false)), Decision::FillBeside);
     // It wakes soon after: the hold keeps the backoff (4 idle graces: it was live).
-    assert_eq!(p.decide_seen(ms(t + 100), &woke), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(t + 100), &woke), paused_by(&[5], HELD));
     assert_eq!(p.decide_seen(ms(t + 100 + 3999), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(t + 100 + 4000), &quiet), Decision::Probe);
     let t = t + 4100;
     assert_eq!(p.probed(ms(t), Some(false)), Decision::FillBeside);
     // Dormant for a whole idle grace, then it wakes: one idle grace again.
-    assert_eq!(p.decide_seen(ms(t + 3000), &woke), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(t + 3000), &woke), paused_by(&[5], HELD));
     marker(&mut p, ms(t + 3500), &quiet, &pause(&[5]));
     assert_eq!(p.decide_seen(ms(t + 3999), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(t + 4000), &quiet), Decision::Probe);
@@ -284,7 +300,7 @@ fn in_the_host_view_with_nobody_listed_our_kernels_timing_never_pauses() {
         for t in 0..100 {
             assert_eq!(
                 p.decide_seen(ms(t * 50), &shown),
-                Decision::Fill,
+                Decision::Fill { unexplained: sign },
                 "{sign:?}"
             );
         }
@@ -300,7 +316,10 @@ fn in_a_namespace_where_memory_shows_every_context_our_kernels_timing_never_paus
         ..explained
     };
     for t in 0..100 {
-        assert_eq!(p.decide_seen(ms(t * 50), &shown), Decision::Fill);
+        assert_eq!(
+            p.decide_seen(ms(t * 50), &shown),
+            Decision::Fill { unexplained: HELD }
+        );
     }
 }
 
@@ -319,23 +338,24 @@ fn where_nothing_else_could_show_a_neighbour_a_kernel_that_shows_one_pauses_brie
         quiet_sample: true,
         ..nobody
     };
-    assert_eq!(p.decide_seen(ms(0), &nobody), Decision::Fill);
-    let unlisted = Decision::Pause {
+    assert_eq!(p.decide_seen(ms(0), &nobody), Decision::FILL);
+    let paused_by = |sign| Decision::Pause {
         pids: vec![],
         unlisted: true,
+        sign,
     };
-    assert_eq!(p.decide_seen(ms(100), &shown), unlisted);
-    assert_eq!(p.decide_seen(ms(599), &nobody), unlisted);
-    assert_eq!(p.decide_seen(ms(600), &nobody), Decision::Fill);
+    assert_eq!(p.decide_seen(ms(100), &shown), paused_by(LATE));
+    assert_eq!(p.decide_seen(ms(599), &nobody), paused_by(None));
+    assert_eq!(p.decide_seen(ms(600), &nobody), Decision::FILL);
     // A quiet sample ends it sooner.
-    assert_eq!(p.decide_seen(ms(1000), &shown), unlisted);
-    assert_eq!(p.decide_seen(ms(1200), &quiet_sample), Decision::Fill);
+    assert_eq!(p.decide_seen(ms(1000), &shown), paused_by(LATE));
+    assert_eq!(p.decide_seen(ms(1200), &quiet_sample), Decision::FILL);
     // Utilization beyond ours with nobody there is nobody's (no pause).
     let beyond = Seen {
         beyond_own: true,
         ..nobody
     };
-    assert_eq!(p.decide_seen(ms(2000), &beyond), Decision::Fill);
+    assert_eq!(p.decide_seen(ms(2000), &beyond), Decision::FILL);
 }
 
 #[test]
@@ -390,6 +410,7 @@ fn activity_mode_treats_an_unlisted_holder_like_a_listed_one() {
     let unlisted = Decision::Pause {
         pids: vec![],
         unlisted: true,
+        sign: None,
     };
     assert_eq!(p.decide_seen(ms(5010), &working), unlisted);
     marker(&mut p, ms(5510), &hidden(620), &unlisted);
@@ -574,7 +595,7 @@ fn activity_mode_owes_only_the_grace_once_an_unlisted_newcomers_memory_is_gone()
             unlisted: false
         }
     );
-    assert_eq!(answered(&mut p, ms(12_050), &hidden(0)), Decision::Fill);
+    assert_eq!(answered(&mut p, ms(12_050), &hidden(0)), Decision::FILL);
 }
 
 #[test]
@@ -662,12 +683,12 @@ fn a_late_start_alone_beside_a_holder_pauses_only_until_a_confirming_probe() {
     p.decide_seen(ms(0), &quiet);
     assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
     // The host's jitter: paused, probed CONFIRM_AFTER (5 s) later, clean: filling again.
-    assert_eq!(p.decide_seen(ms(40_000), &late), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(40_000), &late), paused_by(&[5], LATE));
     assert_eq!(p.decide_seen(ms(44_999), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(45_000), &quiet), Decision::Probe);
     assert_eq!(p.probed(ms(45_000), Some(false)), Decision::FillBeside);
     // A live holder: the confirming probe finds it, and it is held off for the grace.
-    assert_eq!(p.decide_seen(ms(50_000), &late), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(50_000), &late), paused_by(&[5], LATE));
     assert_eq!(p.decide_seen(ms(55_000), &quiet), Decision::Probe);
     assert_eq!(p.probed(ms(55_000), Some(true)), pause(&[5]));
     marker(&mut p, ms(70_000), &quiet, &pause(&[5]));
@@ -687,7 +708,7 @@ fn a_holder_that_ran_one_burst_is_filled_beside_again_one_idle_grace_after_it() 
     p.decide_seen(ms(0), &quiet);
     assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
     // A 0.5 s burst from 120 s: paused at its first sign.
-    assert_eq!(p.decide_seen(ms(120_000), &burst), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(120_000), &burst), paused_by(&[5], HELD));
     // The marker half-way finds the burst (it ran after our last kernel); the probe at
     // the end of the hold asks only about the time since the marker: nobody.
     marker(&mut p, ms(135_000), &quiet, &pause(&[5]));
@@ -706,7 +727,7 @@ fn nvml_showing_work_while_confirming_holds_the_holder_off_as_live() {
         held_back: LATE,
         ..quiet
     };
-    assert_eq!(p.decide_seen(ms(40_000), &late), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(40_000), &late), paused_by(&[5], LATE));
     let beyond = Seen {
         beyond_own: true,
         ..quiet
@@ -717,4 +738,72 @@ fn nvml_showing_work_while_confirming_holds_the_holder_off_as_live() {
     marker(&mut p, ms(55_500), &quiet, &pause(&[5]));
     assert_eq!(p.decide_seen(ms(70_499), &quiet), pause(&[5]));
     assert_eq!(p.decide_seen(ms(70_500), &quiet), Decision::Probe);
+}
+
+#[test]
+fn a_late_start_in_the_same_tick_as_nvml_showing_work_pauses_on_nvmls_word_and_holds_off() {
+    let mut p = activity(30_000);
+    let nb = procs(&[5]);
+    let quiet = Seen::complete(&nb, &[]);
+    p.decide_seen(ms(0), &quiet);
+    assert_eq!(answered(&mut p, ms(30_000), &quiet), Decision::FillBeside);
+    let both = Seen {
+        held_back: LATE,
+        beyond_own: true,
+        ..quiet
+    };
+    // The evidence is NVML's (strong), not the weak late start: no confirming probe
+    // after CONFIRM_AFTER, but a hold for the idle grace (and its marker half-way).
+    assert_eq!(p.decide_seen(ms(40_000), &both), pause(&[5]));
+    assert_eq!(p.decide_seen(ms(45_000), &quiet), pause(&[5]));
+    marker(&mut p, ms(55_000), &quiet, &pause(&[5]));
+    // A strong sign of our kernels with NVML's is the sign.
+    let mut q = activity(30_000);
+    q.decide_seen(ms(0), &quiet);
+    assert_eq!(answered(&mut q, ms(30_000), &quiet), Decision::FillBeside);
+    let strong = Seen {
+        held_back: HELD,
+        ..both
+    };
+    assert_eq!(q.decide_seen(ms(40_000), &strong), paused_by(&[5], HELD));
+}
+
+#[test]
+fn where_the_view_cannot_tell_a_sign_just_after_someone_was_listed_is_not_called_the_hosts() {
+    let mut p = YieldPolicy::default();
+    let unknown = Seen {
+        unlisted: Unlisted::Unknown,
+        ..Seen::complete(&[], &[])
+    };
+    let ignored = procs(&[7]);
+    p.set_settings(YieldSettings {
+        ignore_pids: vec![7],
+        ..p.settings().clone()
+    });
+    // An ignored process was listed a moment ago: our kernels' sign may be its work, so
+    // neither a burst hold nor the host's jitter.
+    assert_eq!(
+        p.decide_seen(
+            ms(0),
+            &Seen {
+                listed: &ignored,
+                ..unknown
+            }
+        ),
+        Decision::FILL
+    );
+    let shown = Seen {
+        held_back: LATE,
+        ..unknown
+    };
+    assert_eq!(p.decide_seen(ms(100), &shown), Decision::FILL);
+    // In the host's view the same sign is the host's own.
+    let host = Seen {
+        held_back: LATE,
+        ..Seen::complete(&[], &[])
+    };
+    assert_eq!(
+        p.decide_seen(ms(200), &host),
+        Decision::Fill { unexplained: LATE }
+    );
 }
