@@ -28,10 +28,13 @@ after each cell, with ours idle, the job runs `--calib` tight launch-synchronize
 and takes hi = min(g - ta) over them (g: the kernel's globaltimer start). hi is the
 offset between the clocks plus the quickest launch-to-start on a free GPU, so
 ready = ta + hi is the earliest the job's kernel could have started had the GPU been its
-own. hi is interpolated linearly in time between the two calibrations (drift between
-CLOCK_MONOTONIC and globaltimer is recorded, ppm); lo = max(g - tb) bounds the true offset
-from below, so hi - lo bounds the quickest launch-to-start plus the calibration's error. The alone
-cells' wait (start - ready) is the control: it holds only launch-latency jitter.
+own. hi is interpolated linearly in time between the two calibrations (the clocks drifted
+7-9 ppm apart on an H200, 10-15 us over a cell; each cell's drift is printed); lo =
+max(g - tb) bounds the true offset from below, so hi - lo bounds the quickest
+launch-to-start plus the calibration's error. The alone cells' wait (start - ready) is
+the control: launch latency beyond the tight loop's, ~55 us at p50 on an H200 after 5-20
+ms of idle. ready can be that much early, so a `raced` row may be a job whose launch
+reached the GPU just after our next kernel's.
 
 Per job request, from our kernels' stamps (sorted by end) S, E:
 - wait = job start - ready; the first of ours ending after ready and the last ending
@@ -235,6 +238,12 @@ def summarize(rows, alone=None):
     s["more_p50"] = _p(met, "more_us", 50)
     s["free_since_p50"] = _p(free, "since_us", 50)
     s["pre_ran_p50"] = _p(pre, "ran_us", 50)
+    s["pre_wait_p10"] = _p(pre, "wait_us", 10)
+    s["pre_wait_max"] = max((r["wait_us"] for r in pre), default=None)
+    # A job that arrives at a random time into our time slice waits its rest: uniform, so
+    # (p90 - p10) / 0.8 of the preempted waits is the slice.
+    if len(pre) >= 20:
+        s["slice_est_us"] = (s["pre_wait_p90"] - s["pre_wait_p10"]) / 0.8
     if alone and alone.get("n"):
         for q in (50, 90, 99):
             s[f"d_lat_p{q}"] = s[f"lat_p{q}"] - alone[f"lat_p{q}"]
@@ -244,8 +253,9 @@ def summarize(rows, alone=None):
 
 
 HEAD = (f"{'cell':13} {'n':>4} {'lat50':>6} {'lat90':>6} {'lat99':>6} {'max':>6} "
-        f"{'d50':>6} {'d99':>6} | {'wait50':>6} {'wait99':>6} | {'met%':>4} {'pre%':>4} "
-        f"{'free%':>5} | {'rem50':>6} {'bey50':>6} {'sw50':>5} {'nmore':>5} | {'duty%':>5}")
+        f"{'d50':>6} {'d99':>6} | {'wait50':>6} {'wait99':>6} | {'met%':>4} {'race%':>5} "
+        f"{'pre%':>4} {'free%':>5} | {'rem50':>6} {'bey50':>6} {'sw50':>5} {'nmore':>5} | "
+        f"{'duty%':>5}")
 
 
 def table_line(name, s, ours=None):
@@ -259,8 +269,8 @@ def table_line(name, s, ours=None):
     duty = (ours or {}).get("duty")
     return (f"{name:13} {s['n']:>4} {c('lat_p50')} {c('lat_p90')} {c('lat_p99')} "
             f"{c('lat_max')} {c('d_lat_p50')} {c('d_lat_p99')} | {c('wait_p50')} "
-            f"{c('wait_p99')} | {share('share_met')} {share('share_preempted')} "
-            f"{share('share_free', 5)} | {c('rem_p50')} {c('beyond_p50')} {c('switch_p50', 5)} "
+            f"{c('wait_p99')} | {share('share_met')} {share('share_raced', 5)} "
+            f"{share('share_preempted')} {share('share_free', 5)} | {c('rem_p50')} {c('beyond_p50')} {c('switch_p50', 5)} "
             f"{c('n_more_p50', 5, 0)} | {fmt(100 * duty if duty is not None else None, 1):>5}")
 
 
@@ -272,9 +282,12 @@ def answers(pooled, policy):
     for name, s in cells:
         out.append(f"   {name:12} met {100 * s['share_met']:3.0f} %: wait {fmt(s['met_wait_p50'])}"
                    f", rem {fmt(s['rem_p50'])}, beyond {fmt(s['beyond_p50'])} (ours after it "
-                   f"{fmt(s['n_more_p50'], 0)}, switch {fmt(s['switch_p50'])}); preempted "
-                   f"{100 * s['share_preempted']:3.0f} %, wait {fmt(s['pre_wait_p50'])}; "
-                   f"all: wait p90 {fmt(s['wait_p90'])}, max {fmt(s['wait_max'])}")
+                   f"{fmt(s['n_more_p50'], 0)}, switch {fmt(s['switch_p50'])}); raced "
+                   f"{100 * s['share_raced']:3.0f} %; preempted {100 * s['share_preempted']:3.0f} %"
+                   f", wait p10/p50/p90/max {fmt(s['pre_wait_p10'])}/{fmt(s['pre_wait_p50'])}/"
+                   f"{fmt(s['pre_wait_p90'])}/{fmt(s['pre_wait_max'])}"
+                   + (f" (a time slice of {fmt(s['slice_est_us'], 0)})" if s.get("slice_est_us")
+                      else ""))
     out.append("2. in at the end of the kernel it met? ours after it p50/max, beyond p50 (us), by L")
     for length in sorted({float(k.split()[1]) for k, _ in cells}):
         parts = [f"{mode} {fmt(s['n_more_p50'], 0)}/{fmt(s['n_more_max'], 0)} "
@@ -287,7 +300,7 @@ def answers(pooled, policy):
     out.append(f"   wait of free rows (ours idle at arrival) p50, alone's {fmt(pooled.get('alone', {}).get('wait_p50'))}: "
                + "; ".join(f"{k} {fmt(s['free_wait_p50'])} (ours idle for {fmt(s['free_since_p50'])})"
                            for k, s in cells if s.get("free_wait_p50") is not None))
-    lines = [x.strip() for x in (policy or "").splitlines() if x.strip()]
+    lines = [x.strip(" |") for x in (policy or "").splitlines() if x.strip(" |+-=")]
     out.append("4. compute policy: " + (" | ".join(lines) or "not read"))
     return out
 

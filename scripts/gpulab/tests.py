@@ -343,6 +343,11 @@ class Physics(unittest.TestCase):
         self.assertEqual((s["rem_p50"], s["switch_p50"], s["n_more_max"]), (50.0, 130.0, 0))
         self.assertEqual(s["d_lat_p50"], 200.0 - 21.0)
         self.assertEqual(s["d_free_wait_p50"], 4.0)
+        self.assertNotIn("slice_est_us", s)
+        # Jobs arriving at random into 2 ms slices of ours wait 136 us + U(0, 2000 us).
+        pre = [{"lat_us": 0.0, "wait_us": 136 + 2000 * i / 99, "kind": "preempted", "ran_us": 1.0}
+               for i in range(100)]
+        self.assertAlmostEqual(summarize(pre)["slice_est_us"], 2000, delta=30)
         st = ours_stats([(0, 50_000), (100_000, 150_000), (200_000, 400_000)], 50)
         self.assertEqual((st["n"], st["stretched"], st["gap_p50_us"]), (3, 1, 50.0))
         self.assertAlmostEqual(st["duty"], 0.75)
