@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use gpufill_core::{Controller, FillSettings, Time, Utilization, YieldSettings};
-use gpufill_sim::{SimConfig, Simulation, Tracking, tracking};
+use gpufill_core::{Controller, FillLoop, FillSettings, Time, Utilization, YieldPolicy};
+use gpufill_sim::{SimConfig, SimGpu, Simulation, Tracking, tracking};
 
 /// One point of the sweep.
 #[derive(Clone, Copy, Debug)]
@@ -34,7 +34,15 @@ pub fn track(case: Case, controller: Box<dyn Controller + Send>) -> Tracking {
         ..FillSettings::default()
     };
     let tick = Duration::from_millis(10);
-    let mut sim = Simulation::new(cfg, settings, YieldSettings::default(), controller, tick);
+    let gpu = SimGpu::new(cfg);
+    let fill = FillLoop::new(
+        gpu.probe(),
+        gpu.load(),
+        controller,
+        YieldPolicy::default(),
+        settings,
+    );
+    let mut sim = Simulation::with_loop(gpu, fill, tick);
     let end = Time::from_duration(case.run);
     let ticks = sim.collect_until(end);
     tracking(&ticks, Time::ZERO, end, target, 2.0)

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpufill_core::{Event, FillSettings, Tick, Utilization};
+use gpufill_core::{Event, Tick, Utilization};
 use gpufill_runtime::{
     DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
 };
@@ -116,18 +116,8 @@ impl Setup {
         let settings = config.to_settings();
         let sim_cfg = sim_config(args, &settings);
         let sm = settings.metric == Metric::Sm;
-        let fill_settings = FillSettings {
-            shaping: settings.shaping(sim_cfg.sm_count),
-            ..settings.fill_settings()
-        };
-        let sim = Simulation::with_gpu(
-            SimGpu::new(sim_cfg),
-            sm,
-            fill_settings,
-            settings.yield_settings(args.mps),
-            settings.controller.build(),
-            settings.tick(),
-        );
+        let recipe = settings.loop_settings(sim_cfg.sm_count, args.mps);
+        let sim = Simulation::with_gpu(SimGpu::new(sim_cfg), sm, &recipe, settings.tick());
         // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
         let start_time = args
             .start_time

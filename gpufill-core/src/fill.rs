@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, ControllerKind};
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
 use crate::kernel_timing::OthersSign;
 use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
@@ -187,6 +187,34 @@ pub struct Tick {
     pub probed: Option<bool>,
     /// Changes in this step.
     pub events: Vec<Event>,
+}
+
+/// A fill loop as gpufill runs it: the controller chosen by its kind, boxed.
+pub type Loop<P, L> = FillLoop<P, L, Box<dyn Controller + Send>>;
+
+/// What a [`Loop`] is built from besides its probe and load source: the one recipe
+/// ([`FillLoop::build`]) for every place that opens a GPU, real or simulated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoopSettings {
+    /// The loop's own settings.
+    pub fill: FillSettings,
+    /// The yield policy's.
+    pub yielding: YieldSettings,
+    /// Which controller holds the target.
+    pub controller: ControllerKind,
+}
+
+impl<P: Probe, L: LoadSource> Loop<P, L> {
+    /// The loop over `probe` and `load` that `settings` describe.
+    pub fn build(probe: P, load: L, settings: &LoopSettings) -> Self {
+        FillLoop::new(
+            probe,
+            load,
+            settings.controller.build(),
+            YieldPolicy::new(settings.yielding.clone()),
+            settings.fill,
+        )
+    }
 }
 
 /// The loop for one GPU.

@@ -57,7 +57,7 @@ pub mod unlisted;
 pub use backoff::Backoff;
 pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRule};
 pub use device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
-pub use fill::{Event, FillLoop, FillSettings, State, Tick};
+pub use fill::{Event, FillLoop, FillSettings, Loop, LoopSettings, State, Tick};
 pub use hint::{Hint, HintsAt, NoHint};
 pub use kernel_timing::{GroupTiming, OthersSign, StartChain};
 pub use policy::{Decision, YieldMode, YieldPolicy, YieldSettings};

@@ -83,6 +83,7 @@ mod worker;
 pub use agent::{Agent, AgentError, AgentOptions};
 pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all};
 pub use gpm::GpmError;
+pub use gpufill_core::Loop;
 pub use gpus::{GpuId, GpuSelector};
 pub use open::{OpenError, open_gpu};
 pub use opener::{NvmlCuda, Opener};
@@ -94,7 +95,7 @@ pub use settings::{
 pub use snapshot::{
     GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
 };
-pub use steering::{DayClock, DeviceReadings, Loop, Steering};
+pub use steering::{DayClock, DeviceReadings, Steering};
 pub use worker::WorkerError;
 
 #[doc(hidden)]

@@ -2,7 +2,7 @@
 //! process found in NVML's list, and the fill loop built from [`Settings`].
 
 use gpufill_core::Reopening;
-use gpufill_core::{Controller, FillLoop, FillSettings, YieldPolicy};
+use gpufill_core::{Controller, FillLoop};
 use gpufill_cuda::{CudaError, CudaLoad};
 use gpufill_nvml::{MetricProbe, Nvml, NvmlProbe, ProbeError, identify_own_context};
 use tracing::{info, warn};
@@ -112,14 +112,9 @@ pub fn open_gpu(
         info!("opening a new CUDA context");
         CudaLoad::open(ordinal, launcher)
     });
-    Ok(FillLoop::new(
+    Ok(FillLoop::build(
         probe,
         Reopening::new(load, reopen),
-        settings.controller.build(),
-        YieldPolicy::new(settings.yield_settings(mps)),
-        FillSettings {
-            shaping: settings.shaping(gpu.sm_count),
-            ..settings.fill_settings()
-        },
+        &settings.loop_settings(gpu.sm_count, mps),
     ))
 }

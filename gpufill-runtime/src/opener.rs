@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use gpufill_core::{LoadSource, Probe, Time};
+use gpufill_core::{LoadSource, Loop, Probe, Time};
 use gpufill_nvml::{MetricProbe, Nvml};
 
 use crate::open::{OpenError, RealLoad, RealLoop, open_gpu};
 use crate::select::Gpu;
 use crate::settings::Settings;
-use crate::steering::{DeviceReadings, Loop};
+use crate::steering::DeviceReadings;
 
 /// How an agent opens its GPUs and reads them for snapshots.
 pub trait Opener: Send + Sync + 'static {

@@ -8,16 +8,12 @@ use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use gpufill_core::{
-    Controller, ControllerKind, FillLoop, LoadSource, Probe, Schedule, Tick, Time, TimeOfDay,
-    Utilization,
+    ControllerKind, LoadSource, Loop, Probe, Schedule, Tick, Time, TimeOfDay, Utilization,
 };
 use tracing::{debug, info};
 
 use crate::settings::Settings;
 use crate::snapshot::Publisher;
-
-/// A fill loop with a boxed controller, as every worker runs it.
-pub type Loop<P, L> = FillLoop<P, L, Box<dyn Controller + Send>>;
 
 /// Where the time of day comes from.
 #[derive(Clone, Copy, Debug)]
@@ -38,18 +34,12 @@ const SLOW_REFRESH: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use gpufill_sim::{SimConfig, SimGpu};
-/// use gpufill_core::{FillLoop, Time, TimeOfDay, YieldPolicy};
+/// use gpufill_core::{FillLoop, Time, TimeOfDay};
 /// use gpufill_runtime::{DayClock, Settings, Steering};
 ///
 /// let settings = Settings { target_percent: 30.0, ..Settings::default() };
 /// let gpu = SimGpu::new(SimConfig::default());
-/// let mut fill = FillLoop::new(
-///     gpu.probe(),
-///     gpu.load(),
-///     settings.controller.build(),
-///     YieldPolicy::new(settings.yield_settings(false)),
-///     settings.fill_settings(),
-/// );
+/// let mut fill = FillLoop::build(gpu.probe(), gpu.load(), &settings.loop_settings(132, false));
 /// let midnight = DayClock::StartingAt(TimeOfDay::MIDNIGHT);
 /// let mut steering = Steering::new(&settings, false, midnight);
 /// let tick = steering.step(&mut fill, Time::ZERO, |_| (None, None));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpufill_core::{
-    Clock, FillLoop, LoadSource, Probe, State, Tick, Time, TimeOfDay, VirtualClock, YieldPolicy,
+    Clock, FillLoop, LoadSource, Probe, State, Tick, Time, TimeOfDay, VirtualClock,
 };
 use gpufill_runtime::{
     DayClock, DeviceReadings, GpuLabels, Loop, Metric, Registry, Settings, Steering, WindowSettings,
@@ -38,12 +38,10 @@ fn drive<P: Probe, L: LoadSource, K: Clock>(
 }
 
 fn sim_loop(gpu: &SimGpu, config: &Settings) -> Loop<SimProbe, SimLoad> {
-    FillLoop::new(
+    FillLoop::build(
         gpu.probe(),
         gpu.load(),
-        config.controller.build(),
-        YieldPolicy::new(config.yield_settings(false)),
-        config.fill_settings(),
+        &config.loop_settings(SimConfig::default().sm_count, false),
     )
 }
 

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gpufill_core::{FillLoop, FillSettings, Time, YieldPolicy};
+use gpufill_core::{FillLoop, Time};
 use gpufill_runtime::GpuInfo;
 use gpufill_runtime::{Gpu, GpuSelector, Loop, Metric, Opener, SelectError, Settings, choose};
 
@@ -176,15 +176,10 @@ impl Opener for SimOpener {
             Metric::Util => probe,
             Metric::Sm => sim.sm_probe(),
         };
-        Ok(FillLoop::new(
+        Ok(FillLoop::build(
             probe,
             load,
-            settings.controller.build(),
-            YieldPolicy::new(settings.yield_settings(mps)),
-            FillSettings {
-                shaping: settings.shaping(gpu.sm_count),
-                ..settings.fill_settings()
-            },
+            &settings.loop_settings(gpu.sm_count, mps),
         ))
     }
 }

@@ -6,60 +6,38 @@ use std::time::Duration;
 use super::churn::Arrivals;
 use super::config::SimConfig;
 use super::handles::{SimGpu, SimLoad, SimProbe};
-use gpufill_core::controller::Controller;
-use gpufill_core::fill::{FillLoop, FillSettings, Tick};
-use gpufill_core::policy::{YieldPolicy, YieldSettings};
+use gpufill_core::fill::{FillLoop, Loop, LoopSettings, Tick};
 use gpufill_core::time::{Clock, Time, VirtualClock};
 use gpufill_core::units::Utilization;
 
 /// The fill loop of one simulated GPU, on a virtual clock.
 pub struct Simulation {
     gpu: SimGpu,
-    fill: FillLoop<SimProbe, SimLoad, Box<dyn Controller + Send>>,
+    fill: Loop<SimProbe, SimLoad>,
     clock: VirtualClock,
     tick: Duration,
 }
 
 impl Simulation {
-    /// A simulation of `cfg` driven by the given loop settings, ticking every `tick`.
-    pub fn new(
-        cfg: SimConfig,
-        settings: FillSettings,
-        yielding: YieldSettings,
-        controller: Box<dyn Controller + Send>,
-        tick: Duration,
-    ) -> Self {
-        Self::with_gpu(
-            SimGpu::new(cfg),
-            false,
-            settings,
-            yielding,
-            controller,
-            tick,
-        )
+    /// A simulation of `cfg` with the loop `settings` describe, ticking every `tick`.
+    pub fn new(cfg: SimConfig, settings: &LoopSettings, tick: Duration) -> Self {
+        Self::with_gpu(SimGpu::new(cfg), false, settings, tick)
     }
 
     /// A simulation of an existing GPU; `sm_metric` makes the loop read SM activity.
-    pub fn with_gpu(
-        gpu: SimGpu,
-        sm_metric: bool,
-        settings: FillSettings,
-        yielding: YieldSettings,
-        controller: Box<dyn Controller + Send>,
-        tick: Duration,
-    ) -> Self {
+    pub fn with_gpu(gpu: SimGpu, sm_metric: bool, settings: &LoopSettings, tick: Duration) -> Self {
         let probe = if sm_metric {
             gpu.sm_probe()
         } else {
             gpu.probe()
         };
-        let fill = FillLoop::new(
-            probe,
-            gpu.load(),
-            controller,
-            YieldPolicy::new(yielding),
-            settings,
-        );
+        let fill = FillLoop::build(probe, gpu.load(), settings);
+        Self::with_loop(gpu, fill, tick)
+    }
+
+    /// A simulation of `gpu` driving a loop built over its probe and load source by
+    /// other means (a controller of its own, as the controller benches use).
+    pub fn with_loop(gpu: SimGpu, fill: Loop<SimProbe, SimLoad>, tick: Duration) -> Self {
         Simulation {
             gpu,
             fill,
@@ -74,7 +52,7 @@ impl Simulation {
     }
 
     /// The loop (to change the target between runs).
-    pub fn fill_mut(&mut self) -> &mut FillLoop<SimProbe, SimLoad, Box<dyn Controller + Send>> {
+    pub fn fill_mut(&mut self) -> &mut Loop<SimProbe, SimLoad> {
         &mut self.fill
     }
 

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::{ControllerKind, FillSettings, State, Time, YieldSettings};
 use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 
@@ -57,9 +58,11 @@ fn steady_filling_and_yielding_ticks_allocate_nothing() {
     };
     let mut sim = Simulation::new(
         cfg,
-        FillSettings::default(),
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: FillSettings::default(),
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
         Duration::from_millis(10),
     );
     let mut states = [0u64; 2];

@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::policy::{CONFIRM_AFTER, live_hold};
 use gpufill_core::{
     ControllerKind, Event, FillSettings, LaunchShape, State, Tick, Time, Utilization, YieldMode,
@@ -64,7 +65,15 @@ fn sim(cfg: SimConfig, y: YieldSettings) -> Simulation {
         target: pct(50.0),
         ..FillSettings::default()
     };
-    Simulation::new(cfg, settings, y, ControllerKind::Pi.build(), TICK)
+    Simulation::new(
+        cfg,
+        &LoopSettings {
+            fill: settings,
+            yielding: y,
+            controller: ControllerKind::Pi,
+        },
+        TICK,
+    )
 }
 
 fn first_from(ticks: &[Tick], from: Time, what: impl Fn(&Tick) -> bool) -> &Tick {

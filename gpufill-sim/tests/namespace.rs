@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::{
     ControllerKind, Event, FillSettings, PidView, State, Tick, Time, Utilization, YieldMode,
     YieldSettings,
@@ -66,7 +67,15 @@ fn sim(cfg: SimConfig, y: YieldSettings) -> Simulation {
         target: Utilization::from_percent(50.0).unwrap(),
         ..FillSettings::default()
     };
-    Simulation::new(cfg, settings, y, ControllerKind::Pi.build(), TICK)
+    Simulation::new(
+        cfg,
+        &LoopSettings {
+            fill: settings,
+            yielding: y,
+            controller: ControllerKind::Pi,
+        },
+        TICK,
+    )
 }
 
 fn state_at(ticks: &[Tick], t: f64) -> State {
@@ -212,7 +221,15 @@ fn presence_resumes_with_its_context_released_and_reopened_without_yielding_to_i
         release_after: Some(Duration::from_secs(2)),
         ..FillSettings::default()
     };
-    let mut s = Simulation::new(cfg, settings, presence(), ControllerKind::Pi.build(), TICK);
+    let mut s = Simulation::new(
+        cfg,
+        &LoopSettings {
+            fill: settings,
+            yielding: presence(),
+            controller: ControllerKind::Pi,
+        },
+        TICK,
+    );
     let ticks = s.collect_until(secs(40.0));
     assert!(ticks.iter().any(|t| t.events.contains(&Event::Released)));
     let resumed = first(&ticks, 12.0, State::Filling);

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::{ControllerKind, FillSettings, State, Time, Utilization, YieldSettings};
 use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 use proptest::prelude::*;
@@ -66,12 +67,14 @@ proptest! {
             ..FillSettings::default()
         };
         let mut sim = Simulation::new(
-            cfg,
-            settings,
-            YieldSettings::default(),
-            ControllerKind::Pi.build(),
-            Duration::from_millis(50),
-        );
+        cfg,
+        &LoopSettings {
+            fill: settings,
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
+        Duration::from_millis(50),
+    );
         let mut ticks = Vec::new();
         sim.run_until(Time::from_secs_f64(35.0), |t| ticks.push(t.clone()));
         for t in &ticks {

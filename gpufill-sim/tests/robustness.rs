@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::Reopening;
 use gpufill_core::{
     Clock, Controller, ControllerKind, Event, FillLoop, FillSettings, RetrySettings, State,
@@ -256,9 +257,11 @@ fn a_context_that_cannot_be_made_again_stops_the_loop_for_the_supervisor() {
 fn churn_sim(seed: u64) -> (Simulation, Arrivals) {
     let sim = Simulation::new(
         SimConfig::default(),
-        settings(50.0),
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: settings(50.0),
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
         TICK,
     );
     // 500 processes in 10 minutes, each living 50 ms to 3 s.
@@ -312,9 +315,11 @@ fn a_long_run_with_random_arrivals_neither_drifts_nor_grows() {
     // docs/benchmarks.md#simulations-with-many-random-jobs-and-fuzzing-gpufill-simulate-cargo-fuzz).
     let mut sim = Simulation::new(
         SimConfig::default(),
-        settings(50.0),
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: settings(50.0),
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
         TICK,
     );
     let life = (Duration::from_secs(10), Duration::from_secs(300));
@@ -360,9 +365,11 @@ fn a_simulated_week_with_a_thousand_jobs_an_hour_keeps_what_it_holds_bounded() {
             sample_period: Duration::from_secs(1),
             ..SimConfig::default()
         },
-        settings(50.0),
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: settings(50.0),
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
         Duration::from_secs(1),
     );
     let life = (Duration::from_secs(1), Duration::from_secs(20));

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::{
     ControllerKind, Event, FillSettings, State, Tick, Time, Utilization, YieldSettings,
 };
@@ -27,7 +28,15 @@ fn sim_with(cfg: SimConfig, target: f64, kind: ControllerKind, y: YieldSettings)
         target: pct(target),
         ..FillSettings::default()
     };
-    Simulation::new(cfg, settings, y, kind.build(), TICK)
+    Simulation::new(
+        cfg,
+        &LoopSettings {
+            fill: settings,
+            yielding: y,
+            controller: kind,
+        },
+        TICK,
+    )
 }
 
 #[test]
@@ -266,9 +275,11 @@ fn max_duty_bounds_our_time_share() {
     };
     let mut s = Simulation::new(
         SimConfig::default(),
-        settings,
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: settings,
+            yielding: YieldSettings::default(),
+            controller: ControllerKind::Pi,
+        },
         TICK,
     );
     let ticks = s.collect_until(secs(10.0));

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use gpufill_core::LoopSettings;
 use gpufill_core::{
     ControllerKind, FillLoop, FillSettings, PowerModel, Probe, ProcessInfo, Shaping, SmShaping,
     State, Tick, Time, Utilization, YieldPolicy, YieldSettings,
@@ -29,9 +30,10 @@ fn sm_sim(cfg: SimConfig, target: f64, shaping: SmShaping) -> Simulation {
     Simulation::with_gpu(
         SimGpu::new(cfg),
         true,
-        settings,
-        YieldSettings::default(),
-        ControllerKind::Pi.build(),
+        &LoopSettings {
+            fill: settings,
+            ..LoopSettings::default()
+        },
         TICK,
     )
 }

@@ -27,15 +27,9 @@ impl SimRig {
     /// A fresh simulated GPU (the H200 model) at time zero.
     pub(crate) fn new(config: &Settings) -> Self {
         let cfg = SimConfig::default();
-        let stop_tail = cfg.stop_tail;
+        let (stop_tail, recipe) = (cfg.stop_tail, config.loop_settings(cfg.sm_count, false));
         SimRig {
-            sim: Simulation::new(
-                cfg,
-                config.fill_settings(),
-                config.yield_settings(false),
-                config.controller.build(),
-                config.tick(),
-            ),
+            sim: Simulation::new(cfg, &recipe, config.tick()),
             tick: config.tick(),
             stop_tail,
             foreign: None,

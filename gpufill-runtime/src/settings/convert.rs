@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use gpufill_core::{
-    Duty, FillSettings, IdleRule, PowerModel, RetrySettings, Schedule, Shaping, SmShaping,
-    Utilization, Width, Window, YieldMode, YieldSettings,
+    Duty, FillSettings, IdleRule, LoopSettings, PowerModel, RetrySettings, Schedule, Shaping,
+    SmShaping, Utilization, Width, Window, YieldMode, YieldSettings,
 };
 use gpufill_cuda::{LauncherSettings, SpinKernel};
 
@@ -34,6 +34,21 @@ impl Settings {
                 .yielding
                 .release_context
                 .then(|| seconds(self.yielding.release_after_s)),
+        }
+    }
+
+    /// What the loop of a GPU with `sm_count` SMs is built from
+    /// ([`gpufill_core::FillLoop::build`]), given whether an MPS control daemon runs:
+    /// the one recipe of the runtime's GPUs, the simulated ones, `simulate` and
+    /// `bench --sim`.
+    pub fn loop_settings(&self, sm_count: u32, mps_running: bool) -> LoopSettings {
+        LoopSettings {
+            fill: FillSettings {
+                shaping: self.shaping(sm_count),
+                ..self.fill_settings()
+            },
+            yielding: self.yield_settings(mps_running),
+            controller: self.controller,
         }
     }
 
