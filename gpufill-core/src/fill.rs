@@ -32,7 +32,9 @@ use crate::units::{Duty, Load, Utilization, Width};
 /// Settings of a [`FillLoop`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FillSettings {
-    /// Utilization to hold.
+    /// Utilization to hold: where the loop starts. Whoever schedules the target owns it
+    /// from then on, through [`FillLoop::set_target`] (the runtime's schedule, before every
+    /// step); [`FillLoop::set_settings`] leaves it alone.
     pub target: Utilization,
     /// Blocks per kernel: our share of the SMs (with [`Shaping::Fixed`]).
     pub width: Width,
@@ -400,10 +402,14 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         self.settings.target = target;
     }
 
-    /// Replaces the settings from the next step on (a config reload). Nothing restarts:
-    /// the controller keeps its state, and a new target or bound applies at the next step.
+    /// Replaces the settings from the next step on (a config reload), all but the
+    /// target, which is [`FillLoop::set_target`]'s. Nothing restarts: the controller
+    /// keeps its state, and a new bound applies at the next step.
     pub fn set_settings(&mut self, settings: FillSettings) {
-        self.settings = settings;
+        self.settings = FillSettings {
+            target: self.settings.target,
+            ..settings
+        };
     }
 
     /// Replaces the yield policy's settings from the next step on.

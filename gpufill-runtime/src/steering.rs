@@ -104,7 +104,9 @@ impl Steering {
     /// restart are not looked at ([`Settings::live_update`] keeps them).
     pub fn apply<P: Probe, L: LoadSource>(&mut self, fill: &mut Loop<P, L>, new: &Settings) {
         // The shaping belongs to the opened GPU (its SM count, the probe's metric, the
-        // launcher's kernel): `metric` and `load.kernel` need a restart, so keep it.
+        // launcher's kernel): `metric` and `load.kernel` need a restart, so keep it. The
+        // target is the schedule's (`set_settings` leaves it): the new schedule sets it
+        // at the next step.
         let mut settings = new.fill_settings();
         settings.shaping = fill.settings().shaping;
         fill.set_settings(settings);

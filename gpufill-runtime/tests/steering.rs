@@ -62,7 +62,11 @@ fn a_reload_keeps_the_shaping_of_the_opened_gpu() {
     reloaded.target_percent = 30.0;
     live.apply(&mut fill, &reloaded);
     assert_eq!(fill.settings().shaping, shaping);
-    assert_eq!(fill.settings().target.percent(), 30.0);
+    // The target is the schedule's alone: a reload does not write it; the new
+    // schedule sets it at the next step.
+    assert_eq!(fill.settings().target.percent(), 50.0);
+    let tick = live.step(&mut fill, Time::ZERO, |_| (None, None));
+    assert_eq!(tick.target.percent(), 30.0);
 }
 
 #[test]

@@ -610,10 +610,10 @@ fn new_settings_apply_mid_run_without_restarting_the_loop() {
     s.collect_until(secs(5.0));
     let context_before = s.gpu().holds_context();
     s.fill_mut().set_settings(FillSettings {
-        target: pct(30.0),
         max_duty: gpufill_core::Duty::clamped(0.2),
         ..FillSettings::default()
     });
+    s.fill_mut().set_target(pct(30.0));
     s.fill_mut().set_yield_settings(YieldSettings {
         grace: Duration::from_secs(1),
         ..YieldSettings::default()
