@@ -44,6 +44,8 @@ COMMANDS = {
                "sweep, analyze", "Start jitter on an empty GPU"),
     "physics": ("physics", "main", "time slicing between two contexts: a job's wait beside "
                 "our kernels, queued or with gaps; the switch", "none yet"),
+    "gaps": ("gaps", "main", "live work alone and beside gpufill filling its gaps (no MPS): "
+             "cost, GPU, duty, estimate, CPU, reasons", "none yet (issue 40, item 4)"),
 }
 
 USAGE = """usage: python3 scripts/lab.py COMMAND [ARGS...]   (or, from scripts/: python3 -m gpulab)

@@ -74,8 +74,10 @@ class Filling:
 
 
 # ------------------------------------------------------------------ workload process
-def worker(argv):
-    """Follows a plan of segments; prints JSON: requests (t0, t1, segment), NVML samples."""
+def worker(argv, build=None):
+    """Follows a plan of segments; prints JSON: requests (t0, t1, segment), NVML samples.
+    A request is `build`(model, device, opts) (default `service_request`), called
+    `--warmup` times before the plan starts; `--opts` (JSON) is for `build`."""
     import pynvml
     import torch
     p = argparse.ArgumentParser()
@@ -83,39 +85,15 @@ def worker(argv):
     p.add_argument("--model", default="mlp")
     p.add_argument("--out")
     p.add_argument("--nvml-index", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--opts", default="{}")
     a = p.parse_args(argv)
     plan = json.loads(a.plan)
     dev = torch.device("cuda")
     torch.backends.cudnn.benchmark = False
-    if a.model == "mlp":
-        layers = []
-        for _ in range(6):
-            layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
-        net = torch.nn.Sequential(*layers).to(dev, torch.bfloat16).eval()
-        x = torch.randn(1, 1024, dtype=torch.bfloat16).pin_memory()
-
-        def request():
-            with torch.no_grad():
-                net(x.to(dev, non_blocking=True)).cpu()
-    elif a.model == "matmul":
-        m = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
-
-        def request():
-            for _ in range(10):
-                m @ m
-            torch.cuda.synchronize()
-    elif a.model.endswith("-train"):
-        request = training_step(a.model, dev)
-    else:
-        from transformers import GPT2Config, GPT2LMHeadModel
-        net = GPT2LMHeadModel(GPT2Config()).to(dev).eval()
-        ids = torch.randint(0, 50257, (1, 16), device=dev)
-
-        def request():
-            with torch.no_grad():
-                net(ids).logits[0, -1].argmax().item()
+    request = (build or service_request)(a.model, dev, json.loads(a.opts))
     busy = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(50):
+    for _ in range(a.warmup):
         request()
     torch.cuda.synchronize()
     pynvml.nvmlInit()
@@ -182,16 +160,54 @@ def worker(argv):
         json.dump({"reqs": reqs, "util": util}, f)
 
 
-def training_step(model, dev, sync=True):
-    """One step of ResNet-50 (`resnet50...`, batch 64) or GPT-2 (otherwise, 8 x 512)
-    training on synthetic data, bf16 autocast, AdamW, synchronised when `sync`: also
-    `coresidence`'s training jobs."""
+def service_request(model, dev, opts=None):
+    """One request of `model` on `dev`, synchronised: `mlp` (6 x 1024 bf16 layers, batch 1,
+    its input copied in and its output out), `matmul` (10 bf16 4096 matmuls), `*-train`
+    (a training step, as `training_step`), else a GPT-2 forward of 16 tokens. `opts` is
+    unused here (the worker's other builders read it)."""
     import torch
-    if model.startswith("resnet50"):
+    if model == "mlp":
+        layers = []
+        for _ in range(6):
+            layers += [torch.nn.Linear(1024, 1024), torch.nn.ReLU()]
+        net = torch.nn.Sequential(*layers).to(dev, torch.bfloat16).eval()
+        x = torch.randn(1, 1024, dtype=torch.bfloat16).pin_memory()
+
+        def request():
+            with torch.no_grad():
+                net(x.to(dev, non_blocking=True)).cpu()
+    elif model == "matmul":
+        m = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+        def request():
+            for _ in range(10):
+                m @ m
+            torch.cuda.synchronize()
+    elif model.endswith("-train"):
+        request = training_step(model, dev)
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+        net = GPT2LMHeadModel(GPT2Config()).to(dev).eval()
+        ids = torch.randint(0, 50257, (1, 16), device=dev)
+
+        def request():
+            with torch.no_grad():
+                net(ids).logits[0, -1].argmax().item()
+    return request
+
+
+def training_step(model, dev, sync=True, batch=64, size=224):
+    """One step of a torchvision ResNet (`resnet50...`, `resnet18...`: `batch` images of
+    `size` x `size`) or GPT-2 (otherwise, 8 x 512) training on synthetic data, bf16
+    autocast, AdamW, synchronised when `sync`: also `coresidence`'s and `gaps`'s training
+    jobs."""
+    import torch
+    if model.startswith("resnet"):
         import torchvision
-        net = torchvision.models.resnet50(weights=None).to(dev).to(memory_format=torch.channels_last)
-        x = torch.randn(64, 3, 224, 224, device=dev).to(memory_format=torch.channels_last)
-        y = torch.randint(0, 1000, (64,), device=dev)
+        net = getattr(torchvision.models, model.split("-")[0])(weights=None)
+        net = net.to(dev).to(memory_format=torch.channels_last)
+        x = torch.randn(batch, 3, size, size, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (batch,), device=dev)
 
         def loss():
             return torch.nn.functional.cross_entropy(net(x), y)
@@ -215,11 +231,13 @@ def training_step(model, dev, sync=True):
     return step
 
 
-def start_worker(a, plan, model, lead=1.0):
-    """Starts a workload process; once it is warm, its plan starts `lead` s later."""
+def start_worker(a, plan, model, lead=1.0, module="live", extra=()):
+    """Starts a workload process (`module`'s `worker`, with `extra` arguments); once it is
+    warm, its plan starts `lead` s later."""
     out = os.path.join(a.work, f"work-{time.monotonic():.0f}.json")
-    p = subprocess.Popen(python_child("live", "worker", ["--plan", json.dumps(plan), "--model", model,
-                                                        "--out", out, "--nvml-index", str(a.gpu)]),
+    p = subprocess.Popen(python_child(module, "worker", ["--plan", json.dumps(plan), "--model", model,
+                                                        "--out", out, "--nvml-index", str(a.gpu),
+                                                        *extra]),
                          stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True, env=a.env)
     line = p.stdout.readline()
     if "ready" not in line:

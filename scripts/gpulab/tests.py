@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -367,6 +368,118 @@ class Physics(unittest.TestCase):
                                                         ("gaps", 10.0), ("gaps", 50.0), ("alone", 0)])
         self.assertEqual(cells[6][1:], ("gaps", 50.0))
         self.assertEqual(len(cells), 11)
+
+
+class Gaps(unittest.TestCase):
+    """`gaps`'s pure parts: arguments, the plan's time, each run's statistics, the summary."""
+
+    def test_arguments_and_the_phase_that_fits_the_budget(self):
+        from .gaps import estimate, parse
+        a = parse(["--gpufill-args", "--beside-live fill-gaps --max-cost 1.5", "--gpu", "1"])
+        self.assertEqual(a.gargs, ["--beside-live", "fill-gaps", "--max-cost", "1.5"])
+        self.assertEqual((a.workloads, a.pairs, a.port), (["train-input", "sub-ms", "decode"], 5, 9429))
+        self.assertEqual((a.grace, a.skip), (2.0, 3.5))
+        self.assertEqual(a.phase, 13.0)  # the longest half second that fits 480 s
+        self.assertLessEqual(estimate(a.workloads, 5, a.phase), 480)
+        self.assertGreater(estimate(a.workloads, 5, a.phase + 0.5), 480)
+        self.assertEqual(parse(["--workloads", "train-input,decode"]).phase, 20.0)  # at most 20
+        a = parse(["--workloads", "arrive", "--phase", "9", "--grace", "-1", "--gpufill-args=--x"])
+        self.assertEqual((a.phase, a.skip, a.gargs), (9.0, 2.0, ["--x"]))
+        self.assertEqual(estimate(["arrive"], 5, 0), 5 + 11 * 8)
+        for bad in (["--workloads", "train,decode"], ["--pairs", "0"], ["--phase", "4"]):
+            with self.subTest(bad), contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(SystemExit):
+                    parse(bad)
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            self.assertEqual(main(["gaps", "--estimate", "--pairs", "6"]), 0)
+        self.assertIn("estimated wall time", out.getvalue())
+        for heavy in ("pynvml", "torch"):
+            self.assertNotIn(heavy, sys.modules)
+
+    def test_flags_the_binary_lacks_and_log_lines_as_reasons(self):
+        from .gaps import missing_flags, reasons
+        helptext = "      --beside-live <MODE>  ...\n      --max-cost <PCT>\n      --gpus <LIST>"
+        self.assertEqual(missing_flags(helptext, ["--beside-live", "fill-gaps", "--max-cost=2"]), [])
+        self.assertEqual(missing_flags(helptext, ["--max", "2", "--beside-live"]), ["--max"])
+        got = reasons([
+            "2026-11-28T10:00:01.250000Z  INFO gpufill_runtime::faultlog: yielding foreign=[4711]",
+            "2026-11-28T10:00:03.5Z  INFO gpufill_runtime::faultlog: yielding foreign=[4712]",
+            "2026-11-28T10:00:04Z  INFO gpufill_runtime::faultlog: estimated cost 1.25 over",
+            "2026-11-28T10:00:00Z  INFO gpufill::x: metrics listening on http://127.0.0.1:9428/metrics",
+            ""])
+        self.assertEqual(got, {"INFO gpufill_runtime::faultlog: yielding foreign=[N]": 2,
+                               "INFO gpufill_runtime::faultlog: estimated cost N over": 1})
+
+    def test_a_runs_statistics_keep_its_segment_and_window(self):
+        from .gaps import phase_stats
+        reqs = [(t, t + 0.040, 1) for t in (10.0, 10.04, 10.08, 10.12)] + [(9.0, 9.5, 0), (10.16, 12, 1)]
+        s = phase_stats(reqs, 1, 10.0, 10.15)
+        self.assertEqual(s["n"], 4)
+        self.assertAlmostEqual(s["rate"], 25.0)
+        self.assertAlmostEqual(s["p50"], 40.0)
+        self.assertAlmostEqual(s["mean"], 40.0)
+        self.assertEqual(phase_stats(reqs, 2, 0, 99), {"n": 0})
+
+    def runs(self, key, values, **with_run):
+        from .lib import interleave
+        phases = interleave(len(values) // 2)
+        return phases, [{key: v, "util": 10.0 if p is None else 50.0, **(with_run if p else {})}
+                        for v, p in zip(values, phases)]
+
+    def test_summary_of_a_rate_its_cost_noise_and_the_estimates_check(self):
+        from .gaps import summarize, table
+        # Alone 100 / 102 / 98 ..., with 99 between 100 and 102: ratio 99/101.
+        phases, runs = self.runs("rate", [100, 99, 102, 100, 98, 97, 98, 99, 100],
+                                 duty=0.4, est=0.012, cpu_pct=2.0, reasons={"filling": 1})
+        s = summarize("train-input", phases, runs)
+        m = s["metrics"]["rate"]
+        self.assertEqual(m["alone"], 100)
+        self.assertAlmostEqual(m["alone_spread"][0], -0.02)
+        self.assertAlmostEqual(m["alone_spread"][1], 0.02)
+        self.assertAlmostEqual(m["noise"], 0.02)
+        self.assertEqual(m["ratios"], [99 / 101, 1.0, 97 / 98, 99 / 99])
+        self.assertAlmostEqual(s["cost"], 1 - statistics.median(m["ratios"]))
+        self.assertEqual(s["verdict"], "ok, unresolved")  # noise 2 % > the 1 % bound
+        self.assertEqual((s["util_alone"], s["util_with"], s["duty"], s["cpu_pct"]), (10.0, 50.0, 0.4, 2.0))
+        self.assertEqual(s["est_check"], "holds")
+        self.assertEqual(s["reasons"], {"filling": 4})
+        self.assertEqual(s["pairs"], 4)
+        lines = table({"train-input": s})
+        self.assertTrue(any(line.startswith("train-input  rate") and "ok, unresolved" in line for line in lines))
+        self.assertEqual(lines[-1].split(), ["4", "filling"])
+
+    def test_summary_of_latencies_gates_p50_and_the_p99s_milliseconds(self):
+        from .gaps import summarize, table
+        phases, runs = self.runs("p50", [1.0, 1.01, 1.0, 1.01, 1.0])
+        for r, p99 in zip(runs, [2.0, 2.3, 2.0, 2.05, 2.0]):
+            r["p99"] = p99
+        s = summarize("sub-ms", phases, runs)
+        self.assertAlmostEqual(s["cost"], 0.01)
+        self.assertAlmostEqual(s["noise"], 0.0)
+        self.assertAlmostEqual(s["p99_diff_ms"], 0.175)
+        self.assertEqual(s["verdict"], "over (p99)")
+        self.assertEqual(s["est_check"], "missing")
+        self.assertIsNone(s["duty"])
+        self.assertTrue(any("+0.175ms" in line for line in table({"sub-ms": s})))
+        # Decode: the worse of p50 and mean.
+        phases, runs = self.runs("p50", [200, 210, 200])
+        runs[1]["mean"], runs[0]["mean"], runs[2]["mean"] = 230, 220, 220
+        self.assertAlmostEqual(summarize("decode", phases, runs)["cost"], 0.05)
+
+    def test_verdict_and_estimate_bounds(self):
+        from .gaps import cost_of, est_check, verdict
+        self.assertAlmostEqual(cost_of("rate", 0.98), 0.02)
+        self.assertAlmostEqual(cost_of("p50", 1.03), 0.03)
+        self.assertEqual(verdict(0.005, 0.002, 0.01), "ok")
+        self.assertEqual(verdict(0.03, 0.002, 0.02), "over")
+        self.assertEqual(verdict(None, 0, 0.02), "-")
+        # At least the cost less the noise, at most 3 x the cost plus a point.
+        self.assertEqual(est_check(0.009, 0.02, 0.01), "under")
+        self.assertEqual(est_check(0.010, 0.02, 0.01), "holds")
+        self.assertEqual(est_check(0.069, 0.02, 0.01), "holds")
+        self.assertEqual(est_check(0.071, 0.02, 0.01), "over")
+        self.assertEqual(est_check(0.010, -0.01, 0.005), "holds")
+        self.assertEqual(est_check(None, 0.02, 0.01), "missing")
 
 
 class Commands(unittest.TestCase):
