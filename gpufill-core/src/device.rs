@@ -2,6 +2,9 @@
 //! [`LoadSource`] that loads it. `gpufill-nvml` and `gpufill-cuda` implement them for
 //! real hardware, `gpufill-sim` for the simulated GPU.
 
+use std::time::Duration;
+
+use crate::gaps::GapReport;
 use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::{Load, Utilization};
@@ -121,6 +124,12 @@ pub enum LaunchShape {
     /// that holds a context but is quiet, so its next kernel waits at most one short
     /// kernel of ours. Costs a wake-up per kernel.
     OneInFlight,
+    /// Beside live work without MPS (`yield.beside_live = "fill_gaps"`): one short
+    /// kernel at a time, an idle gap of at least [`crate::gaps::MIN_GAP`] after each, and
+    /// after a kernel that met another context, no launch for the hold the loop sets
+    /// ([`LoadSource::set_gap_hold`]); what the kernels met is reported
+    /// ([`LoadSource::gaps_seen`]). Costs a wake-up per kernel.
+    Gaps,
 }
 
 impl LaunchShape {
@@ -129,6 +138,7 @@ impl LaunchShape {
         match self {
             LaunchShape::Bursts => "bursts",
             LaunchShape::OneInFlight => "one_in_flight",
+            LaunchShape::Gaps => "gaps",
         }
     }
 }
@@ -212,6 +222,18 @@ pub trait LoadSource {
     fn is_running(&self) -> bool {
         true
     }
+
+    /// Filling gaps ([`LaunchShape::Gaps`]): what our kernels met since the last call.
+    /// The default saw nothing.
+    fn gaps_seen(&mut self) -> GapReport {
+        GapReport::default()
+    }
+
+    /// Filling gaps: how long to launch nothing after a kernel of ours met another
+    /// context ([`crate::gaps::GapCost`] sets it). The default ignores it.
+    fn set_gap_hold(&mut self, hold: Duration) {
+        let _ = hold;
+    }
 }
 
 impl<P: Probe + ?Sized> Probe for &mut P {
@@ -255,5 +277,11 @@ impl<L: LoadSource + ?Sized> LoadSource for &mut L {
     }
     fn is_running(&self) -> bool {
         (**self).is_running()
+    }
+    fn gaps_seen(&mut self) -> GapReport {
+        (**self).gaps_seen()
+    }
+    fn set_gap_hold(&mut self, hold: Duration) {
+        (**self).set_gap_hold(hold)
     }
 }

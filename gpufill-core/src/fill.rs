@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::controller::{Controller, ControllerKind};
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
+use crate::gaps::GapCost;
 use crate::kernel_timing::OthersSign;
 use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
 use crate::unlisted::{OwnShare, Unlisted};
@@ -48,6 +49,9 @@ pub struct FillSettings {
     /// After yielding this long, release the load source (drop the CUDA context) so
     /// gpufill holds no GPU memory; `None` keeps it.
     pub release_after: Option<Duration>,
+    /// While filling the gaps of live work: the most it may cost that work, estimated
+    /// ([`crate::gaps`]), as a ratio (0.02 is 2 %).
+    pub max_cost: f64,
 }
 
 impl Default for FillSettings {
@@ -59,6 +63,7 @@ impl Default for FillSettings {
             max_duty: Duty::FULL,
             fault_hold: Duration::from_secs(2),
             release_after: None,
+            max_cost: 0.02,
         }
     }
 }
@@ -143,6 +148,22 @@ pub enum Event {
     WentBlind,
     /// Yielded for `release_after`: the load source (the CUDA context) was released.
     Released,
+    /// Began filling the gaps that these listed processes' work leaves
+    /// ([`crate::Decision::FillGaps`]).
+    FillingGaps {
+        /// The listed foreign PIDs present.
+        pids: Vec<u32>,
+    },
+    /// Filling gaps: the estimated cost to the live work went over the bound (`over`),
+    /// so gpufill holds off longer after each meeting, or came back under half of it.
+    CostBound {
+        /// Whether it is over the bound now.
+        over: bool,
+        /// The estimate, a ratio.
+        estimate: f64,
+        /// The hold after each meeting now.
+        hold: Duration,
+    },
     /// Applying or launching the load failed transiently, retried next tick; or the
     /// load source failed for good and no load runs until its replacement
     /// ([`crate::Reopening`]), reported at every tick until then.
@@ -187,6 +208,9 @@ pub struct Tick {
     /// whether someone had run since our previous kernel. `None` when no probe ran, or
     /// when the load source could not tell (then NVML's word stands).
     pub probed: Option<bool>,
+    /// While filling the gaps of live work: what it is estimated to cost that work, as
+    /// a ratio ([`crate::gaps::GapCost`]).
+    pub cost: Option<f64>,
     /// Changes in this step.
     pub events: Vec<Event>,
 }
@@ -344,6 +368,9 @@ struct Sensed {
     quiet_since: Option<Time>,
     /// Since when the probe has been failing.
     fault_since: Option<Time>,
+    /// While filling gaps: the cost estimate and the hold after each meeting; and
+    /// whether the estimate was last over the bound.
+    gap_cost: Option<(GapCost, bool)>,
     /// In this step the loop began filling: where [`Event::Filling`] goes among the
     /// tick's events once the load runs.
     announce: Option<usize>,
@@ -387,6 +414,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 listed_at_step: Vec::new(),
                 quiet_since: None,
                 fault_since: None,
+                gap_cost: None,
                 announce: None,
             },
         }
@@ -464,6 +492,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             shape: self.in_force.shape,
             foreign: 0,
             probed: None,
+            cost: None,
             events: Vec::new(),
         };
         if self.phase == Phase::Stopped {
@@ -498,6 +527,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         self.apply(now, desired, &mut tick);
         self.note_load(now);
         self.launch_due(now, &mut tick);
+        self.meter_gaps(now, &mut tick);
         self.report_no_load(&mut tick);
         self.release_if_idle_long(now, &mut tick);
         tick
@@ -630,6 +660,41 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             .own_share
             .note(self.settings.shaping.reading(load));
         self.probe.note_load(now, load);
+    }
+
+    /// While our kernels fill gaps: what they met goes into the cost estimate, and a new
+    /// hold after each meeting to the load source ([`GapCost`]). Filling gaps anew starts
+    /// a fresh estimate at the shortest hold.
+    fn meter_gaps(&mut self, now: Time, tick: &mut Tick) {
+        if self.in_force.shape != LaunchShape::Gaps || self.in_force.load.is_idle() {
+            self.sensed.gap_cost = None;
+            return;
+        }
+        let (cost, over) = self.sensed.gap_cost.get_or_insert_with(|| {
+            self.load.set_gap_hold(crate::gaps::MIN_HOLD);
+            (GapCost::new(crate::gaps::GAP_KERNEL), false)
+        });
+        let report = self.load.gaps_seen();
+        let max_cost = self.settings.max_cost;
+        if let Some(hold) = cost.update(now, report, tick.sample, max_cost) {
+            self.load.set_gap_hold(hold);
+        }
+        tick.cost = cost.estimate();
+        if let Some(estimate) = cost.estimate() {
+            let flip = if *over {
+                estimate < max_cost / 2.0
+            } else {
+                estimate > max_cost
+            };
+            if flip {
+                *over = !*over;
+                tick.events.push(Event::CostBound {
+                    over: *over,
+                    estimate,
+                    hold: cost.hold(),
+                });
+            }
+        }
     }
 
     fn launch_due(&mut self, now: Time, tick: &mut Tick) {
@@ -794,6 +859,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         tick.foreign = decision.foreign_count();
         let shape = match decision {
             Decision::FillBeside => LaunchShape::OneInFlight,
+            Decision::FillGaps { .. } => LaunchShape::Gaps,
             _ => LaunchShape::Bursts,
         };
         match decision {
@@ -813,10 +879,16 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 unlisted: false,
                 sign: None,
             },
-            Decision::Fill { .. } | Decision::FillBeside
+            Decision::Fill { .. } | Decision::FillBeside | Decision::FillGaps { .. }
                 if self.settings.target == Utilization::ZERO =>
             {
                 Next::Off { shape }
+            }
+            Decision::FillGaps { pids } => {
+                if self.in_force.shape != LaunchShape::Gaps {
+                    tick.events.push(Event::FillingGaps { pids });
+                }
+                self.fill(now, measured.sample, shape)
             }
             Decision::Fill { unexplained } => {
                 if let Some(sign) = unexplained {

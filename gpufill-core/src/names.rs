@@ -42,11 +42,12 @@ macro_rules! named_choice {
         impl ::std::str::FromStr for $ty {
             type Err = String;
 
-            /// Parses the name [`Self::as_str`] gives.
+            /// Parses the name [`Self::as_str`] gives; a hyphen may stand for an
+            /// underscore (`fill-gaps` is `fill_gaps`), as on command lines.
             fn from_str(name: &str) -> Result<Self, String> {
                 $ty::ALL
                     .into_iter()
-                    .find(|c| c.as_str() == name)
+                    .find(|c| c.as_str() == name || c.as_str() == name.replace('-', "_"))
                     .ok_or_else(|| $crate::names::unknown_name(&$ty::NAMES, name))
             }
         }

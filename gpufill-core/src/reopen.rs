@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource};
+use crate::gaps::GapReport;
 use crate::kernel_timing::OthersSign;
 use crate::time::Time;
 use crate::units::Load;
@@ -89,6 +90,8 @@ pub struct Reopening<L, F> {
     load: Load,
     /// The shape last asked for, likewise.
     shape: LaunchShape,
+    /// The hold after a meeting while filling gaps, handed to every new source.
+    gap_hold: Duration,
     backoff: Backoff,
     settings: ReopenSettings,
     /// After a failure: when the replacement may be opened.
@@ -111,6 +114,7 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
             current: Some(first),
             load: Load::IDLE,
             shape: LaunchShape::default(),
+            gap_hold: crate::gaps::MIN_HOLD,
             backoff: Backoff::new(settings.initial, settings.max),
             settings,
             retry_at: None,
@@ -140,6 +144,7 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> Reopening<L, F> {
             self.opened_at = Some(now);
             let mut fresh = fresh;
             fresh.set_shape(self.shape);
+            fresh.set_gap_hold(self.gap_hold);
             self.current = Some(fresh);
         }
         Ok(self.current.as_mut())
@@ -239,6 +244,20 @@ impl<L: LoadSource, F: FnMut() -> Result<L, L::Error>> LoadSource for Reopening<
 
     fn others_seen(&mut self) -> Option<OthersSign> {
         self.current.as_mut().and_then(LoadSource::others_seen)
+    }
+
+    fn gaps_seen(&mut self) -> GapReport {
+        self.current
+            .as_mut()
+            .map(LoadSource::gaps_seen)
+            .unwrap_or_default()
+    }
+
+    fn set_gap_hold(&mut self, hold: Duration) {
+        self.gap_hold = hold;
+        if let Some(source) = &mut self.current {
+            source.set_gap_hold(hold);
+        }
     }
 
     /// Probes with the current source, opening one when due. A source opened for the

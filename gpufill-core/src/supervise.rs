@@ -193,6 +193,7 @@ where
             shape: crate::device::LaunchShape::default(),
             foreign: 0,
             probed: None,
+            cost: None,
             events: Vec::new(),
         }
     }

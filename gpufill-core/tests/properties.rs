@@ -12,9 +12,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use gpufill_core::{
-    Backoff, Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop, FillSettings,
-    Load, LoadSource, Probe, ProcessInfo, RateLimiter, Shaping, SmShaping, State, Time, TimeOfDay,
-    Unlisted, Utilization, Width, YieldMode, YieldPolicy, YieldSettings,
+    Backoff, BesideLive, Controller, ControllerKind, DeviceError, Duty, ErrorKind, FillLoop,
+    FillSettings, Load, LoadSource, Probe, ProcessInfo, RateLimiter, Shaping, SmShaping, State,
+    Time, TimeOfDay, Unlisted, Utilization, Width, YieldMode, YieldPolicy, YieldSettings,
 };
 use gpufill_core::{ReopenError, Reopening};
 use proptest::prelude::*;
@@ -186,6 +186,7 @@ proptest! {
         grace_ms in 0..10_000u64,
         mode in mode(),
         pi in any::<bool>(),
+        gaps in any::<bool>(),
         sm_count in proptest::option::of(1..=200u32),
         steps in proptest::collection::vec(step(), 1..300),
     ) {
@@ -196,10 +197,12 @@ proptest! {
             max_duty: Duty::clamped(max_duty),
             fault_hold: Duration::from_millis(fault_hold_ms),
             release_after: None,
+            max_cost: 0.02,
         };
         let yielding = YieldSettings {
             mode,
             grace: Duration::from_millis(grace_ms),
+            beside_live: if gaps { BesideLive::FillGaps } else { BesideLive::HoldOff },
             ..YieldSettings::default()
         };
         let kind = if pi { ControllerKind::Pi } else { ControllerKind::Window };

@@ -757,7 +757,8 @@ impl LoadSource for CudaLoad {
             return;
         };
         match shape {
-            LaunchShape::OneInFlight => self.pacer.stop(),
+            // TODO(fill gaps): the pacing thread's gap-filling cycle.
+            LaunchShape::OneInFlight | LaunchShape::Gaps => self.pacer.stop(),
             LaunchShape::Bursts => {
                 self.stop_pacing();
                 self.watch.restart();

@@ -90,6 +90,28 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
             Event::Unexplained { sign } => debug!(
                 "{sign} with nobody else on the GPU: the host's own jitter, not a neighbour; no pause"
             ),
+            Event::FillingGaps { pids } => info!(
+                foreign = ?pids,
+                "filling the gaps of live work: listed for the idle grace, working or not; one short kernel at a time, within the cost bound"
+            ),
+            Event::CostBound {
+                over: true,
+                estimate,
+                hold,
+            } => info!(
+                estimate_percent = estimate * 100.0,
+                hold_ms = hold.as_secs_f64() * 1e3,
+                "estimated cost to live work over the bound: holding off longer after each meeting"
+            ),
+            Event::CostBound {
+                over: false,
+                estimate,
+                hold,
+            } => info!(
+                estimate_percent = estimate * 100.0,
+                hold_ms = hold.as_secs_f64() * 1e3,
+                "estimated cost to live work under half the bound: filling more of its gaps"
+            ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
             }

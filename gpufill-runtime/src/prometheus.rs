@@ -700,6 +700,7 @@ mod tests {
                 shape: gpufill_core::LaunchShape::Bursts,
                 foreign: 1,
                 probed: None,
+                cost: None,
                 events,
             };
             publishers[0].observe(&tick, 1);

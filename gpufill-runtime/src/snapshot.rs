@@ -342,6 +342,7 @@ mod tests {
             shape: LaunchShape::Bursts,
             foreign: 0,
             probed: None,
+            cost: None,
             events,
         }
     }

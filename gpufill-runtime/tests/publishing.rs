@@ -54,6 +54,7 @@ fn publishing_a_tick_allocates_nothing() {
         shape: gpufill_core::LaunchShape::Bursts,
         foreign: 0,
         probed: None,
+        cost: None,
         events: Vec::new(),
     };
     publisher.observe(&tick, 1); // warm

@@ -276,7 +276,8 @@ impl ForeignJob {
     pub fn loss_per_duty(&self, shape: LaunchShape, kernel: Duration) -> f64 {
         match shape {
             LaunchShape::Bursts => self.interference,
-            LaunchShape::OneInFlight => {
+            // TODO(fill gaps): the gap filler's own model.
+            LaunchShape::OneInFlight | LaunchShape::Gaps => {
                 let request = self.request.as_secs_f64();
                 let per_request = if request > 0.0 {
                     Self::WAITS_PER_REQUEST * kernel.as_secs_f64() / request

@@ -529,7 +529,9 @@ impl Model {
             let tail = match self.effective_shape() {
                 (LaunchShape::Bursts, _) => self.cfg.stop_tail,
                 // Nothing is queued behind the kernel in flight.
-                (LaunchShape::OneInFlight, kernel) => self.cfg.stop_tail.min(kernel),
+                (LaunchShape::OneInFlight | LaunchShape::Gaps, kernel) => {
+                    self.cfg.stop_tail.min(kernel)
+                }
             };
             self.tail = Some((self.now + tail, self.own, self.own_sm));
         } else if duty > 0.0 {

@@ -225,7 +225,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__run)
-            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --gpus --duration --verbose --quiet --log-format --help"
+            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --beside-live --max-cost --tick-ms --period-ms --metrics --gpus --duration --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -260,6 +260,14 @@ _gpufill() {
                     return 0
                     ;;
                 --grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --beside-live)
+                    COMPREPLY=($(compgen -W "hold_off fill_gaps" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-cost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -295,7 +303,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__simulate)
-            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --tick-ms --period-ms --metrics --duration --foreign --service --csv --sample-ms --mps --pid-namespace --host-jitter --every --random-foreign --seed --realtime --start-time --verbose --quiet --log-format --help"
+            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --beside-live --max-cost --tick-ms --period-ms --metrics --duration --foreign --service --csv --sample-ms --mps --pid-namespace --host-jitter --every --random-foreign --seed --realtime --start-time --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -330,6 +338,14 @@ _gpufill() {
                     return 0
                     ;;
                 --grace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --beside-live)
+                    COMPREPLY=($(compgen -W "hold_off fill_gaps" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-cost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -48,6 +48,9 @@ sleep\t''"
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l width -d 'Blocks (one warp each) per kernel [config: load.width_blocks]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l max-duty -d 'Upper bound of our own time share, percent [config: load.max_duty_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l grace -d 'Seconds to stay idle after the last foreign process left [config: yield.grace_s]' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l beside-live -d 'Beside live work without MPS: hold_off or fill_gaps [config: yield.beside_live]' -r -f -a "hold_off\t''
+fill_gaps\t''"
+complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l max-cost -d 'fill_gaps: the most it may cost live work, percent [config: yield.max_cost_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l tick-ms -d 'Loop tick in milliseconds; it must divide the launch period [config: tick_ms]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l period-ms -d 'Launch period in milliseconds, a multiple of the tick [config: load.period_ms]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand run" -l metrics -d 'Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0 picks a free port (logged) [config: metrics.listen]' -r
@@ -69,6 +72,9 @@ sleep\t''"
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l width -d 'Blocks (one warp each) per kernel [config: load.width_blocks]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l max-duty -d 'Upper bound of our own time share, percent [config: load.max_duty_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l grace -d 'Seconds to stay idle after the last foreign process left [config: yield.grace_s]' -r
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l beside-live -d 'Beside live work without MPS: hold_off or fill_gaps [config: yield.beside_live]' -r -f -a "hold_off\t''
+fill_gaps\t''"
+complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l max-cost -d 'fill_gaps: the most it may cost live work, percent [config: yield.max_cost_percent]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l tick-ms -d 'Loop tick in milliseconds; it must divide the launch period [config: tick_ms]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l period-ms -d 'Launch period in milliseconds, a multiple of the tick [config: load.period_ms]' -r
 complete -c gpufill -n "__fish_gpufill_using_subcommand simulate" -l metrics -d 'Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9401; port 0 picks a free port (logged) [config: metrics.listen]' -r

@@ -348,6 +348,7 @@ mod tests {
             shape: gpufill_core::LaunchShape::Bursts,
             foreign: 0,
             probed: None,
+            cost: None,
             events: Vec::new(),
         }
     }

@@ -5,7 +5,7 @@
 
 use std::marker::PhantomData;
 
-use clap::builder::PossibleValuesParser;
+use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use gpufill_runtime::for_the_binary::FlagValue;
 
@@ -33,6 +33,8 @@ impl KeySet for LoopKeys {
         "load.width_blocks",
         "load.max_duty_percent",
         "yield.grace_s",
+        "yield.beside_live",
+        "yield.max_cost_percent",
         "tick_ms",
         "load.period_ms",
         MetricsConfig::LISTEN,
@@ -109,9 +111,19 @@ fn arg_of(key: &'static str) -> Arg {
         Some(FlagValue::Number(_)) => arg.value_parser(Number),
         Some(FlagValue::U32(_)) => arg.value_parser(clap::value_parser!(u32)),
         Some(FlagValue::U64(_)) => arg.value_parser(clap::value_parser!(u64)),
-        Some(FlagValue::Name(choice)) => {
-            arg.value_parser(PossibleValuesParser::new(choice.names()))
-        }
+        // A hyphen may stand for an underscore (`--beside-live fill-gaps`), as the
+        // names' own parser allows; clap hands on the name itself.
+        Some(FlagValue::Name(choice)) => arg.value_parser(PossibleValuesParser::new(
+            choice.names().iter().map(|name| {
+                let hyphens = name.replace('_', "-");
+                let value = PossibleValue::new(*name);
+                if hyphens == *name {
+                    value
+                } else {
+                    value.alias(hyphens)
+                }
+            }),
+        )),
         Some(FlagValue::Gpus(_)) => arg.value_parser(parse_gpus),
         Some(FlagValue::Text(_)) | None => arg.value_parser(clap::value_parser!(String)),
     }
@@ -183,6 +195,10 @@ mod tests {
             "90",
             "--grace",
             "2",
+            "--beside-live",
+            "fill-gaps",
+            "--max-cost",
+            "1.5",
             "--tick-ms",
             "25",
             "--period-ms",
@@ -206,6 +222,11 @@ mod tests {
         assert_eq!(config.load.width_blocks, 3);
         assert_eq!(config.load.max_duty_percent, 90.0);
         assert_eq!(config.yielding.grace_s, 2.0);
+        assert_eq!(
+            config.yielding.beside_live,
+            gpufill_core::BesideLive::FillGaps
+        );
+        assert_eq!(config.yielding.max_cost_percent, 1.5);
         assert_eq!(config.tick_ms, 25);
         assert_eq!(config.load.period_ms, 100);
         assert_eq!(config.metrics.listen, "127.0.0.1:0");

@@ -159,6 +159,12 @@ const BOUNDS: &[(&str, &str, &[&str], &[&str])] = &[
         &["-0.001", "86400.001"],
     ),
     (
+        "yield.max_cost_percent",
+        "[yield]\n",
+        &["0", "100"],
+        &["-0.001", "100.001"],
+    ),
+    (
         "probe.fault_hold_s",
         "[probe]\n",
         &["0", "3600"],

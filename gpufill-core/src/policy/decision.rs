@@ -68,6 +68,14 @@ pub enum Decision {
     /// previous kernel ([`crate::LoadSource::probe`]) and hand the answer to
     /// [`YieldPolicy::probed`](crate::policy::YieldPolicy::probed), which decides.
     Probe,
+    /// Activity mode with `beside_live = "fill_gaps"`: everyone present has been
+    /// listed for the idle grace, working or not: fill the gaps their work leaves
+    /// ([`crate::LaunchShape::Gaps`]), at the cost the loop bounds
+    /// ([`crate::gaps::GapCost`]).
+    FillGaps {
+        /// PIDs of the listed foreign processes present.
+        pids: Vec<u32>,
+    },
     /// Someone else is here (their PIDs, or one without a PID), or left less than the
     /// grace ago (no PIDs, `unlisted` false).
     Yield {
@@ -85,13 +93,19 @@ impl Decision {
 
     /// Whether the decision is to fill.
     pub fn is_fill(&self) -> bool {
-        matches!(self, Decision::Fill { .. } | Decision::FillBeside)
+        matches!(
+            self,
+            Decision::Fill { .. } | Decision::FillBeside | Decision::FillGaps { .. }
+        )
     }
 
     /// How many foreign processes cause the decision (one for an unlisted presence).
     pub fn foreign_count(&self) -> usize {
         match self {
-            Decision::Fill { .. } | Decision::FillBeside | Decision::Probe => 0,
+            Decision::Fill { .. }
+            | Decision::FillBeside
+            | Decision::FillGaps { .. }
+            | Decision::Probe => 0,
             Decision::Yield { pids, unlisted } | Decision::Pause { pids, unlisted, .. } => {
                 pids.len() + usize::from(*unlisted)
             }
@@ -118,6 +132,20 @@ pub enum YieldMode {
     Mps,
 }
 
+/// What activity mode does beside a holder that works, once it is past its idle grace
+/// as a newcomer (`yield.beside_live`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BesideLive {
+    /// Hold off while it works, fill beside it only while it is dormant.
+    #[default]
+    HoldOff,
+    /// Fill the gaps its work leaves, one short kernel at a time, at a cost bounded by
+    /// `yield.max_cost_percent` ([`crate::gaps`]).
+    FillGaps,
+}
+
+crate::named_choice!(BesideLive { HoldOff => "hold_off", FillGaps => "fill_gaps" });
+
 /// Settings of [`YieldPolicy`](crate::policy::YieldPolicy).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct YieldSettings {
@@ -125,6 +153,8 @@ pub struct YieldSettings {
     pub mode: YieldMode,
     /// How long to stay idle after the last (working) foreign process has gone.
     pub grace: Duration,
+    /// Beside a holder that works, in activity mode: hold off, or fill its gaps.
+    pub beside_live: BesideLive,
     /// PIDs that never count as foreign (monitoring agents, another gpufill).
     pub ignore_pids: Vec<u32>,
     /// Process names that never count as foreign, matched against the last path
@@ -137,6 +167,7 @@ impl Default for YieldSettings {
         YieldSettings {
             mode: YieldMode::Presence,
             grace: Duration::from_secs(5),
+            beside_live: BesideLive::HoldOff,
             ignore_pids: Vec::new(),
             ignore_names: Vec::new(),
         }

@@ -56,7 +56,8 @@ use crate::time::Time;
 use crate::unlisted::Unlisted;
 
 pub use decision::{
-    BURST_HOLD, CONFIRM_AFTER, Decision, LIVE_HOLD_MAX_FACTOR, YieldMode, YieldSettings, live_hold,
+    BURST_HOLD, BesideLive, CONFIRM_AFTER, Decision, LIVE_HOLD_MAX_FACTOR, YieldMode,
+    YieldSettings, live_hold,
 };
 use holders::{Evidence, Holders};
 use seen::Hidden;
@@ -197,6 +198,18 @@ impl YieldPolicy {
             (false, Some(sign)) => Evidence::Weak(sign),
             (false, None) => Evidence::None,
         };
+        if self.settings.beside_live == BesideLive::FillGaps
+            && !unlisted
+            && !listed.is_empty()
+            && self.timers.newcomers(now, &listed, idle_grace).is_empty()
+        {
+            // Everyone listed has been there for the idle grace: whether they work or
+            // not, fill the gaps they leave (newcomers are yielded to below). Nobody
+            // is yielded to, so no grace is owed when they leave.
+            self.timers.end_grace();
+            self.holders.forget();
+            return Decision::FillGaps { pids: listed };
+        }
         if !working.is_empty() || unlisted {
             return self.yield_to(now, working, unlisted);
         }

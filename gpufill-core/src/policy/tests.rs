@@ -807,3 +807,71 @@ fn where_the_view_cannot_tell_a_sign_just_after_someone_was_listed_is_not_called
         Decision::Fill { unexplained: LATE }
     );
 }
+
+fn fill_gaps(idle_grace_ms: u64) -> YieldPolicy {
+    YieldPolicy::new(YieldSettings {
+        mode: YieldMode::Activity {
+            idle_grace: Duration::from_millis(idle_grace_ms),
+        },
+        beside_live: BesideLive::FillGaps,
+        ..YieldSettings::default()
+    })
+}
+
+#[test]
+fn filling_gaps_spares_a_newcomer_for_its_idle_grace_then_fills_beside_its_work() {
+    let mut p = fill_gaps(1000);
+    let one = procs(&[5]);
+    let active = [5];
+    let working = Seen::complete(&one, &active);
+    // A newcomer that works at once: yielded to for its idle grace.
+    for t in [0, 500, 999] {
+        assert_eq!(
+            p.decide_seen(ms(t), &working),
+            Decision::Yield {
+                pids: vec![5],
+                unlisted: false
+            },
+            "{t} ms"
+        );
+    }
+    // Listed for the idle grace: its gaps are filled, however much it works.
+    for t in [1000, 1500, 5000] {
+        assert_eq!(
+            p.decide_seen(ms(t), &working),
+            Decision::FillGaps { pids: vec![5] },
+            "{t} ms"
+        );
+    }
+    // A second newcomer is yielded to for its own idle grace.
+    let two = procs(&[5, 6]);
+    let d = p.decide_seen(ms(6000), &Seen::complete(&two, &[]));
+    assert!(matches!(d, Decision::Yield { .. }), "{d:?}");
+    assert!(
+        !p.decide_seen(ms(6999), &Seen::complete(&two, &[]))
+            .is_fill()
+    );
+    assert_eq!(
+        p.decide_seen(ms(7000), &Seen::complete(&two, &[])),
+        Decision::FillGaps { pids: vec![5, 6] }
+    );
+    // Both leave: nobody was yielded to last, so no grace is owed.
+    assert_eq!(
+        p.decide_seen(ms(7100), &Seen::complete(&[], &[])),
+        Decision::FILL
+    );
+}
+
+#[test]
+fn holding_off_a_working_holder_is_still_the_default() {
+    let mut p = activity(1000);
+    let one = procs(&[5]);
+    let active = [5];
+    let working = Seen::complete(&one, &active);
+    for t in (0..5000).step_by(500) {
+        assert!(
+            matches!(p.decide_seen(ms(t), &working), Decision::Yield { .. }),
+            "{t} ms"
+        );
+    }
+}

@@ -16,6 +16,8 @@ pub(super) struct Timers {
     grace_from: Option<Time>,
     /// Activity mode's idle grace, per listed PID: when each last worked (or appeared).
     idle_from: HashMap<u32, Time>,
+    /// Per listed PID, when it was first listed (filling gaps spares only newcomers).
+    listed_from: HashMap<u32, Time>,
     /// Activity mode's idle grace of the unlisted presence, with its memory level.
     unlisted: Option<UnlistedTrack>,
     /// [`BURST_HOLD`]: when a kernel of ours last showed someone nobody lists.
@@ -91,6 +93,25 @@ impl Timers {
             .iter()
             .copied()
             .filter(|pid| now.saturating_since(self.idle_from[pid]) < idle_grace)
+            .collect()
+    }
+
+    /// The `listed` PIDs first listed less than `idle_grace` before `now`: newcomers,
+    /// whose first kernels may be near.
+    pub(super) fn newcomers(
+        &mut self,
+        now: Time,
+        listed: &[u32],
+        idle_grace: Duration,
+    ) -> Vec<u32> {
+        self.listed_from.retain(|pid, _| listed.contains(pid));
+        listed
+            .iter()
+            .copied()
+            .filter(|pid| {
+                let from = *self.listed_from.entry(*pid).or_insert(now);
+                now.saturating_since(from) < idle_grace
+            })
             .collect()
     }
 

@@ -34,6 +34,7 @@ impl Settings {
                 .yielding
                 .release_context
                 .then(|| seconds(self.yielding.release_after_s)),
+            max_cost: self.yielding.max_cost_percent / 100.0,
         }
     }
 
@@ -115,6 +116,7 @@ impl Settings {
         YieldSettings {
             mode,
             grace: seconds(y.grace_s),
+            beside_live: y.beside_live,
             ignore_pids: y.ignore_pids.clone(),
             ignore_names: y.ignore_names.clone(),
         }

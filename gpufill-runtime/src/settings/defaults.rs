@@ -6,7 +6,7 @@
 //! `gpufill.example.toml` lists the defaults (a test in `gpufill-cli` keeps the two
 //! equal).
 
-use gpufill_core::ControllerKind;
+use gpufill_core::{BesideLive, ControllerKind};
 use gpufill_cuda::SpinKernel;
 
 use super::rules::{Gpus, Named, Names, Pids, Plain, Range, Windows, ZeroOr};
@@ -109,6 +109,16 @@ settings_table! {
         /// `activity` only: seconds a listed process must have run no kernel before
         /// gpufill fills beside it.
         pub idle_grace_s: f64 = 30.0, Range(0.0, 86400.0), live;
+        /// `activity` only: beside a process that works, once it has been listed for
+        /// `idle_grace_s`: `hold_off` (fill beside it only while it is dormant) or
+        /// `fill_gaps` (fill the gaps its work leaves, one short kernel at a time, at an
+        /// estimated cost to it of at most `max_cost_percent`).
+        pub beside_live: BesideLive = BesideLive::HoldOff, Named, live,
+            flag("--beside-live", "MODE", "Beside live work without MPS: hold_off or fill_gaps");
+        /// `fill_gaps` only: the most gpufill may cost live work, percent, as it
+        /// estimates from its own kernels' timing.
+        pub max_cost_percent: f64 = 2.0, Range(0.0, 100.0), live,
+            flag("--max-cost", "PCT", "fill_gaps: the most it may cost live work, percent");
         /// PIDs that never count as foreign.
         pub ignore_pids: Vec<u32> = Vec::new(), Pids, live;
         /// Process names (last path component) that never count as foreign.
