@@ -555,9 +555,9 @@ def main(argv):
     host = host_info(str(a.gpu))
     host["gpufill"] = subprocess.run([a.gpufill, "--version"], capture_output=True,
                                      text=True).stdout.strip()
-    print(f"gaps: {host['hostname']}: {host['gpu']}; {host['gpufill']}; compute policy: "
-          f"{' '.join(host['compute_policy'].split())}", flush=True)
-    if host["apps"]:
+    print(f"gaps: {host.get('hostname')}: {host.get('gpu')}; {host['gpufill']}; compute policy: "
+          f"{' '.join(str(host.get('compute_policy')).split())}", flush=True)
+    if host.get("apps"):
         print(f"gaps: processes on the host's GPUs already: {host['apps']}", flush=True)
     t_all = time.monotonic()
     trace = UtilTrace(handle(a.gpu), every=1.0)
@@ -582,11 +582,11 @@ def main(argv):
             print(f"gaps {name}: cost {pc(s['cost'])} (noise {pc(s['noise'], False)}), {s['verdict']}; "
                   f"GPU {s['util_alone'] or 0:.1f} -> {s['util_with'] or 0:.1f} %; "
                   f"[{time.monotonic() - t:.0f} s]", flush=True)
-    finally:
+    finally:  # also when cut short (SIGTERM): the workloads done so far
         trace.finish()
         with open(os.path.join(a.out, "gaps-summary.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
-    print()
-    print("\n".join(table(summaries, a.reasons)))
-    print(f"\ngaps: {time.monotonic() - t_all:.0f} s in all; details in {a.out}", flush=True)
+        print()
+        print("\n".join(table(summaries, a.reasons)))
+        print(f"\ngaps: {time.monotonic() - t_all:.0f} s in all; details in {a.out}", flush=True)
     return 0
