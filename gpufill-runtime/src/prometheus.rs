@@ -437,7 +437,10 @@ mod tests {
         g.last_tick = Some(UNIX_EPOCH);
         let mut sm = gpu(1, "NVIDIA H200");
         sm.sm_metric = true;
-        render_with(&[g, sm], &process(), Some(&stats))
+        let mut gaps = gpu(2, "NVIDIA H200");
+        gaps.filling_gaps = true;
+        gaps.estimated_cost_ratio = Some(0.012);
+        render_with(&[g, sm, gaps], &process(), Some(&stats))
     }
 
     #[test]
@@ -515,7 +518,7 @@ mod tests {
             }
             values.dedup();
             if series.name == "gpufill_state" {
-                assert_eq!(values.len(), labels.values.len() * 2, "two GPUs");
+                assert_eq!(values.len(), labels.values.len() * 3, "three GPUs");
                 values.truncate(labels.values.len());
             }
             assert_eq!(values, labels.values, "{}", series.name);

@@ -48,6 +48,10 @@ pub struct GpuSnapshot {
     pub pauses_total: u64,
     /// Filling beside quiet holders of a context, one short kernel in flight at a time.
     pub filling_beside: bool,
+    /// Filling the gaps of live work (`yield.beside_live = "fill_gaps"`).
+    pub filling_gaps: bool,
+    /// While filling gaps: the estimated cost to the live work, a ratio.
+    pub estimated_cost_ratio: Option<f64>,
     /// Probe faults so far.
     pub probe_faults_total: u64,
     /// gpufill's own GPU memory, bytes, when known.
@@ -108,6 +112,8 @@ impl GpuSnapshot {
             yields_total: 0,
             pauses_total: 0,
             filling_beside: false,
+            filling_gaps: false,
+            estimated_cost_ratio: None,
             probe_faults_total: 0,
             memory_used_bytes: None,
             power_watts: None,
@@ -281,6 +287,8 @@ impl Publisher {
         s.state = Some(tick.state);
         s.foreign = tick.foreign;
         s.filling_beside = tick.state.fills() && tick.shape == LaunchShape::OneInFlight;
+        s.filling_gaps = tick.state.fills() && tick.shape == LaunchShape::Gaps;
+        s.estimated_cost_ratio = tick.cost.filter(|_| s.filling_gaps);
         s.last_tick = Some(SystemTime::now());
         s.last_tick_at = Some(Instant::now());
         for event in &tick.events {

@@ -109,6 +109,23 @@ pub(super) const SERIES: &[Series] = &[
     )
     .notes("A kernel lasts `load.beside_kernel_us`; gpufill's CPU is then a few percent of a core."),
     Series::new(
+        "gpufill_filling_gaps",
+        Gauge,
+        "1 while gpufill fills the gaps of live work (yield.beside_live = \"fill_gaps\"); else 0.",
+        Source::Gpu(|s| Some(f64::from(u8::from(s.filling_gaps)))),
+    ),
+    Series::new(
+        "gpufill_estimated_cost_ratio",
+        Gauge,
+        "While filling gaps: what gpufill estimates it costs the live work, from its own kernels' timing, 0 to 1.",
+        Source::Gpu(|s| s.estimated_cost_ratio),
+    )
+    .notes(
+        "Absent unless filling gaps. gpufill holds it under `yield.max_cost_percent`: each \
+         meeting with the work is charged a context switch and half a kernel, against the \
+         work's own busy time.",
+    ),
+    Series::new(
         "gpufill_probe_faults_total",
         Counter,
         "Times measuring the GPU failed.",

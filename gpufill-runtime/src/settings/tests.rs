@@ -213,7 +213,7 @@ fn the_keys_that_need_a_restart_are_those_whose_line_says_so() {
 fn every_key_is_listed_once_and_copied_by_its_name() {
     let keys = Settings::every_key();
     let names: Vec<&str> = keys.iter().map(|k| k.name).collect();
-    assert_eq!(names.len(), 26, "{names:?}");
+    assert_eq!(names.len(), 28, "{names:?}");
     assert_eq!(
         &names[..5],
         ["target_percent", "gpus", "controller", "metric", "tick_ms"]
@@ -255,7 +255,9 @@ fn a_key_with_a_flag_says_where_its_value_lives() {
             "--max-duty",
             "--period-ms",
             "--kernel",
-            "--grace"
+            "--grace",
+            "--beside-live",
+            "--max-cost"
         ]
     );
     for (key, _) in &flagged {
