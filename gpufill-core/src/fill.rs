@@ -21,13 +21,15 @@ use std::time::Duration;
 
 use crate::controller::{Controller, ControllerKind};
 use crate::device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
+use crate::drive::{Driven, drive};
 use crate::gaps::GapCost;
+use crate::hint::NoHint;
 use crate::kernel_timing::OthersSign;
 use crate::policy::{Decision, Seen, YieldMode, YieldPolicy, YieldSettings};
 use crate::unlisted::{OwnShare, Unlisted};
 
 use crate::shaper::{Shaper, Shaping};
-use crate::time::{Clock, Time, next_tick};
+use crate::time::{Clock, Time};
 use crate::units::{Duty, Load, Utilization, Width};
 
 /// Settings of a [`FillLoop`].
@@ -754,17 +756,12 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         period: Duration,
         mut keep_going: impl FnMut(&Tick) -> bool,
     ) -> Tick {
-        let mut next = clock.now();
-        loop {
-            let tick = self.step(clock.now());
-            if tick.state == State::Stopped || !keep_going(&tick) {
-                // Best effort: a failed idle on a lost device has nothing left to stop.
-                let _ = self.idle(clock.now());
-                return tick;
-            }
-            next = next_tick(next, period, clock.now());
-            clock.sleep_until(next);
-        }
+        let tick = drive(clock, period, &mut NoHint, self, |tick| {
+            tick.state != State::Stopped && keep_going(tick)
+        });
+        // Best effort: a failed idle on a lost device has nothing left to stop.
+        let _ = self.idle(clock.now());
+        tick
     }
 
     fn measure(&mut self, now: Time) -> Result<Measured, (ErrorKind, String)> {
@@ -1007,6 +1004,18 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
         }
         tick.duty = self.in_force.load.duty;
         tick.width = self.in_force.load.width;
+    }
+}
+
+impl<P: Probe, L: LoadSource, C: Controller> Driven for FillLoop<P, L, C> {
+    type Step = Tick;
+
+    fn step(&mut self, now: Time) -> Tick {
+        FillLoop::step(self, now)
+    }
+
+    fn newcomer_listed(&mut self, now: Time) -> bool {
+        FillLoop::newcomer_listed(self, now)
     }
 }
 

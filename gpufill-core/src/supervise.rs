@@ -16,9 +16,10 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::controller::Controller;
 use crate::device::{LoadSource, Probe};
+use crate::drive::{Driven, drive};
 use crate::fill::{FillLoop, State, Tick};
-use crate::hint::{Hint, NoHint, wait_for_tick};
-use crate::time::{Clock, Time, next_tick};
+use crate::hint::{Hint, NoHint};
+use crate::time::{Clock, Time};
 use crate::units::{Duty, Utilization, Width};
 
 /// Settings of a [`Supervisor`].
@@ -242,35 +243,51 @@ where
         clock: &K,
         period: Duration,
         hint: &mut H,
-        mut step: impl FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
-        mut keep_going: impl FnMut(&Supervised) -> bool,
+        step: impl FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
+        keep_going: impl FnMut(&Supervised) -> bool,
     ) -> Supervised {
-        let mut next = clock.now();
-        let mut watch_until = None;
-        loop {
-            let step = self.step_with(clock.now(), &mut step);
-            if !keep_going(&step) {
-                // Best effort: a failed idle on a lost device has nothing left to stop.
-                let _ = self.idle(clock.now());
-                return step;
-            }
-            // A slow reopen overruns: no burst of catch-up ticks after it.
-            next = next_tick(next, period, clock.now());
-            watch_until = self.wait_for_tick(clock, next, hint, watch_until);
-        }
+        // A slow reopen overruns its tick: the driver's grid takes no catch-up ticks.
+        let last = drive(
+            clock,
+            period,
+            hint,
+            &mut Stepping {
+                supervisor: self,
+                step,
+            },
+            keep_going,
+        );
+        // Best effort: a failed idle on a lost device has nothing left to stop.
+        let _ = self.idle(clock.now());
+        last
+    }
+}
+
+/// A [`Supervisor`] with the step it runs its loop with, as [`drive`] steps it.
+struct Stepping<'a, P, L, C, F, S> {
+    supervisor: &'a mut Supervisor<P, L, C, F>,
+    step: S,
+}
+
+impl<P, L, C, E, F, S> Driven for Stepping<'_, P, L, C, F, S>
+where
+    P: Probe,
+    L: LoadSource,
+    C: Controller,
+    E: std::fmt::Display,
+    F: FnMut(Time) -> Result<FillLoop<P, L, C>, E>,
+    S: FnMut(&mut FillLoop<P, L, C>, Time) -> Tick,
+{
+    type Step = Supervised;
+
+    fn step(&mut self, now: Time) -> Supervised {
+        self.supervisor.step_with(now, &mut self.step)
     }
 
-    /// Waits until `next`, or less when a newcomer is listed ([`wait_for_tick`]).
-    fn wait_for_tick<K: Clock, H: Hint>(
-        &mut self,
-        clock: &K,
-        next: Time,
-        hint: &mut H,
-        watch_until: Option<Time>,
-    ) -> Option<Time> {
-        let fill = &mut self.fill;
-        wait_for_tick(clock, next, hint, watch_until, |now| {
-            fill.as_mut().is_some_and(|f| f.newcomer_listed(now))
-        })
+    fn newcomer_listed(&mut self, now: Time) -> bool {
+        self.supervisor
+            .fill
+            .as_mut()
+            .is_some_and(|f| f.newcomer_listed(now))
     }
 }
