@@ -14,6 +14,13 @@ Rust: in comments, `docs/NAME.md` (read from the repository's root) must exist, 
 (`docs/benchmarks.md, section "Live services"`) must begin one of its headings or of
 the bold leads of its paragraphs.
 
+Commands: every `scripts/...` path that docs/benchmarks.md names (in prose, code spans
+and code blocks alike) must exist, and every `lab.py COMMAND` there must be one of the
+lab's commands (`COMMANDS` in scripts/gpulab/cli.py, read as text), so that each figure's
+command can be run from the tree. docs/benchmarks-history.md keeps commands as they were
+run and is not checked; a section whose script is retired moves there, naming the commit
+that has the script.
+
 Usage: python3 deploy/check_links.py [ROOT]   (exit 1 naming every broken link; a
 self-test first breaks copies of the docs and expects each breakage to be found)
 """
@@ -36,6 +43,13 @@ SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:|^//")
 RS_REF = re.compile(r"((?:\.\./)*docs/[\w.-]+\.md)(#[\w-]+)?")
 RS_TITLE = re.compile(r"^`?[,:]?\s*(?:sections?\s+)?\"([^\"]+)\"")
 BOLD_LEAD = re.compile(r"^\s*(?:[-*]\s+)?\*\*(.+?)\*\*")
+# A repository path under scripts/: at the start of a word or after `../` (not
+# `other/scripts/...`), up to the first character a path here does not use.
+SCRIPT_PATH = re.compile(r"(?:(?<=\.\./)|(?<![\w./-]))scripts/[\w.-][\w./-]*")
+LAB_COMMAND = re.compile(r"\blab\.py[ \t]+([a-z][a-z-]*)")
+LAB_DEFINITION = re.compile(r'^[ \t]+"([a-z][a-z-]*)":[ \t]*\(', re.M)
+REPRODUCED = "docs/benchmarks.md"
+LAB_CLI = "scripts/gpulab/cli.py"
 
 
 def markdown_files(root):
@@ -268,11 +282,33 @@ def check_rust(tree, files):
     return checked, problems
 
 
+def check_commands(tree):
+    """The scripts/ paths and lab commands docs/benchmarks.md names; returns (named,
+    problems)."""
+    text = tree.read(REPRODUCED)
+    lab = set(LAB_DEFINITION.findall(tree.read(LAB_CLI))) if tree.exists(LAB_CLI) else set()
+    named, problems = 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        for m in SCRIPT_PATH.finditer(line):
+            named += 1
+            path = m.group(0).rstrip(".")
+            if not tree.exists(path):
+                problems.append(f"{REPRODUCED}:{number}: ({path}): no such file; a section whose "
+                                "script is retired belongs in docs/benchmarks-history.md")
+        for m in LAB_COMMAND.finditer(line):
+            named += 1
+            if m.group(1) not in lab:
+                problems.append(f"{REPRODUCED}:{number}: (lab.py {m.group(1)}): not a command "
+                                f"of the lab ({LAB_CLI})")
+    return named, problems
+
+
 def check(root, overrides=None):
     tree = Tree(root, overrides)
     md_checked, md_problems = check_markdown(tree, markdown_files(tree.root))
     rs_checked, rs_problems = check_rust(tree, rust_files(tree.root))
-    return md_checked, rs_checked, md_problems + rs_problems
+    cmd_checked, cmd_problems = check_commands(tree)
+    return md_checked, rs_checked, cmd_checked, md_problems + rs_problems + cmd_problems
 
 
 def self_test(root):
@@ -304,12 +340,27 @@ def self_test(root):
         "a Rust comment quoting a missing section": {
             rust: code + "\n/// (docs/benchmarks.md, section\n/// \"No such section\")\n"},
     })
+    breakages.update({
+        "a missing script named in docs/benchmarks.md": {
+            "docs/benchmarks.md": bench + "\n```sh\npython3 scripts/no_such_script.py --out $OUT\n```\n"},
+        "a missing script in a code span of docs/benchmarks.md": {
+            "docs/benchmarks.md": bench + "\n(`bash ../scripts/gone.sh`)\n"},
+        "a lab command the lab does not have": {
+            "docs/benchmarks.md": bench + "\n`python3 scripts/lab.py no-such-command`\n"},
+    })
     missed = []
-    _, _, before = check(root)
+    before = check(root)[-1]
     for what, broken in breakages.items():
-        _, _, problems = check(root, broken)
+        problems = check(root, broken)[-1]
         if not set(problems) - set(before):
             missed.append(what)
+    # The history keeps retired scripts' commands; another directory's scripts/ is not ours.
+    history = "docs/benchmarks-history.md"
+    allowed = {history: tree.read(history) + "\n`python3 scripts/no_such_script.py`\n",
+               "docs/benchmarks.md": bench + "\n`gpufill-cli/scripts/x.sh`\n"}
+    if set(check(root, allowed)[-1]) - set(before):
+        missed.append("benchmarks-history.md's retired scripts and another directory's "
+                      "scripts/ left alone")
     # A heading in a fenced block is no anchor, a link in a code span no link.
     fenced = "# Title\n\n```\n# not a heading\n[x](nowhere.md)\n```\n`[y](nowhere.md)`\n[z](#title)\n"
     if "not-a-heading" in anchors(fenced) or list(links(fenced)) != [(8, "#title")]:
@@ -331,16 +382,19 @@ def main(argv):
     missed = self_test(root)
     for what in missed:
         print(f"FAIL self-test: not found: {what}")
-    md_checked, rs_checked, problems = check(root)
+    md_checked, rs_checked, cmd_checked, problems = check(root)
     for problem in problems:
         print(f"FAIL {problem}")
     if problems:
-        print(f"FAIL {len(problems)} broken of {md_checked} Markdown links and {rs_checked} "
-              "docs/ references in Rust comments")
+        print(f"FAIL {len(problems)} broken of {md_checked} Markdown links, {rs_checked} "
+              f"docs/ references in Rust comments and {cmd_checked} scripts/ paths and lab "
+              "commands in docs/benchmarks.md")
     if missed or problems:
         return 1
     print(f"ok   {md_checked} relative Markdown links and {rs_checked} docs/ references in Rust "
-          "comments resolve (self-test: broken files, anchors and sections are found)")
+          f"comments resolve, and the {cmd_checked} scripts/ paths and lab commands of "
+          "docs/benchmarks.md exist (self-test: broken files, anchors, sections and commands "
+          "are found)")
     return 0
 
 
