@@ -1,7 +1,13 @@
-//! [`CudaLoad`]: turns a [`Load`] into spin kernels in one of two shapes
+//! [`CudaLoad`]: turns a [`Load`] into spin kernels in one of three shapes
 //! ([`LaunchShape`]): bursts, one per period, launched from the caller's thread at
-//! [`LoadSource::launch_due`]; or one kernel in flight at a time, launched by a pacing
-//! thread of ours ([`crate::pacing`]) while the loop fills beside a quiet process.
+//! [`LoadSource::launch_due`]; or one kernel at a time, launched by a pacing thread of
+//! ours ([`crate::pacing`]), either in flight beside a quiet process
+//! ([`LaunchShape::OneInFlight`], with [`LauncherSettings::beside_kernel`]) or filling
+//! the gaps of live work ([`LaunchShape::Gaps`]: kernels of
+//! [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), gaps of at least
+//! [`MIN_GAP`](gpufill_core::gaps::MIN_GAP), the hold of [`LoadSource::set_gap_hold`]
+//! after each kernel that met another context, and what they met reported by
+//! [`LoadSource::gaps_seen`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +15,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, result, sys};
 use cudarc::nvrtc::Ptx;
 use gpufill_core::{
-    Clock, DeviceError, ErrorKind, LaunchShape, Load, LoadSource, SystemClock, Time,
+    Clock, DeviceError, ErrorKind, GapReport, LaunchShape, Load, LoadSource, SystemClock, Time,
 };
 
 use crate::device::handle;
@@ -17,7 +23,7 @@ use crate::error::CudaError;
 use crate::graphs::KernelGraphs;
 use crate::others::{self, OthersWatch};
 use crate::pacing::{Launcher, Pacing};
-use crate::plan::{Burst, Pace, Pacer, backoff};
+use crate::plan::{Burst, Cycle, Pace, Pacer, backoff};
 use crate::ptx::{SPIN_PTX, SpinKernel};
 use crate::spin::{NEVER_YIELD, YIELD_JUMP, launch_spin};
 use gpufill_core::OthersSign;
@@ -64,7 +70,9 @@ pub struct LauncherSettings {
     /// request after a dormant spell waits at most `length` instead of up to a time
     /// slice, at a wake-up per kernel (`duty / length` a second; what that cost at
     /// 500 us: docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
-    /// "CPU, and what it was traded for").
+    /// "CPU, and what it was traded for"). [`LaunchShape::Gaps`] does not use it: it
+    /// always runs the pacing thread, with kernels of
+    /// [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL).
     pub beside_kernel: Option<Duration>,
     /// Bursts as kernels of this length replayed from CUDA graphs (`graphs.rs`):
     /// for MPS, where a GPU-bound client's block can wait for the SM our kernel holds
@@ -157,7 +165,8 @@ pub struct LaunchStats {
     /// Probes that found someone.
     pub probes_found: u64,
     /// Kernels submitted one at a time by the pacing thread
-    /// ([`LaunchShape::OneInFlight`]); also counted in `kernels_launched`.
+    /// ([`LaunchShape::OneInFlight`] and [`LaunchShape::Gaps`]); also counted in
+    /// `kernels_launched`.
     pub one_in_flight: u64,
     /// Graph launches ([`LauncherSettings::graph_kernel`]); their kernels are counted in
     /// `kernels_launched`.
@@ -194,6 +203,13 @@ pub struct MemoryInfo {
 /// stops the thread at once (within the tick), and what is left of ours on the GPU is
 /// the one kernel in flight, at most `beside_kernel`.
 ///
+/// In [`LaunchShape::Gaps`] (beside live work, `yield.beside_live = "fill_gaps"`) the
+/// same thread runs with or without a `beside_kernel`: kernels of
+/// [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), gaps of at least
+/// [`MIN_GAP`](gpufill_core::gaps::MIN_GAP), and after each kernel that met another
+/// context the hold of [`LoadSource::set_gap_hold`]; what they met is taken with
+/// [`LoadSource::gaps_seen`] ([`crate::pacing`] has the cycle).
+///
 /// Dropping it stops the thread, waits for our queued kernels and releases the context.
 pub struct CudaLoad {
     ordinal: usize,
@@ -211,12 +227,19 @@ pub struct CudaLoad {
     broken: Option<CudaError>,
     /// How kernels are laid out; bursts until [`LoadSource::set_shape`] says otherwise.
     shape: LaunchShape,
-    /// The one-in-flight thread, while one runs (or has exited and is not yet joined).
+    /// The pacing thread (one in flight, or filling gaps), while one runs (or has
+    /// exited and is not yet joined).
     pacing: Option<Pacing>,
     /// Late kernels of a stopped pacing thread not yet reported by `others_seen`, and
     /// the strongest sign among them.
     late_unreported: u64,
     late_sign: Option<OthersSign>,
+    /// What the kernels of a stopped gap-filling thread met, not yet reported by
+    /// `gaps_seen`.
+    gaps_unreported: GapReport,
+    /// The hold after a meeting while filling gaps ([`LoadSource::set_gap_hold`]),
+    /// handed to every pacing thread.
+    gap_hold: Duration,
     /// The error a pacing thread stopped on, returned (and checked) at the next call.
     fault: Option<CudaError>,
     /// The start events of our bursts and what their timing shows.
@@ -322,6 +345,8 @@ impl CudaLoad {
             pacing: None,
             late_unreported: 0,
             late_sign: None,
+            gaps_unreported: GapReport::default(),
+            gap_hold: gpufill_core::gaps::MIN_HOLD,
             fault: None,
             watch,
             seen: None,
@@ -372,10 +397,18 @@ impl CudaLoad {
         self.shape
     }
 
-    /// Whether one kernel at a time is launched now: beside quiet holders, with a
-    /// [`LauncherSettings::beside_kernel`]; else bursts.
-    fn one_in_flight(&self) -> bool {
-        self.shape == LaunchShape::OneInFlight && self.settings.beside_kernel.is_some()
+    /// What the pacing thread launches in the shape in force; `None`: bursts. Filling
+    /// gaps always runs the thread; beside quiet holders it takes a
+    /// [`LauncherSettings::beside_kernel`] (without one, bursts there too).
+    fn paced(&self) -> Option<Cycle> {
+        match self.shape {
+            LaunchShape::Bursts => None,
+            LaunchShape::OneInFlight => self
+                .settings
+                .beside_kernel
+                .map(|kernel| Cycle::OneInFlight { kernel }),
+            LaunchShape::Gaps => Some(Cycle::Gaps),
+        }
     }
 
     /// Free and total device memory, seen from our context.
@@ -400,9 +433,9 @@ impl CudaLoad {
     /// `duty x period` (measured: docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal,
     /// "At the defaults").
     ///
-    /// A one-in-flight thread is stopped first (the next `launch_due` with a load
-    /// starts another), so this waits for its one kernel in flight, at most
-    /// [`LauncherSettings::beside_kernel`].
+    /// A pacing thread is stopped first (the next `launch_due` with a load starts
+    /// another), so this waits for its one kernel in flight, at most
+    /// [`LauncherSettings::beside_kernel`] (or [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL)).
     pub fn quiesce(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         if let Some(pacing) = &self.pacing
@@ -577,6 +610,7 @@ impl CudaLoad {
         self.stats.one_in_flight += stopped.kernels;
         self.late_unreported += stopped.late;
         self.late_sign = OthersSign::strongest(self.late_sign, stopped.sign);
+        self.gaps_unreported = self.gaps_unreported + stopped.gaps;
         self.pending = true;
         if let Some(e) = stopped.error {
             self.fault = Some(e);
@@ -584,17 +618,18 @@ impl CudaLoad {
         tracing::debug!(
             gpu = self.ordinal,
             kernels = stopped.kernels,
-            "one-in-flight thread stopped"
+            "pacing thread stopped"
         );
     }
 
-    /// Starts the pacing thread unless one runs. It first waits for whatever is queued
-    /// (a burst), so its first kernel is the only one of ours on the GPU.
+    /// Starts the pacing thread for the shape in force unless one runs. It first waits
+    /// for whatever is queued (a burst, or the last kernel of a thread of another
+    /// shape), so its first kernel is the only one of ours on the GPU.
     fn start_pacing(&mut self) -> Result<(), CudaError> {
         if self.pacing.is_some() {
             return Ok(());
         }
-        let Some(kernel) = self.settings.beside_kernel else {
+        let Some(cycle) = self.paced() else {
             return Ok(());
         };
         self.watch.restart();
@@ -603,12 +638,21 @@ impl CudaLoad {
             stream: Arc::clone(&self.stream),
             func: self.func.clone(),
             event: Arc::clone(&self.event),
-            kernel,
+            cycle,
             yield_ns: self.yield_ns,
             watch: OthersWatch::new(&self.stream)?,
         };
-        self.pacing = Some(Pacing::spawn(self.ordinal, launcher, self.load)?);
-        tracing::debug!(gpu = self.ordinal, "one-in-flight thread started");
+        self.pacing = Some(Pacing::spawn(
+            self.ordinal,
+            launcher,
+            self.load,
+            self.gap_hold,
+        )?);
+        tracing::debug!(
+            gpu = self.ordinal,
+            cycle = cycle.as_str(),
+            "pacing thread started"
+        );
         Ok(())
     }
 
@@ -629,7 +673,9 @@ impl LoadSource for CudaLoad {
 
     /// The strongest sign, since the last call, that a burst of ours started a context
     /// switch late or was cut short by a preemption (`others.rs`), or that a kernel of
-    /// the pacing thread showed the same or was held back past its length.
+    /// the one-in-flight thread showed the same or was held back past its length. What
+    /// the kernels met while filling gaps is not reported here but by
+    /// [`LoadSource::gaps_seen`] (the policy does not pause for it).
     fn others_seen(&mut self) -> Option<OthersSign> {
         self.judge_pending();
         let (running, running_sign) = self.pacing.as_ref().map_or((0, None), Pacing::take_late);
@@ -669,9 +715,9 @@ impl LoadSource for CudaLoad {
     /// next period. Idle stops launching; what is queued (at most one period) finishes.
     /// `now` is not used: periods are timed on the launcher's own clock.
     ///
-    /// In [`LaunchShape::OneInFlight`] a running pacing thread takes a new duty or
-    /// width from its next gap and kernel; idle stops and joins it at once (its one
-    /// kernel in flight finishes).
+    /// In [`LaunchShape::OneInFlight`] and [`LaunchShape::Gaps`] a running pacing
+    /// thread takes a new duty or width from its next gap and kernel; idle stops and
+    /// joins it at once (its one kernel in flight finishes).
     ///
     /// # Errors
     /// The error that made the context unusable, or the one a pacing thread stopped on.
@@ -692,8 +738,9 @@ impl LoadSource for CudaLoad {
 
     /// In [`LaunchShape::Bursts`], launches the burst of a period that has begun (see
     /// [`Pacer`]); does nothing while idle or between period starts. In
-    /// [`LaunchShape::OneInFlight`], launches nothing itself: starts the pacing thread
-    /// if none runs and the load is not idle, and reports the error it stopped on.
+    /// [`LaunchShape::OneInFlight`] (with a `beside_kernel`) and [`LaunchShape::Gaps`],
+    /// launches nothing itself: starts the pacing thread if none runs and the load is
+    /// not idle, and reports the error it stopped on.
     ///
     /// # Errors
     /// The failed driver call (from this thread or the pacing thread): transient ones
@@ -705,7 +752,7 @@ impl LoadSource for CudaLoad {
         if self.load.is_idle() {
             return Ok(());
         }
-        if self.one_in_flight() {
+        if self.paced().is_some() {
             let started = self.start_pacing();
             return self.check(started);
         }
@@ -740,31 +787,58 @@ impl LoadSource for CudaLoad {
 
     /// Switches the shape from the next launch on.
     ///
-    /// - To [`LaunchShape::OneInFlight`]: no more bursts start; the next `launch_due`
-    ///   with a load starts the pacing thread, which waits for a burst still queued
-    ///   before its first kernel.
+    /// - From bursts to [`LaunchShape::OneInFlight`] (with a `beside_kernel`; without
+    ///   one it stays bursts) or [`LaunchShape::Gaps`]: no more bursts start; the next
+    ///   `launch_due` with a load starts the pacing thread, which waits for a burst
+    ///   still queued before its first kernel.
+    /// - Between one in flight and gaps: the thread is stopped and joined (its kernel in
+    ///   flight stays in the event), and the next `launch_due` with a load starts one of
+    ///   the new shape, which waits for that kernel before its first.
     /// - To [`LaunchShape::Bursts`]: the pacing thread is stopped and joined; bursts
     ///   resume at the next `launch_due` with a fresh period, the first queued behind
     ///   the thread's last kernel if that is still running.
+    ///
+    /// So two of our kernels are never queued at once outside bursts.
     fn set_shape(&mut self, shape: LaunchShape) {
         if shape == self.shape {
             return;
         }
         tracing::debug!(gpu = self.ordinal, shape = shape.as_str(), "launch shape");
+        let was = self.paced();
         self.shape = shape;
-        let Some(kernel) = self.settings.beside_kernel else {
-            // Bursts beside holders too: nothing changes hands.
+        let next = self.paced();
+        if was == next {
+            // Bursts beside holders too (no `beside_kernel`): nothing changes hands.
             return;
-        };
-        match shape {
-            // TODO(fill gaps): the pacing thread's gap-filling cycle.
-            LaunchShape::OneInFlight | LaunchShape::Gaps => self.pacer.stop(),
-            LaunchShape::Bursts => {
+        }
+        match (was, next) {
+            (None, _) => self.pacer.stop(),
+            (Some(_), Some(_)) => self.stop_pacing(),
+            (Some(was), None) => {
                 self.stop_pacing();
                 self.watch.restart();
-                let busy_until = self.clock.now() + kernel;
+                let busy_until = self.clock.now() + was.kernel();
                 self.pacer.resume_after(busy_until);
             }
+        }
+    }
+
+    /// Takes what the gap-filling kernels met since the last call: the running
+    /// thread's, and what a stopped one left.
+    fn gaps_seen(&mut self) -> GapReport {
+        let running = self
+            .pacing
+            .as_ref()
+            .map_or_else(GapReport::default, Pacing::take_gaps);
+        std::mem::take(&mut self.gaps_unreported) + running
+    }
+
+    /// Sets the hold after a meeting while filling gaps: for the running thread (a hold
+    /// under way is re-timed from its meeting) and every one started later.
+    fn set_gap_hold(&mut self, hold: Duration) {
+        self.gap_hold = hold;
+        if let Some(pacing) = &self.pacing {
+            pacing.set_hold(hold);
         }
     }
 }

@@ -101,6 +101,24 @@
 //! `set_load` or `launch_due`. The cost is CPU: a wake-up per kernel, `duty /
 //! beside_kernel` kernels a second.
 //!
+//! # Beside live work without MPS: filling its gaps, from the same thread
+//!
+//! With `yield.beside_live = "fill_gaps"` the loop fills beside a process that works and
+//! asks for [`LaunchShape::Gaps`](gpufill_core::LaunchShape). The pacing thread runs the
+//! same cycle as one in flight, whatever `beside_kernel` is: one kernel of
+//! [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL) (100 us) at a time at the load's
+//! width, then an idle gap of the duty's, but never less than
+//! [`MIN_GAP`](gpufill_core::gaps::MIN_GAP), a context switch and a little more, so that
+//! a job that is ready when our kernel ends gets the GPU before our next launch
+//! ([`plan::Cycle::gap`]; the physics: `gpufill_core::gaps`). A kernel whose timing
+//! shows another context (held back, started late, cut short, ran long) met the job: it
+//! is counted, and the thread launches nothing for the hold the loop set with
+//! [`set_gap_hold`](gpufill_core::LoadSource::set_gap_hold), then goes on by itself;
+//! the loop reads what the kernels met with
+//! [`gaps_seen`](gpufill_core::LoadSource::gaps_seen) and sets the hold that keeps its
+//! cost estimate under the bound. Nothing goes to `others_seen`: the policy does not
+//! pause while filling gaps. The CPU is a wake-up per kernel, as one in flight.
+//!
 //! # Under MPS: the same on-time in short kernels, replayed from graphs
 //!
 //! Under MPS our kernels run beside other clients' kernels rather than taking turns,

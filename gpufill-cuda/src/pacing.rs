@@ -1,6 +1,8 @@
-//! The pacing thread of [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape): one
-//! kernel of ours at a time, then an idle gap, launched from a thread that
-//! [`CudaLoad`](crate::CudaLoad) owns.
+//! The pacing thread of [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape) and
+//! [`LaunchShape::Gaps`](gpufill_core::LaunchShape): one kernel of ours at a time, then
+//! an idle gap, launched from a thread that [`CudaLoad`](crate::CudaLoad) owns. The two
+//! shapes share the cycle ([`Cycle`]) and differ in the kernel, the shortest gap and what
+//! follows a kernel that met another context.
 //!
 //! Why a thread: the gaps are a fraction of a millisecond (a 500 us kernel at half duty
 //! rests 500 us), far shorter than a loop tick, and the next kernel may start only once
@@ -11,8 +13,8 @@
 //! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
 //! shapes" and "Earlier notes").
 //!
-//! The cycle: launch one kernel of `beside_kernel` at the load's width, record the event
-//! after it, sleep the kernel's length and the gap ([`one_in_flight_gap`]) in one go,
+//! The cycle: launch one kernel of the cycle's length at the load's width, record the
+//! event after it, sleep the kernel's length and the gap ([`Cycle::gap`]) in one go,
 //! check the event: finished, launch the next. One wake-up a kernel instead of two (the
 //! thread's CPU is its wake-ups), and the sleep's lateness does not add to the gap; the
 //! GPU rests the gap less the few microseconds a kernel takes past its length. Still
@@ -21,7 +23,25 @@
 //! gap from then, since someone else is using the GPU. The next launch happens only
 //! after the previous kernel was seen to finish, so two of our kernels are never queued
 //! at once; before its first launch the thread waits the same way for whatever was
-//! queued before it started (a burst), so the promise holds from the first launch on.
+//! queued before it started (a burst, or the last kernel of a thread of the other
+//! shape), so the promise holds from the first launch on.
+//!
+//! After each kernel the thread judges it: held back past [`LATE`], or its timing shows
+//! another context ([`crate::others`]: a start a context switch late, a run cut short
+//! or long). Then:
+//! - **One in flight** (beside a quiet holder): the sign is reported to the loop
+//!   ([`CudaLoad::others_seen`](crate::CudaLoad)), which pauses, and the thread launches
+//!   nothing until the loop hands it a new load (or [`LATE_PAUSE`] has passed).
+//! - **Gaps** (beside live work, `yield.beside_live = "fill_gaps"`): kernels of
+//!   [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), a gap of at least
+//!   [`MIN_GAP`](gpufill_core::gaps::MIN_GAP) so that a job that is ready when our
+//!   kernel ends gets in before our next launch. A kernel that shows another context is
+//!   a **meeting**: it is counted in the thread's [`GapReport`] (and as held back when
+//!   it was), the thread launches nothing for the hold in force
+//!   ([`Pacing::set_hold`], from the loop's `set_gap_hold`; a new hold re-times the wait
+//!   in progress), then goes on by itself. Nothing goes to `others_seen`: the policy does
+//!   not pause while filling gaps; the loop reads the report (`gaps_seen`) and sets the
+//!   hold that keeps its cost estimate under the bound (`gpufill_core::gaps`).
 //!
 //! Timing: the thread keeps Linux's default timer slack of 50 us (lowering it takes
 //! `prctl`, and this crate does not depend on libc), so a sleep ends up to about that
@@ -30,7 +50,7 @@
 //! thread's CPU came to: the same section, "CPU, and what it was traded for".
 //!
 //! Every wait is on a condvar with a timeout, so a stop wakes the thread at once; it then
-//! exits without waiting for its kernel in flight (at most `beside_kernel`), which the
+//! exits without waiting for its kernel in flight (at most one kernel), which the
 //! shared event still covers: [`CudaLoad::quiesce`](crate::CudaLoad::quiesce) polls it.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -38,11 +58,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
-use gpufill_core::{Load, OthersSign};
+use gpufill_core::{GapReport, Load, OthersSign};
 
 use crate::error::CudaError;
 use crate::others::OthersWatch;
-use crate::plan::{backoff, one_in_flight_gap};
+use crate::plan::{Cycle, backoff};
 use crate::spin::launch_spin;
 
 /// First wait before polling the event again once the kernel's length has passed.
@@ -62,7 +82,8 @@ const MAX_POLL: Duration = Duration::from_millis(1);
 /// start-delay sensor"), below the time slice a busy GPU-bound job holds the GPU for
 /// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on).
 pub(crate) const LATE: Duration = Duration::from_micros(300);
-/// How long the thread stays idle after a late kernel if the loop says nothing.
+/// How long the one-in-flight thread stays idle after a late kernel if the loop says
+/// nothing.
 const LATE_PAUSE: Duration = Duration::from_millis(500);
 
 /// What the launcher needs to launch: handed to the thread, which binds the context.
@@ -75,8 +96,8 @@ pub(crate) struct Launcher {
     pub func: CudaFunction,
     /// The launcher's one event, recorded after each kernel.
     pub event: Arc<CudaEvent>,
-    /// The length of each kernel.
-    pub kernel: Duration,
+    /// What it launches: the kernel's length, the gap, and what follows a meeting.
+    pub cycle: Cycle,
     /// The kernels' `yield_ns` (they end at a clock jump longer than this).
     pub yield_ns: u64,
     /// The start events of our kernels and what their timing shows
@@ -107,12 +128,96 @@ struct State {
     sign: Option<OthersSign>,
     /// A new load was handed over since the last late kernel (ends the thread's pause).
     load_changed: bool,
+    /// Filling gaps: what our kernels met, not yet reported.
+    gaps: GapReport,
+    /// Filling gaps: how long to launch nothing after a meeting.
+    hold: Duration,
 }
 
 impl Shared {
+    fn new(load: Load, hold: Duration) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                load,
+                stop: false,
+                exited: false,
+                error: None,
+                kernels: 0,
+                late: 0,
+                sign: None,
+                load_changed: false,
+                gaps: GapReport::default(),
+                hold,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Waits `length` on the condvar; `false` as soon as a stop is asked.
+    fn pause(&self, length: Duration) -> bool {
+        let deadline = Instant::now().checked_add(length);
+        self.wait_until(|_| deadline, |_| false)
+    }
+
+    /// Launches nothing for the hold in force from `from` on, re-timed whenever the
+    /// hold changes; `false` as soon as a stop is asked.
+    fn hold_from(&self, from: Instant) -> bool {
+        self.wait_until(|s| from.checked_add(s.hold), |_| false)
+    }
+
+    /// Waits on the condvar until the deadline `until` gives for the current state has
+    /// passed (none: until woken) or `done` holds (`true`); `false` as soon as a stop
+    /// is asked. Both are read again after every wake-up.
+    fn wait_until(
+        &self,
+        until: impl Fn(&State) -> Option<Instant>,
+        done: impl Fn(&State) -> bool,
+    ) -> bool {
+        self.wait_until_in(self.lock(), until, done)
+    }
+
+    /// [`Shared::wait_until`] with the lock already held.
+    fn wait_until_in(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        until: impl Fn(&State) -> Option<Instant>,
+        done: impl Fn(&State) -> bool,
+    ) -> bool {
+        loop {
+            if state.stop {
+                return false;
+            }
+            if done(&state) {
+                return true;
+            }
+            let left = until(&state).map(|u| u.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                return true;
+            }
+            state = match left {
+                Some(left) => {
+                    self.wake
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => self
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+/// Counts a kernel that met another context, shown by `sign`, in `report`.
+fn count_meeting(report: &mut GapReport, sign: OthersSign) {
+    report.met += 1;
+    report.held_back += u32::from(matches!(sign, OthersSign::HeldBack { .. }));
 }
 
 /// What a stopped pacing thread leaves behind.
@@ -123,6 +228,8 @@ pub(crate) struct Stopped {
     pub late: u64,
     /// The strongest sign of the late kernels not yet reported.
     pub sign: Option<OthersSign>,
+    /// Filling gaps: what its kernels met, not yet reported.
+    pub gaps: GapReport,
     /// The error it stopped on, if it did.
     pub error: Option<CudaError>,
 }
@@ -134,7 +241,8 @@ pub(crate) struct Pacing {
 }
 
 impl Pacing {
-    /// Starts the thread for GPU `ordinal` with `load`.
+    /// Starts the thread for GPU `ordinal` with `load`, and `hold` after a meeting
+    /// while filling gaps.
     ///
     /// # Errors
     /// [`CudaError::Thread`] if the OS refuses a thread.
@@ -142,20 +250,9 @@ impl Pacing {
         ordinal: usize,
         launcher: Launcher,
         load: Load,
+        hold: Duration,
     ) -> Result<Pacing, CudaError> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                load,
-                stop: false,
-                exited: false,
-                error: None,
-                kernels: 0,
-                late: 0,
-                sign: None,
-                load_changed: false,
-            }),
-            wake: Condvar::new(),
-        });
+        let shared = Arc::new(Shared::new(load, hold));
         let worker = Worker {
             shared: Arc::clone(&shared),
             launcher,
@@ -177,8 +274,20 @@ impl Pacing {
         self.shared.wake.notify_all();
     }
 
-    /// Kernels that showed another context since the last call, and the strongest
-    /// sign among them.
+    /// Filling gaps: how long to launch nothing after a meeting, from the next meeting
+    /// on and for a hold under way (re-timed from its meeting).
+    pub(crate) fn set_hold(&self, hold: Duration) {
+        self.shared.lock().hold = hold;
+        self.shared.wake.notify_all();
+    }
+
+    /// Filling gaps: what the kernels met since the last call.
+    pub(crate) fn take_gaps(&self) -> GapReport {
+        std::mem::take(&mut self.shared.lock().gaps)
+    }
+
+    /// Kernels that showed another context since the last call (one in flight), and
+    /// the strongest sign among them.
     pub(crate) fn take_late(&self) -> (u64, Option<OthersSign>) {
         let mut state = self.shared.lock();
         (std::mem::take(&mut state.late), state.sign.take())
@@ -232,6 +341,7 @@ impl Pacing {
             kernels: state.kernels,
             late: std::mem::take(&mut state.late),
             sign: state.sign.take(),
+            gaps: std::mem::take(&mut state.gaps),
             error,
         }
     }
@@ -247,7 +357,8 @@ impl Worker {
     fn run(mut self) {
         let outcome = self.pace();
         if let Err(e) = &outcome {
-            tracing::debug!(error = %e, "one-in-flight launcher stopped on an error");
+            tracing::debug!(error = %e, cycle = self.launcher.cycle.as_str(),
+                "pacing thread stopped on an error");
         }
         let mut state = self.shared.lock();
         state.error = outcome.err();
@@ -262,7 +373,7 @@ impl Worker {
             .ctx
             .bind_to_thread()
             .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
-        let kernel = self.launcher.kernel;
+        let kernel = self.launcher.cycle.kernel();
         let ns = u64::try_from(kernel.as_nanos()).unwrap_or(u64::MAX);
         // Whatever was queued before we started (a burst) must finish first.
         if !self.wait_done(Duration::ZERO)? {
@@ -278,35 +389,44 @@ impl Worker {
             if !self.rest(launched + kernel) {
                 return Ok(());
             }
-            // Slowed by another context's time slice: poll until it ends; held back
-            // past LATE, someone else is working.
-            let mut unfinished = false;
-            let mut held_back = None;
-            if !self.is_done()? {
-                unfinished = true;
-                let unfinished_at = Instant::now();
-                if !self.wait_done(FIRST_POLL)? {
-                    return Ok(());
-                }
-                let past = unfinished_at.saturating_duration_since(launched + kernel);
-                held_back = (past >= LATE).then_some(OthersSign::HeldBack {
-                    past_us: past.as_secs_f64() * 1e6,
-                });
-            }
-            // Held back, or its timing shows another context's work (a start a context
-            // switch late, a run cut short by a preemption): say so, and launch nothing
-            // more until the loop answers.
-            if let Some(sign) = held_back.or_else(|| self.judge()) {
-                if !self.hold_after_late(sign) {
-                    return Ok(());
-                }
-                continue;
-            }
-            // Merely slowed: rest the whole gap from now.
-            if unfinished && !self.rest(Instant::now()) {
+            let Some(finished) = self.finish(launched + kernel)? else {
+                return Ok(());
+            };
+            let go_on = match (finished.sign, self.launcher.cycle) {
+                // Another context: say so, and launch nothing more until the loop
+                // answers.
+                (Some(sign), Cycle::OneInFlight { .. }) => self.hold_after_late(sign),
+                // A meeting: count it, hold, and go on.
+                (Some(sign), Cycle::Gaps) => self.after_meeting(sign),
+                // Merely slowed: rest the whole gap from now.
+                (None, _) => !finished.slowed || self.rest(Instant::now()),
+            };
+            if !go_on {
                 return Ok(());
             }
         }
+    }
+
+    /// Waits for the kernel planned to end at `planned_end` to finish, if the check
+    /// after its rest found it still running (slowed by another context's time slice),
+    /// and judges it: held back past [`LATE`], or its timing shows another context's
+    /// work (a start a context switch late, a run cut short by a preemption or long).
+    /// `None` once asked to stop.
+    fn finish(&mut self, planned_end: Instant) -> Result<Option<Finished>, CudaError> {
+        let mut held_back = None;
+        let slowed = !self.is_done()?;
+        if slowed {
+            let unfinished_at = Instant::now();
+            if !self.wait_done(FIRST_POLL)? {
+                return Ok(None);
+            }
+            let past = unfinished_at.saturating_duration_since(planned_end);
+            held_back = (past >= LATE).then_some(OthersSign::HeldBack {
+                past_us: past.as_secs_f64() * 1e6,
+            });
+        }
+        let sign = held_back.or_else(|| self.judge());
+        Ok(Some(Finished { slowed, sign }))
     }
 
     /// Launches one kernel between our start and end events; returns when.
@@ -319,8 +439,12 @@ impl Worker {
         l.event
             .record(&l.stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
-        l.watch.launched(launched, l.kernel, 1);
-        self.shared.lock().kernels += 1;
+        l.watch.launched(launched, l.cycle.kernel(), 1);
+        let mut state = self.shared.lock();
+        state.kernels += 1;
+        if l.cycle == Cycle::Gaps {
+            state.gaps.kernels += 1;
+        }
         Ok(launched)
     }
 
@@ -337,15 +461,25 @@ impl Worker {
         }
     }
 
-    /// Records a late kernel and waits until the loop hands over a new load, or
-    /// [`LATE_PAUSE`] has passed; `false` as soon as a stop is asked.
+    /// One in flight: records a late kernel and waits until the loop hands over a new
+    /// load, or [`LATE_PAUSE`] has passed; `false` as soon as a stop is asked.
     fn hold_after_late(&self, sign: OthersSign) -> bool {
         let deadline = Instant::now() + LATE_PAUSE;
         let mut state = self.shared.lock();
         state.late += 1;
         state.sign = OthersSign::strongest(state.sign, Some(sign));
         state.load_changed = false;
-        self.wait_until(state, |_| Some(deadline), |s| s.load_changed)
+        self.shared
+            .wait_until_in(state, |_| Some(deadline), |s| s.load_changed)
+    }
+
+    /// Filling gaps: counts a meeting, then launches nothing for the hold in force (and
+    /// at least the gap) from now; `false` as soon as a stop is asked.
+    fn after_meeting(&self, sign: OthersSign) -> bool {
+        let seen = Instant::now();
+        count_meeting(&mut self.shared.lock().gaps, sign);
+        tracing::trace!(%sign, "filling gaps: met another context");
+        self.shared.hold_from(seen) && self.rest(seen)
     }
 
     /// The width of the next kernel; `None` once asked to stop.
@@ -360,7 +494,7 @@ impl Worker {
         let mut wait = first;
         let mut attempt = 0;
         loop {
-            if !self.pause(wait) {
+            if !self.shared.pause(wait) {
                 return Ok(false);
             }
             if self.is_done()? {
@@ -379,67 +513,130 @@ impl Worker {
             .map_err(|e| CudaError::driver("cuEventQuery", e))
     }
 
-    /// Waits `length` on the condvar; `false` as soon as a stop is asked.
-    fn pause(&self, length: Duration) -> bool {
-        let deadline = Instant::now().checked_add(length);
-        self.wait_until(self.shared.lock(), |_| deadline, |_| false)
-    }
-
     /// Rests the gap after a kernel, counted from `ended` and re-timed whenever the
     /// duty changes; `false` as soon as a stop is asked.
     fn rest(&self, ended: Instant) -> bool {
         // No duty (not expected: an idle load stops the thread) or a gap beyond any
         // clock: wait for a change.
+        let cycle = self.launcher.cycle;
         let until = |s: &State| {
-            one_in_flight_gap(s.load.duty.fraction(), self.launcher.kernel)
+            cycle
+                .gap(s.load.duty.fraction())
                 .and_then(|gap| ended.checked_add(gap))
         };
-        self.wait_until(self.shared.lock(), until, |_| false)
+        self.shared.wait_until(until, |_| false)
     }
+}
 
-    /// Waits on the condvar until the deadline `until` gives for the current state has
-    /// passed (none: until woken) or `done` holds (`true`); `false` as soon as a stop
-    /// is asked. Both are read again after every wake-up.
-    fn wait_until(
-        &self,
-        mut state: MutexGuard<'_, State>,
-        until: impl Fn(&State) -> Option<Instant>,
-        done: impl Fn(&State) -> bool,
-    ) -> bool {
-        loop {
-            if state.stop {
-                return false;
-            }
-            if done(&state) {
-                return true;
-            }
-            let left = until(&state).map(|u| u.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return true;
-            }
-            state = self.wait(state, left);
+/// A kernel seen to finish, and what it showed.
+struct Finished {
+    /// The check after its rest found it still running.
+    slowed: bool,
+    /// What it showed of another context, if anything.
+    sign: Option<OthersSign>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufill_core::{Duty, Width};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn load() -> Load {
+        Load {
+            duty: Duty::clamped(0.3),
+            width: Width::ONE_WARP,
         }
     }
 
-    /// Waits on the condvar for `left`, or until woken when `None`.
-    fn wait<'a>(
-        &self,
-        state: MutexGuard<'a, State>,
-        left: Option<Duration>,
-    ) -> MutexGuard<'a, State> {
-        match left {
-            Some(left) => {
-                self.shared
-                    .wake
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .0
+    #[test]
+    fn a_meeting_is_counted_and_a_held_back_one_as_held_back_too() {
+        let mut report = GapReport {
+            kernels: 10,
+            ..GapReport::default()
+        };
+        count_meeting(&mut report, OthersSign::LateStart { late_us: 140.0 });
+        count_meeting(&mut report, OthersSign::RanLong { extra_us: 130.0 });
+        count_meeting(&mut report, OthersSign::CutShort { short_us: 60.0 });
+        count_meeting(&mut report, OthersSign::HeldBack { past_us: 900.0 });
+        assert_eq!(
+            report,
+            GapReport {
+                kernels: 10,
+                met: 4,
+                held_back: 1,
             }
-            None => self
-                .shared
-                .wake
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner),
-        }
+        );
+    }
+
+    #[test]
+    fn a_hold_launches_nothing_for_its_length() {
+        let shared = Shared::new(load(), 30 * MS);
+        let from = Instant::now();
+        assert!(shared.hold_from(from));
+        let took = from.elapsed();
+        assert!(took >= 30 * MS, "{took:?}");
+        // Already over: returns at once.
+        assert!(shared.hold_from(from));
+    }
+
+    #[test]
+    fn a_new_hold_retimes_the_wait_in_progress_from_its_meeting() {
+        let shared = Arc::new(Shared::new(load(), Duration::from_secs(10)));
+        let from = Instant::now();
+        let waiter = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.hold_from(from))
+        };
+        std::thread::sleep(20 * MS);
+        let pacing_side = Pacing {
+            shared: Arc::clone(&shared),
+            handle: std::thread::spawn(|| {}),
+        };
+        // Shorter than what has passed already: the wait ends at once.
+        pacing_side.set_hold(10 * MS);
+        assert!(waiter.join().unwrap());
+        let took = from.elapsed();
+        assert!(took >= 20 * MS && took < Duration::from_secs(5), "{took:?}");
+        // And a longer one lengthens the next wait.
+        pacing_side.set_hold(40 * MS);
+        let from = Instant::now();
+        assert!(shared.hold_from(from));
+        assert!(from.elapsed() >= 40 * MS);
+    }
+
+    #[test]
+    fn a_stop_ends_a_hold_at_once() {
+        let shared = Arc::new(Shared::new(load(), Duration::from_secs(10)));
+        let waiter = {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || shared.hold_from(Instant::now()))
+        };
+        std::thread::sleep(10 * MS);
+        let asked = Instant::now();
+        shared.lock().stop = true;
+        shared.wake.notify_all();
+        assert!(!waiter.join().unwrap(), "a stopped hold says so");
+        assert!(asked.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_gap_report_is_taken_once_and_a_stopped_thread_hands_over_the_rest() {
+        let pacing = Pacing {
+            shared: Arc::new(Shared::new(load(), 5 * MS)),
+            handle: std::thread::spawn(|| {}),
+        };
+        let mut state = pacing.shared.lock();
+        state.gaps.kernels = 7;
+        count_meeting(&mut state.gaps, OthersSign::HeldBack { past_us: 400.0 });
+        drop(state);
+        let first = pacing.take_gaps();
+        assert_eq!((first.kernels, first.met, first.held_back), (7, 1, 1));
+        assert_eq!(pacing.take_gaps(), GapReport::default(), "taken once");
+        pacing.shared.lock().gaps.kernels = 3;
+        let stopped = pacing.stop();
+        assert_eq!(stopped.gaps.kernels, 3);
+        assert!(stopped.error.is_none());
     }
 }

@@ -1,10 +1,12 @@
 //! The launcher's arithmetic, kept pure so CI tests it without a GPU: how a duty turns
 //! into a burst of kernels, when a burst is due ([`Pacer`]), and how long the idle gap
-//! after each kernel is when one kernel is in flight at a time ([`one_in_flight_gap`]).
+//! after each kernel is when one kernel is in flight at a time ([`one_in_flight_gap`],
+//! [`Cycle`]).
 
 use std::time::Duration;
 
 use gpufill_core::Time;
+use gpufill_core::gaps::{GAP_KERNEL, MIN_GAP};
 
 /// Bursts shorter than this are not launched: a kernel's launch and teardown cost a few
 /// microseconds, so the GPU would mostly see overhead.
@@ -192,6 +194,55 @@ pub fn one_in_flight_gap(duty: f64, kernel: Duration) -> Option<Duration> {
     }
     let gap = kernel.as_secs_f64() * ((1.0 - duty) / duty);
     Some(Duration::try_from_secs_f64(gap).unwrap_or(Duration::MAX))
+}
+
+/// What the pacing thread launches, one kernel at a time: the shapes
+/// [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape) and
+/// [`LaunchShape::Gaps`](gpufill_core::LaunchShape) share the cycle (launch, rest,
+/// judge) and differ in the kernel, the shortest gap and what a kernel that met another
+/// context leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cycle {
+    /// Beside a quiet holder: kernels of `kernel` (the launcher's `beside_kernel`), the
+    /// duty's gap; a kernel held back or whose timing shows another context is reported
+    /// to the loop, and nothing more is launched until it answers.
+    OneInFlight {
+        /// The length of each kernel.
+        kernel: Duration,
+    },
+    /// Filling the gaps of live work: kernels of [`GAP_KERNEL`], the duty's gap but at
+    /// least [`MIN_GAP`]; a kernel that met another context is counted in the gap report
+    /// and followed by the hold the loop set, then the thread goes on by itself.
+    Gaps,
+}
+
+impl Cycle {
+    /// The length of each kernel.
+    pub fn kernel(self) -> Duration {
+        match self {
+            Cycle::OneInFlight { kernel } => kernel,
+            Cycle::Gaps => GAP_KERNEL,
+        }
+    }
+
+    /// The idle gap after each kernel for `duty` ([`one_in_flight_gap`]); while filling
+    /// gaps never shorter than [`MIN_GAP`], so that a job that is ready when our kernel
+    /// ends gets the GPU before our next launch. `None`: launch nothing.
+    pub fn gap(self, duty: f64) -> Option<Duration> {
+        let gap = one_in_flight_gap(duty, self.kernel())?;
+        Some(match self {
+            Cycle::OneInFlight { .. } => gap,
+            Cycle::Gaps => gap.max(MIN_GAP),
+        })
+    }
+
+    /// A lowercase name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cycle::OneInFlight { .. } => "one_in_flight",
+            Cycle::Gaps => "gaps",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -451,5 +502,33 @@ mod tests {
         assert_eq!(backoff(first, MS, 2), Duration::from_micros(200));
         assert_eq!(backoff(first, MS, 5), MS);
         assert_eq!(backoff(first, MS, 60), MS);
+    }
+
+    #[test]
+    fn filling_gaps_rests_the_duty_s_gap_but_never_less_than_min_gap() {
+        let gaps = Cycle::Gaps;
+        assert_eq!(gaps.kernel(), GAP_KERNEL);
+        // 100 us kernels at 30 %: 233 us, above MIN_GAP.
+        let gap = gaps.gap(0.3).unwrap();
+        assert!(gap.abs_diff(Duration::from_nanos(233_333)) < US, "{gap:?}");
+        assert_eq!(gap, one_in_flight_gap(0.3, GAP_KERNEL).unwrap());
+        // From 40 % up the duty's gap is shorter than MIN_GAP: MIN_GAP it is.
+        for duty in [0.41, 0.5, 0.9, 1.0, 3.0] {
+            assert_eq!(gaps.gap(duty), Some(MIN_GAP), "{duty}");
+        }
+        // No duty: nothing, as one in flight.
+        assert_eq!(gaps.gap(0.0), None);
+        assert_eq!(gaps.gap(f64::NAN), None);
+    }
+
+    #[test]
+    fn one_in_flight_keeps_its_kernel_and_the_duty_s_gap_even_below_min_gap() {
+        let cycle = Cycle::OneInFlight { kernel: 500 * US };
+        assert_eq!(cycle.kernel(), 500 * US);
+        assert_eq!(cycle.gap(0.9), one_in_flight_gap(0.9, 500 * US));
+        assert_eq!(cycle.gap(1.0), Some(Duration::ZERO));
+        assert!(cycle.gap(0.9).unwrap() < MIN_GAP);
+        assert_eq!(cycle.as_str(), "one_in_flight");
+        assert_eq!(Cycle::Gaps.as_str(), "gaps");
     }
 }
