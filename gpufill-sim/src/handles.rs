@@ -2,11 +2,13 @@
 //! (what NVML would read) and [`SimLoad`] (our kernels).
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::config::{SimConfig, SimError, SimReport};
 use super::job::{ForeignJob, ForeignReport};
 use super::model::Model;
 use gpufill_core::device::{LaunchShape, LoadSource, Probe, ProcessInfo};
+use gpufill_core::gaps::GapReport;
 use gpufill_core::kernel_timing::OthersSign;
 use gpufill_core::time::Time;
 use gpufill_core::units::{Load, Utilization};
@@ -248,6 +250,18 @@ impl LoadSource for SimLoad {
     /// is already there.
     fn set_shape(&mut self, shape: LaunchShape) {
         self.gpu.lock().set_shape(shape);
+    }
+
+    /// Filling gaps: what our kernels met since the last call, the model as of the
+    /// probe's last reading (the crate docs: **Filling gaps**).
+    fn gaps_seen(&mut self) -> GapReport {
+        self.gpu.lock().gaps.report()
+    }
+
+    /// Filling gaps: the hold after each kernel of ours that meets another context,
+    /// from the next meeting on.
+    fn set_gap_hold(&mut self, hold: Duration) {
+        self.gpu.lock().gaps.hold = hold;
     }
 
     /// Whether, since the last call, a kernel of ours showed that another context ran

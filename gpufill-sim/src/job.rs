@@ -224,6 +224,43 @@ impl ForeignJob {
         }
     }
 
+    /// The length of a training job's kernels ([`ForeignJob::training`]): a model choice,
+    /// not a measurement (none is in docs/benchmarks.md), a typical length of the
+    /// convolutions and GEMMs of PyTorch eager training of a ResNet on an H100 or H200.
+    pub const TRAINING_KERNEL: Duration = Duration::from_micros(300);
+
+    /// The idle gap between two kernels of a training step: a model choice, like
+    /// [`ForeignJob::TRAINING_KERNEL`], for PyTorch eager mode, whose launches (about
+    /// 10-30 us each on the host) leave its queue empty between kernels.
+    pub const TRAINING_LAUNCH_GAP: Duration = Duration::from_micros(20);
+
+    /// A training job that waits on its input: it holds its context from `start_s` to
+    /// `end_s` and, from its first kernel, runs steps that keep the GPU busy `step`
+    /// each, in kernels of [`ForeignJob::TRAINING_KERNEL`] with
+    /// [`ForeignJob::TRAINING_LAUNCH_GAP`] between them (so a step lasts a little longer
+    /// than `step`, and its busy share alone is `step` against a step and its wait),
+    /// then waits `wait` on its input before the next ([`Requests::Steps`]). Whatever
+    /// delays a step delays all later ones.
+    pub fn training(start_s: f64, end_s: f64, step: Duration, wait: Duration) -> Self {
+        let (kernel, launch_gap) = (Self::TRAINING_KERNEL, Self::TRAINING_LAUNCH_GAP);
+        let busy = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
+        ForeignJob {
+            request: step.div_f64(busy),
+            name: Some("train".into()),
+            requests: Some(Requests::Steps {
+                wait,
+                kernel,
+                launch_gap,
+            }),
+            ..ForeignJob::isolated_requests(start_s, end_s, 0.0, step)
+        }
+        .with_load(busy)
+    }
+
+    fn with_load(self, load: f64) -> Self {
+        ForeignJob { load, ..self }
+    }
+
     /// The same job with kernels that fill every SM in a few waves (large GEMMs): under
     /// MPS it loses [`ForeignJob::FEW_WAVE_MPS_LOSS`] per unit of our duty beside our
     /// long kernels, little beside short ones ([`ForeignJob::mps_wave_loss`]).
@@ -276,7 +313,9 @@ impl ForeignJob {
     pub fn loss_per_duty(&self, shape: LaunchShape, kernel: Duration) -> f64 {
         match shape {
             LaunchShape::Bursts => self.interference,
-            // TODO(fill gaps): the gap filler's own model.
+            // Filling gaps, what a job that serves requests (or steps) pays is charged
+            // request by request (`model.rs`), and our kernels are held off its work;
+            // a job that always works is weighed as beside one kernel in flight.
             LaunchShape::OneInFlight | LaunchShape::Gaps => {
                 let request = self.request.as_secs_f64();
                 let per_request = if request > 0.0 {

@@ -47,6 +47,36 @@
 //!   pays a switch; otherwise nothing. Under MPS it pays `mps_interference x own_duty`
 //!   of its length (more for a job that fills every SM: **MPS** below). Calibrated on
 //!   measured requests (the `context_switch` docs say how well).
+//! - **Filling gaps** ([`gpufill_core::LaunchShape::Gaps`], `--beside-live fill-gaps`;
+//!   `gaps.rs`): our kernels of [`gpufill_core::gaps::GAP_KERNEL`] one at a time, an
+//!   idle gap of `max(the duty's gap, MIN_GAP)` after each, lengthened by the launch
+//!   overhead (a model choice: at full duty one 100 us kernel every 280 us, 36 %
+//!   resident); after a kernel that met another context, no launch for the hold the
+//!   loop sets ([`SimLoad`]'s `set_gap_hold`, the hold in force at the meeting). The
+//!   physics is the one measured on H200s
+//!   (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps),
+//!   with this model's switch ([`SimConfig::context_switch`]) and time slice: a job's
+//!   work that comes while our kernel runs waits its remainder and a switch, and one
+//!   that comes when our context ran last pays a switch (as under **Requests**); a
+//!   kernel of ours launched while the job's work is queued gets the GPU at the job's
+//!   next launch gap (a training step), or at the end of its time slice or of its work
+//!   (a request, queued whole), and, run in the middle of the job's work, costs it two
+//!   switches and our kernel. Our kernel **meets** the job when it was running as the
+//!   work came, when it was launched while the work was queued (**held back** when it
+//!   waited 300 us or more: a chosen threshold), and when the job ran since our previous
+//!   kernel (the first after its work starts a switch late). [`SimLoad`]'s `gaps_seen`
+//!   reports our kernels, the meetings and those held back. Each piece of work is
+//!   weighed once, when it comes, as every request is; the kernels that meet it are
+//!   counted but left out of the utilization (one or two a meeting).
+//! - **A training job** ([`ForeignJob::training`], `gpufill simulate --training
+//!   START-END:STEP_MS:WAIT_MS`): steps that keep the GPU busy STEP_MS each, in kernels
+//!   of 300 us with 20 us launch gaps ([`ForeignJob::TRAINING_KERNEL`],
+//!   [`ForeignJob::TRAINING_LAUNCH_GAP`]: model choices for PyTorch eager training, not
+//!   measurements; docs/benchmarks.md has none), then WAIT_MS on its input, one after
+//!   another, so whatever delays a step delays all later ones ([`Requests::Steps`]).
+//!   Its utilization alone is its busy share; what our kernels cost it is what the model
+//!   charged its steps, against a step and its wait alone
+//!   ([`RequestReport::rate_slowdown`]).
 //! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
 //!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
 //!   newcomer well before its context is ready), wants the GPU a share `load` of the
@@ -119,6 +149,7 @@
 
 pub mod churn;
 mod config;
+mod gaps;
 mod handles;
 mod jitter;
 mod job;

@@ -6,9 +6,11 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::config::{SimConfig, SimError, SimReport};
+use super::gaps::{self, GapFill, Work};
 use super::jitter::Timing;
 use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
+use super::requests::{Request, Requests};
 use gpufill_core::device::LaunchShape;
 use gpufill_core::kernel_timing::OthersSign;
 use gpufill_core::time::Time;
@@ -53,6 +55,8 @@ pub(super) struct Model {
     pub(super) requested: Load,
     /// How our kernels are laid out, as the loop last asked.
     pub(super) shape: LaunchShape,
+    /// Filling gaps ([`LaunchShape::Gaps`]): the hold, and what our kernels met.
+    pub(super) gaps: GapFill,
     /// Published per-process samples not yet visible (with `process_sample_lag`): when
     /// each shows, and the PIDs that worked in its window.
     pub(super) pending_active: VecDeque<(Time, Vec<u32>)>,
@@ -98,6 +102,7 @@ impl Model {
             samples: 0,
             requested: Load::IDLE,
             shape: LaunchShape::default(),
+            gaps: GapFill::default(),
             pending_active: VecDeque::new(),
             active: Vec::new(),
             active_published: false,
@@ -112,6 +117,9 @@ impl Model {
 
     /// Our resident share and SM share at `t` (queued work finishing after a stop included).
     fn own_at(&self, t: Time) -> (f64, f64) {
+        if self.shape == LaunchShape::Gaps && self.gaps.holding(t) {
+            return (0.0, 0.0);
+        }
         match self.tail {
             Some((until, duty, sm)) if t < until => (duty, sm),
             _ => (self.own, self.own_sm),
@@ -126,6 +134,9 @@ impl Model {
             .min(self.next_stream_event());
         if let Some((until, _, _)) = self.tail.filter(|&(until, _, _)| until > self.now) {
             next = next.min(until);
+        }
+        if let Some(resume) = self.gaps.resume.filter(|&r| r > self.now) {
+            next = next.min(resume);
         }
         for &t in &self.cfg.context_breaks {
             if t > self.now {
@@ -160,6 +171,10 @@ impl Model {
             let next = self.next_breakpoint(to);
             self.integrate(next - self.now);
             self.now = next;
+            if self.gaps.resume == Some(self.now) {
+                // A hold ends: our launcher fills again.
+                self.replan();
+            }
             self.serve_due();
             self.show_others();
             if self.cfg.context_breaks.contains(&self.now) {
@@ -233,6 +248,9 @@ impl Model {
         self.window_busy += busy * dt;
         self.window_sm += sm.min(1.0) * dt;
         self.own_busy += own * dt;
+        if shape == LaunchShape::Gaps {
+            self.gaps.count(dt, own);
+        }
     }
 
     /// The shape our kernels really take, and the kernel in flight: one in flight only
@@ -240,6 +258,7 @@ impl Model {
     fn effective_shape(&self) -> (LaunchShape, Duration) {
         match (self.shape, self.cfg.one_in_flight_kernel) {
             (LaunchShape::OneInFlight, Some(kernel)) => (LaunchShape::OneInFlight, kernel),
+            (LaunchShape::Gaps, _) => (LaunchShape::Gaps, gpufill_core::gaps::GAP_KERNEL),
             _ => (LaunchShape::Bursts, self.cfg.max_kernel),
         }
     }
@@ -255,9 +274,12 @@ impl Model {
             switch: self.cfg.context_switch,
         };
         for i in 0..self.jobs.len() {
-            let job = &self.cfg.foreign[i];
-            let beside = self.cfg.mps && !job.outside_mps;
-            while let Some(req) = self.jobs[i].stream.due(job.serving(), self.now) {
+            let beside = self.cfg.mps && !self.cfg.foreign[i].outside_mps;
+            loop {
+                let job = &self.cfg.foreign[i];
+                let Some(req) = self.jobs[i].stream.due(job.serving(), self.now) else {
+                    break;
+                };
                 let served = if beside {
                     let (own, _) = self.own_at(req.start);
                     Served {
@@ -266,13 +288,44 @@ impl Model {
                     }
                 } else {
                     self.pending = Some(self.pending.map_or(req.start, |p| p.min(req.start)));
-                    serve(&mut self.plan, req.start, self.last_foreign_end, slicing)
+                    let served = serve(&mut self.plan, req.start, self.last_foreign_end, slicing);
+                    self.fill_gaps_beside(i, req, served, slicing)
                 };
+                let job = &self.cfg.foreign[i];
                 let end = self.jobs[i].stream.served(job.serving(), req, served);
                 if !beside {
                     self.last_foreign_end = self.last_foreign_end.max(end);
                 }
             }
+        }
+    }
+
+    /// Filling gaps, what our kernels did beside the job `i`'s work `req` (served
+    /// `served` at its start: [`super::gaps`]): its wait grows by our kernels that ran in
+    /// the middle of it, and our launcher holds off after the kernels that met it.
+    fn fill_gaps_beside(&mut self, i: usize, req: Request, served: Served, s: Slicing) -> Served {
+        if self.shape != LaunchShape::Gaps || self.own <= 0.0 {
+            return served;
+        }
+        let launch = match self.cfg.foreign[i].requests {
+            Some(Requests::Steps {
+                kernel, launch_gap, ..
+            }) => Some((kernel, launch_gap)),
+            _ => None,
+        };
+        let work = Work {
+            start: req.start,
+            len: req.len,
+            launch,
+        };
+        let next = self.plan.next_after(req.start).map(|k| k.start);
+        let Some(extra) = self.gaps.beside(work, served, next, s) else {
+            return served;
+        };
+        self.replan();
+        Served {
+            wait: served.wait + extra,
+            ..served
         }
     }
 
@@ -468,6 +521,7 @@ impl Model {
     /// How our kernels lie with `duty` laid out in `shape` ([`super::kernels`]).
     fn layout(&self, shape: LaunchShape, duty: f64) -> Layout {
         match (shape, self.cfg.one_in_flight_kernel) {
+            (LaunchShape::Gaps, _) => gaps::layout(duty, self.cfg.launch_overhead),
             (LaunchShape::OneInFlight, Some(kernel)) => Layout::paced(duty, kernel),
             _ => Layout::bursts(duty, self.cfg.period, self.cfg.max_kernel),
         }
@@ -477,6 +531,11 @@ impl Model {
     /// launch overhead (a burst of `duty x period` is one kernel by default, so the
     /// share depends on the duty).
     fn efficiency(&self, shape: LaunchShape, duty: f64) -> f64 {
+        if shape == LaunchShape::Gaps {
+            // The overhead lengthens the idle gap after each kernel (`gaps.rs`).
+            let resident = gaps::resident(duty, self.cfg.launch_overhead);
+            return if duty > 0.0 { resident / duty } else { 1.0 };
+        }
         let kernel = match self.layout(shape, duty) {
             Layout::Idle => self.cfg.max_kernel,
             layout => layout.kernel_len(),
@@ -492,7 +551,11 @@ impl Model {
         } else {
             0.0
         };
-        let layout = self.layout(self.shape, duty);
+        let layout = if self.shape == LaunchShape::Gaps && self.gaps.holding(self.now) {
+            Layout::Idle
+        } else {
+            self.layout(self.shape, duty)
+        };
         self.plan.change(self.now, layout);
     }
 
@@ -505,6 +568,9 @@ impl Model {
             self.efficiency(shape, duty),
         );
         self.shape = shape;
+        if shape != LaunchShape::Gaps {
+            self.gaps.resume = None;
+        }
         // Scaled rather than recomputed from `requested`, which a broken context keeps
         // while running nothing.
         let ratio = if before > 0.0 { after / before } else { 0.0 };

@@ -33,6 +33,20 @@ pub enum Requests {
         /// How they are spaced.
         spacing: Spacing,
     },
+    /// A training job's steps ([`ForeignJob::training`](super::ForeignJob::training)):
+    /// each [`ForeignJob::request`](super::ForeignJob::request) long alone, the next
+    /// `wait` after the previous one ended (on its input), from its first kernel until
+    /// it leaves, so whatever delays a step delays all later ones. Inside a step its
+    /// kernels, `kernel` long each, follow one another with `launch_gap` idle between
+    /// them.
+    Steps {
+        /// How long it waits on its input after each step.
+        wait: Duration,
+        /// The length of each of its kernels.
+        kernel: Duration,
+        /// The idle gap between two of its kernels inside a step.
+        launch_gap: Duration,
+    },
 }
 
 /// How isolated requests are spaced.
@@ -103,6 +117,14 @@ impl RequestReport {
     /// How much longer the mean request took than alone, as a fraction.
     pub fn mean_slowdown(&self) -> f64 {
         ratio(self.mean, self.mean_alone)
+    }
+
+    /// For a training job's steps ([`Requests::Steps`]), each followed by `wait` on its
+    /// input: how much longer a step and its wait took on average than alone, as a
+    /// fraction (0.01: its step rate 1 % slower), from what our kernels charged its
+    /// steps, as [`RequestReport::slowdown`] is.
+    pub fn rate_slowdown(&self, wait: Duration) -> f64 {
+        ratio(self.mean + wait, self.mean_alone + wait)
     }
 }
 
@@ -267,6 +289,7 @@ impl Stream {
                 self.isolated(job, arrival, Time::ZERO)
             }
             Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
+            Some(Requests::Steps { .. }) => self.step(job, job.first_kernel, Time::ZERO),
             None => None,
         };
     }
@@ -287,8 +310,26 @@ impl Stream {
                 self.index += 1;
                 self.in_window(job, end)
             }
+            Some(Requests::Steps { wait, .. }) => {
+                self.step(job, end + *wait, self.alone_end + *wait)
+            }
             None => None,
         }
+    }
+
+    /// A training step that comes at `arrival` (its previous step ended and its input
+    /// came), and at `alone` in the same job's run alone.
+    fn step(&mut self, job: Serving<'_>, arrival: Time, alone: Time) -> Option<Request> {
+        if arrival >= job.leaves_at {
+            return None;
+        }
+        self.alone_end = alone.max(job.first_kernel) + job.request;
+        Some(Request {
+            arrival,
+            start: arrival,
+            len: job.request,
+            alone: job.request,
+        })
     }
 
     /// An isolated request arriving at `arrival`, after one that ended at `busy_end`.
