@@ -18,8 +18,10 @@ use gpufill_runtime::{GpuId, GpuSelector, TimeOfDay};
 use crate::config::Overrides;
 
 mod keys;
+mod training;
 
 pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
+pub use training::{MAX_STEP_MS, TrainingSpec, parse_training};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -272,6 +274,13 @@ pub struct SimulateArgs {
     /// The report gives its requests' latency against alone. Repeatable.
     #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms[:gpu]", value_parser = parse_service)]
     pub service: Vec<ServiceSpec>,
+    /// A training job that holds its context from START to END (seconds) and waits on
+    /// its input: steps that keep the GPU busy STEP_MS each, in kernels of 300 us with
+    /// 20 us launch gaps between them (a model choice for PyTorch eager training), then
+    /// WAIT_MS on its input, one step after another, e.g. 2-300:12:25. The report gives
+    /// how much our kernels slowed its step rate. Repeatable.
+    #[arg(long, value_name = "START-END:STEP_MS:WAIT_MS", value_parser = parse_training)]
+    pub training: Vec<TrainingSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

@@ -22,7 +22,7 @@ use gpufill_sim::{
     with_launch_settings,
 };
 
-use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs};
+use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs, TrainingSpec};
 use crate::config::Config;
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
@@ -240,6 +240,7 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
                 .iter()
                 .map(|f| ForeignJob::compute_bound(f.start_s, f.end_s, f.load_percent / 100.0))
                 .chain(services)
+                .chain(args.training.iter().map(training_job))
                 .collect(),
             // As measured (the constant's docs): a service's bursts shorter than this
             // never appear in its per-process samples.
@@ -255,6 +256,16 @@ pub fn sim_config(args: &SimulateArgs, settings: &Settings) -> SimConfig {
     } else {
         cfg
     }
+}
+
+/// The job of a `--training` ([`ForeignJob::training`]).
+fn training_job(spec: &TrainingSpec) -> ForeignJob {
+    ForeignJob::training(
+        spec.start_s,
+        spec.end_s,
+        Duration::from_secs_f64(spec.step_ms / 1e3),
+        Duration::from_secs_f64(spec.wait_ms / 1e3),
+    )
 }
 
 /// What a run kept for its report.
@@ -304,6 +315,7 @@ pub fn drive(
         .iter()
         .map(|f| f.start_s)
         .chain(args.service.iter().map(|v| v.start_s))
+        .chain(args.training.iter().map(|v| v.start_s))
         .fold(args.duration.min(arrivals.next_at()), f64::min);
     let judged_until = Time::from_secs_f64(if long { judged_s.min(3600.0) } else { judged_s });
     let mut ticks: Vec<Tick> = Vec::new();
@@ -562,7 +574,42 @@ fn summarize(
     for (spec, job) in args.service.iter().zip(services) {
         write_service(out, spec, job)?;
     }
+    let trainers = report
+        .foreign
+        .iter()
+        .skip(args.foreign.len() + args.service.len());
+    for (spec, job) in args.training.iter().zip(trainers) {
+        write_training(out, spec, job)?;
+    }
     Ok(())
+}
+
+/// A training job's line: how much longer a step and its wait took than alone
+/// ("slowed by": its step rate), from what our kernels charged its steps, and our
+/// kernels' time beside its work.
+fn write_training(
+    out: &mut dyn Write,
+    spec: &TrainingSpec,
+    job: &ForeignReport,
+) -> std::io::Result<()> {
+    let r = job.requests.clone().unwrap_or_default();
+    let wait = Duration::from_secs_f64(spec.wait_ms / 1e3);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    writeln!(
+        out,
+        "training {}-{} s, steps of {} ms busy then {} ms on its input: slowed by {:.2}% (a step {:.3} ms against {:.3} ms alone, on the mean; {} steps, {} held up by a kernel of ours, {} by a context switch), our kernels resident beside it for {:.1} ms",
+        spec.start_s,
+        spec.end_s,
+        spec.step_ms,
+        spec.wait_ms,
+        r.rate_slowdown(wait) * 100.0,
+        ms(r.mean),
+        ms(r.mean_alone),
+        r.count,
+        r.met_kernel,
+        r.switched,
+        ms(job.overlap),
+    )
 }
 
 /// The pauses of the run (a quiet holder's work, or a sign of our kernels), how many
