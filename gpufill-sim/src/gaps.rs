@@ -21,8 +21,8 @@
 //! - the first kernel of ours after the work, when the work ran after our last kernel,
 //!   starts a switch late: it **meets** the job too (on its way out), at no cost to it.
 //!
-//! Each meeting begins a hold of the length in force then (a change of the hold applies
-//! from the next meeting on). The kernels of ours that meet the job are counted, not
+//! Each meeting begins a hold; a new hold re-times the one under way from its meeting,
+//! as the CUDA launcher does. The kernels of ours that meet the job are counted, not
 //! laid out: the model's utilization leaves them out (a kernel or two a meeting).
 
 use std::time::Duration;
@@ -31,8 +31,9 @@ use super::kernels::{Layout, Served, Slicing};
 use gpufill_core::gaps::{GAP_KERNEL, GapReport, MIN_GAP, MIN_HOLD};
 use gpufill_core::time::Time;
 
-/// A kernel of ours that waited this long behind the job's queued work is reported held
-/// back ([`GapReport::held_back`]).
+/// A kernel of ours that ended this long after it was due to (it waited behind the job's
+/// queued work, and for the switch) is reported held back ([`GapReport::held_back`]), as
+/// the CUDA launcher judges it (its `LATE`).
 pub(super) const HELD_BACK: Duration = Duration::from_micros(300);
 
 /// How our kernels lie at `duty` while filling gaps: one of [`GAP_KERNEL`] every
@@ -78,6 +79,8 @@ pub(super) struct GapFill {
     pub(super) hold: Duration,
     /// No launch before this (a hold in force).
     pub(super) resume: Option<Time>,
+    /// When the latest kernel of ours that met the job ended: the hold runs from it.
+    met_at: Option<Time>,
     /// What our kernels met since the last report.
     seen: GapReport,
     /// Kernels of ours laid out since the last report, in part.
@@ -89,6 +92,7 @@ impl Default for GapFill {
         GapFill {
             hold: MIN_HOLD,
             resume: None,
+            met_at: None,
             seen: GapReport::default(),
             kernels: 0.0,
         }
@@ -96,6 +100,16 @@ impl Default for GapFill {
 }
 
 impl GapFill {
+    /// Sets the hold: from the next meeting on, and for the one under way (re-timed from
+    /// its meeting). Returns the new end of the hold under way.
+    pub(super) fn set_hold(&mut self, hold: Duration, now: Time) -> Option<Time> {
+        self.hold = hold;
+        if self.holding(now) {
+            self.resume = self.met_at.map(|m| (m + hold).max(now));
+        }
+        self.resume
+    }
+
     /// Whether a hold keeps our launcher idle at `t`.
     pub(super) fn holding(&self, t: Time) -> bool {
         self.resume.is_some_and(|r| t < r)
@@ -118,14 +132,15 @@ impl GapFill {
         }
     }
 
-    /// A kernel of ours that met the job, launched at `launch`, got the GPU at
-    /// `got_in` and ended at `end`: counted, and the hold begins at its end.
-    fn met(&mut self, launch: Time, got_in: Time, end: Time) -> Time {
+    /// A kernel of ours that met the job, ended `late` after it was due to, at `end`:
+    /// counted, and the hold begins at its end.
+    fn met(&mut self, late: Duration, end: Time) -> Time {
         self.seen.kernels += 1;
         self.seen.met += 1;
-        if got_in - launch >= HELD_BACK {
+        if late >= HELD_BACK {
             self.seen.held_back += 1;
         }
+        self.met_at = Some(end);
         end + self.hold
     }
 
@@ -147,7 +162,7 @@ impl GapFill {
             // Cut short when the work came: it ended a switch before the work ran.
             let cut = work.start + served.wait.saturating_sub(s.switch);
             ours_end = Some(cut);
-            Some(self.met(cut, cut, cut))
+            Some(self.met(Duration::ZERO, cut))
         } else {
             self.resume.filter(|&r| r > work.start).or(next)
         };
@@ -159,7 +174,7 @@ impl GapFill {
                 if ours_end.is_none_or(|e| e < end) {
                     let ran_until = launch + s.switch + GAP_KERNEL;
                     ours_end = Some(ran_until);
-                    free = Some(self.met(launch, launch, ran_until));
+                    free = Some(self.met(s.switch, ran_until));
                 }
                 break;
             }
@@ -171,7 +186,8 @@ impl GapFill {
             }
             let ran_until = got_in + s.switch + GAP_KERNEL;
             ours_end = Some(ran_until);
-            free = Some(self.met(launch, got_in, ran_until));
+            // It was due to end a kernel after its launch.
+            free = Some(self.met(ran_until - (launch + GAP_KERNEL), ran_until));
         }
         // Nothing of ours met it: nothing changes.
         ours_end?;
@@ -274,18 +290,19 @@ mod tests {
             ..GapFill::default()
         };
         // The step came in our gap (a switch), our next launch 100 us later, before the
-        // job's first kernel began (10.13 ms): it waits that whole kernel, held back.
+        // job's first kernel began (10.13 ms): it waits that whole kernel.
         let served = Served {
             wait: us(130),
             met: false,
             switched: true,
         };
         let extra = g.beside(step(), served, Some(at_us(10_100)), S).unwrap();
-        // Launched mid-step twice (at 10.1 ms, and after the 5 ms hold at 15.59 ms),
-        // then once after it.
+        // Launched mid-step three times (at 10.1 ms, then after each 5 ms hold), each
+        // ending 300 us or more late (its wait and the switch): held back; then once
+        // after the step, a switch late.
         assert_eq!(extra, (us(130) * 2 + GAP_KERNEL) * 3);
         let r = g.report();
-        assert_eq!((r.met, r.held_back), (4, 1));
+        assert_eq!((r.met, r.held_back), (4, 3));
     }
 
     #[test]

@@ -258,10 +258,10 @@ impl LoadSource for SimLoad {
         self.gpu.lock().gaps.report()
     }
 
-    /// Filling gaps: the hold after each kernel of ours that meets another context,
-    /// from the next meeting on.
+    /// Filling gaps: the hold after each kernel of ours that meets another context, from
+    /// the next meeting on and for the hold under way (re-timed from its meeting).
     fn set_gap_hold(&mut self, hold: Duration) {
-        self.gpu.lock().gaps.hold = hold;
+        self.gpu.lock().set_gap_hold(hold);
     }
 
     /// Whether, since the last call, a kernel of ours showed that another context ran

@@ -52,7 +52,8 @@
 //!   idle gap of `max(the duty's gap, MIN_GAP)` after each, lengthened by the launch
 //!   overhead (a model choice: at full duty one 100 us kernel every 280 us, 36 %
 //!   resident); after a kernel that met another context, no launch for the hold the
-//!   loop sets ([`SimLoad`]'s `set_gap_hold`, the hold in force at the meeting). The
+//!   loop sets ([`SimLoad`]'s `set_gap_hold`, which re-times a hold under way from its
+//!   meeting, as the CUDA launcher does). The
 //!   physics is the one measured on H200s
 //!   (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps),
 //!   with this model's switch ([`SimConfig::context_switch`]) and time slice: a job's
@@ -63,8 +64,8 @@
 //!   (a request, queued whole), and, run in the middle of the job's work, costs it two
 //!   switches and our kernel. Our kernel **meets** the job when it was running as the
 //!   work came, when it was launched while the work was queued (**held back** when it
-//!   waited 300 us or more: a chosen threshold), and when the job ran since our previous
-//!   kernel (the first after its work starts a switch late). [`SimLoad`]'s `gaps_seen`
+//!   ended 300 us or more late, the CUDA launcher's rule), and when the job ran since
+//!   our previous kernel (the first after its work starts a switch late). [`SimLoad`]'s `gaps_seen`
 //!   reports our kernels, the meetings and those held back. Each piece of work is
 //!   weighed once, when it comes, as every request is; the kernels that meet it are
 //!   counted but left out of the utilization (one or two a meeting).

@@ -329,6 +329,14 @@ impl Model {
         }
     }
 
+    /// Filling gaps: the hold after a meeting, re-timing the one under way (our
+    /// launcher fills again at once when it has already run out).
+    pub(super) fn set_gap_hold(&mut self, hold: Duration) {
+        if self.gaps.set_hold(hold, self.now) == Some(self.now) {
+            self.replan();
+        }
+    }
+
     /// The next change of a job serving requests (a request starts or ends).
     fn next_stream_event(&mut self) -> Time {
         if self.streams == 0 {
