@@ -81,6 +81,8 @@ pub(super) struct GapFill {
     pub(super) resume: Option<Time>,
     /// When the latest kernel of ours that met the job ended: the hold runs from it.
     met_at: Option<Time>,
+    /// The job ran since our last kernel: our next one starts a switch late.
+    stale: bool,
     /// What our kernels met since the last report.
     seen: GapReport,
     /// Kernels of ours laid out since the last report, in part.
@@ -93,6 +95,7 @@ impl Default for GapFill {
             hold: MIN_HOLD,
             resume: None,
             met_at: None,
+            stale: false,
             seen: GapReport::default(),
             kernels: 0.0,
         }
@@ -104,10 +107,16 @@ impl GapFill {
     /// its meeting). Returns the new end of the hold under way.
     pub(super) fn set_hold(&mut self, hold: Duration, now: Time) -> Option<Time> {
         self.hold = hold;
-        if self.holding(now) {
+        // A launch due after the job's work (stale) is no hold: it stays.
+        if self.holding(now) && !self.stale {
             self.resume = self.met_at.map(|m| (m + hold).max(now));
         }
         self.resume
+    }
+
+    /// When the latest kernel of ours that met the job ended.
+    pub(super) fn last_met(&self) -> Option<Time> {
+        self.met_at
     }
 
     /// Whether a hold keeps our launcher idle at `t`.
@@ -170,11 +179,12 @@ impl GapFill {
             let end = work_from + work.len + extra;
             if launch >= end {
                 // The first kernel after the work starts late, if the work ran after
-                // our last kernel.
+                // our last kernel: it meets the job when it comes ([`GapFill::due`]),
+                // unless more of the job's work comes first.
                 if ours_end.is_none_or(|e| e < end) {
-                    let ran_until = launch + s.switch + GAP_KERNEL;
-                    ours_end = Some(ran_until);
-                    free = Some(self.met(s.switch, ran_until));
+                    self.stale = true;
+                    self.resume = Some(launch);
+                    return Some(extra);
                 }
                 break;
             }
@@ -192,7 +202,20 @@ impl GapFill {
         // Nothing of ours met it: nothing changes.
         ours_end?;
         self.resume = free;
+        self.stale = false;
         Some(extra)
+    }
+
+    /// Our launcher launches again at `now`, its hold over: if the job ran since our
+    /// last kernel, that kernel starts a switch late and meets it (at no cost to it),
+    /// and a new hold begins; returns when that kernel ends. `None`: it fills again.
+    pub(super) fn due(&mut self, now: Time, switch: Duration) -> Option<Time> {
+        if !std::mem::take(&mut self.stale) {
+            return None;
+        }
+        let end = now + switch + GAP_KERNEL;
+        self.resume = Some(self.met(switch, end));
+        Some(end)
     }
 }
 
@@ -277,9 +300,13 @@ mod tests {
         assert_eq!(extra, Some(Duration::ZERO));
         // Held 20 ms from the cut (10.06 ms): past the step's end (22.99 ms), so the
         // kernel at 30.06 ms starts late, and another hold follows it.
-        assert_eq!(g.resume, Some(at_us(30_060 + 230 + 20_000)));
+        assert_eq!(g.resume, Some(at_us(30_060)));
+        assert_eq!(g.due(at_us(30_060), S.switch), Some(at_us(30_290)));
+        assert_eq!(g.resume, Some(at_us(30_290 + 20_000)));
         let r = g.report();
         assert_eq!((r.kernels, r.met, r.held_back), (2, 2, 0));
+        // After that hold nothing ran: it fills again.
+        assert_eq!(g.due(at_us(50_290), S.switch), None);
     }
 
     #[test]
@@ -301,6 +328,8 @@ mod tests {
         // ending 300 us or more late (its wait and the switch): held back; then once
         // after the step, a switch late.
         assert_eq!(extra, (us(130) * 2 + GAP_KERNEL) * 3);
+        let resume = g.resume.unwrap();
+        assert!(g.due(resume, S.switch).is_some());
         let r = g.report();
         assert_eq!((r.met, r.held_back), (4, 3));
     }

@@ -165,6 +165,12 @@ impl Plan {
         self.probed = Some(now);
     }
 
+    /// Records a kernel of ours that ended at `end`, not laid out by the plan (filling
+    /// gaps, one that met another context: `gaps.rs`).
+    pub(super) fn ran(&mut self, end: Time) {
+        self.probed = Some(self.probed.map_or(end, |p| p.max(end)));
+    }
+
     /// The kernel running at `t`.
     pub(super) fn kernel_at(&self, t: Time) -> Option<Kernel> {
         let k = self

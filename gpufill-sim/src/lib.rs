@@ -65,7 +65,8 @@
 //!   switches and our kernel. Our kernel **meets** the job when it was running as the
 //!   work came, when it was launched while the work was queued (**held back** when it
 //!   ended 300 us or more late, the CUDA launcher's rule), and when the job ran since
-//!   our previous kernel (the first after its work starts a switch late). [`SimLoad`]'s `gaps_seen`
+//!   our previous kernel (the first after its work, when the hold ends, starts a switch
+//!   late; the job's next work then finds our context last and pays a switch). [`SimLoad`]'s `gaps_seen`
 //!   reports our kernels, the meetings and those held back. Each piece of work is
 //!   weighed once, when it comes, as every request is; the kernels that meet it are
 //!   counted but left out of the utilization (one or two a meeting).

@@ -172,8 +172,12 @@ impl Model {
             self.integrate(next - self.now);
             self.now = next;
             if self.gaps.resume == Some(self.now) {
-                // A hold ends: our launcher fills again.
-                self.replan();
+                // A hold ends: our launcher fills again, unless its first kernel meets
+                // the job that ran meanwhile.
+                match self.gaps.due(self.now, self.cfg.context_switch) {
+                    Some(end) => self.plan.ran(end),
+                    None => self.replan(),
+                }
             }
             self.serve_due();
             self.show_others();
@@ -322,6 +326,10 @@ impl Model {
         let Some(extra) = self.gaps.beside(work, served, next, s) else {
             return served;
         };
+        if let Some(end) = self.gaps.last_met() {
+            // A kernel of ours: the job's next work pays a switch if it came last.
+            self.plan.ran(end);
+        }
         self.replan();
         Served {
             wait: served.wait + extra,

@@ -66,14 +66,14 @@ fn beside_an_input_bound_trainer_the_estimate_stays_near_the_bound_and_its_steps
         estimate * 100.0
     );
     assert!(slowed <= 0.01, "{steps:?}");
-    // The loop's estimate bounds what the model charged it, and stays about the bound
-    // (2 %), where the hold neither grows nor shrinks. Far above what the trainer pays:
-    // the meetings that keep it there are our kernels that start a switch late after a
-    // hold in which the trainer ran, which cost it nothing but are charged a switch and
-    // half a kernel each, so the hold stays longer than its step period and the gaps go
-    // unfilled (issue 40).
+    // The loop's estimate bounds what the model charged it, within three times and a
+    // point (issue 40's rule for the metric). It stays between half the bound and the
+    // bound, where the hold neither grows nor shrinks: each step meets two kernels of
+    // ours (one as it comes, one that starts late after it), each charged, and each
+    // followed by a hold, so the hold settles past the step period and the trainer's
+    // gaps go unfilled (the CLI's ignored test of the GPU bound; issue 40).
     assert!(estimate >= slowed, "{estimate} {slowed}");
-    assert!(estimate <= 0.04, "{estimate}");
+    assert!(estimate <= 3.0 * slowed + 0.01, "{estimate} {slowed}");
 }
 
 #[test]
@@ -88,4 +88,10 @@ fn beside_sub_millisecond_requests_the_hold_grows_until_they_barely_pay() {
     );
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
+    let estimate = mean(&costs);
+    assert!(estimate >= requests.mean_slowdown(), "{estimate}");
+    assert!(
+        estimate <= 3.0 * requests.mean_slowdown() + 0.01,
+        "{estimate}"
+    );
 }
