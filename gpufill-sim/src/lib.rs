@@ -66,10 +66,10 @@
 //!   work came, when it was launched while the work was queued (**held back** when it
 //!   ended 300 us or more late, the CUDA launcher's rule), and when the job ran since
 //!   our previous kernel (the first after its work, when the hold ends, starts a switch
-//!   late; the job's next work then finds our context last and pays a switch). [`SimLoad`]'s `gaps_seen`
-//!   reports our kernels, the meetings and those held back. Each piece of work is
-//!   weighed once, when it comes, as every request is; the kernels that meet it are
-//!   counted but left out of the utilization (one or two a meeting).
+//!   late; the job's next work then finds our context last and pays a switch).
+//!   [`SimLoad`]'s `gaps_seen` reports our kernels, the meetings and those held back.
+//!   Each piece of work is weighed when it comes, as every request is; the kernels that
+//!   meet it are counted but left out of the utilization (one or two a meeting).
 //! - **A training job** ([`ForeignJob::training`], `gpufill simulate --training
 //!   START-END:STEP_MS:WAIT_MS`): steps that keep the GPU busy STEP_MS each, in kernels
 //!   of 300 us with 20 us launch gaps ([`ForeignJob::TRAINING_KERNEL`],
