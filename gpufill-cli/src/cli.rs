@@ -18,6 +18,7 @@ use gpufill_runtime::{GpuId, GpuSelector, TimeOfDay};
 use crate::config::Overrides;
 
 mod keys;
+pub mod unknown_env;
 
 pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
 
