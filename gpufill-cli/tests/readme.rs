@@ -169,7 +169,10 @@ fn the_readme_states_the_licence_of_cargo_toml_and_links_its_texts() {
     let section = section.split("\n## ").next().unwrap();
     let licence = env!("CARGO_PKG_LICENSE");
     assert_eq!(licence, "MIT OR Apache-2.0");
-    assert!(section.contains(&format!("`license = \"{licence}\"`")), "{section}");
+    assert!(
+        section.contains(&format!("`license = \"{licence}\"`")),
+        "{section}"
+    );
     for file in ["LICENSE-APACHE", "LICENSE-MIT"] {
         assert!(section.contains(&format!("]({file})")), "{file}: {section}");
         assert!(root.join(file).is_file(), "{file}");

@@ -248,10 +248,10 @@ fn open(dir: &Path, path: &Path) -> io::Result<Opened> {
         o
     };
     // What is there already, looked at without opening it (a device node, a socket).
-    if let Ok(there) = std::fs::symlink_metadata(path) {
-        if let Some(why) = not_a_file(there.file_type()) {
-            return Ok(Opened::Untrusted(why));
-        }
+    if let Ok(there) = std::fs::symlink_metadata(path)
+        && let Some(why) = not_a_file(there.file_type())
+    {
+        return Ok(Opened::Untrusted(why));
     }
     let (file, writable) = match options(true).open(path) {
         Ok(file) => (file, true),
