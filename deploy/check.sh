@@ -254,7 +254,9 @@ if [ -n "$cargo_deb" ]; then
   deb_broken "without its man page" deb-contents.txt '\#man1/gpufill.1.gz$#d'
   deb_broken "with a wrapped synopsis" deb-info.txt 's/^\( Description: .*\) \(real work\)$/\1\n  \2/'
   deb_broken "with a changelog of another version" deb-changelog.txt '1s/(\([^)]*\))/(\1.1)/'
-  ok "self-test: a .deb without its binary or man page, with a wrapped synopsis or another changelog version fails"
+  deb_broken "with a placeholder Maintainer" deb-info.txt 's/^\( Maintainer: .*<\)[^>]*>/\1gpufill@example.invalid>/'
+  deb_broken "with a changelog signed by another" deb-changelog.txt 's/^\( -- [^<]*<\)[^>]*>/\1someone@elsewhere.org>/'
+  ok "self-test: a .deb without its binary or man page, with a wrapped synopsis, another changelog version, a placeholder Maintainer or another signature fails"
   if [ -n "$lintian" ]; then
     # Every tag of severity warning or error fails; none is suppressed.
     lintian --fail-on error,warning "$deb" 2>/dev/null || fail "$deb: lintian"

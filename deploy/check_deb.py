@@ -35,6 +35,16 @@ def cargo_description():
         return tomllib.load(f)["package"]["description"]
 
 
+# Addresses that reach no one (RFC 2606's example domains and .invalid): a Maintainer
+# or changelog signature must name the project's own.
+PLACEHOLDER = re.compile(r"@(?:[\w.-]+\.)?(?:example\.(?:com|net|org)|[\w-]+\.invalid)>", re.I)
+
+
+def cargo_authors():
+    with open(ROOT / "gpufill-cli" / "Cargo.toml", "rb") as f:
+        return tomllib.load(f)["package"]["authors"]
+
+
 def problems(d: Path):
     contents = {}
     for line in (d / "deb-contents.txt").read_text().splitlines():
@@ -71,6 +81,17 @@ def problems(d: Path):
             yield f"the Description synopsis is {m.group(1)!r}, not gpufill-cli's whole description {want!r}"
         if not m.group(2).startswith("  gpufill holds"):
             yield "the long Description does not start with gpufill-cli's extended-description"
+    # The Maintainer is gpufill-cli's first author, no placeholder, and signs the changelog.
+    maintainer = re.search(r"^ Maintainer: (.*)$", info, re.M)
+    signature = re.search(r"^ -- (.+?>)  ", (d / "deb-changelog.txt").read_text(), re.M)
+    if maintainer:
+        if PLACEHOLDER.search(maintainer.group(1)):
+            yield f"Maintainer {maintainer.group(1)!r} is a placeholder: name the project's own (Cargo.toml authors)"
+        if maintainer.group(1) != cargo_authors()[0]:
+            yield f"Maintainer {maintainer.group(1)!r} is not gpufill-cli's first author {cargo_authors()[0]!r}"
+        if not signature or signature.group(1) != maintainer.group(1):
+            yield (f"the changelog's latest entry is signed {signature and signature.group(1)!r}, "
+                   f"not by the Maintainer {maintainer.group(1)!r}")
     # The changelog's latest entry is this version.
     version = re.search(r"^ Version: (\S+)", info, re.M)
     top = re.match(r"gpufill \(([^)]+)\) ", (d / "deb-changelog.txt").read_text())
@@ -86,7 +107,8 @@ def main():
     if found:
         return 1
     print(f"ok   .deb: {', '.join(FILES)} with their modes; conffile; unit starts /usr/bin/gpufill; "
-          "one-line synopsis; changelog of this version")
+          "one-line synopsis; the Maintainer is Cargo's first author, no placeholder, and signs the changelog "
+          "of this version")
     return 0
 
 

@@ -84,6 +84,11 @@ def problems(text):
             found.append(f"EXPOSE {port}, but the default command serves no metrics there (ENV GPUFILL_METRICS)")
     if "example.invalid" in text:
         found.append("a placeholder URL (example.invalid): name the project's real home or leave it out")
+    # The examples in comments publish the metrics port on loopback only, as
+    # docs/operations.md advises: `-p 9401:9401` would publish it on every interface.
+    for published in re.findall(r"^#.*\s-p\s+((?:\S+:)?\d+:\d+)", text, re.M):
+        if not published.startswith("127.0.0.1:"):
+            found.append(f"an example publishes -p {published} on every interface: publish on 127.0.0.1")
     for word, args in ins:
         if word == "ARG" and re.match(r"VERSION=", args):
             found.append(f"ARG {args}: VERSION must have no default (it is Cargo's, checked in the build)")
@@ -170,6 +175,7 @@ def breakages(text):
         "an ARG above the dependency build": text.replace("SHELL [", "ARG REVISION\nSHELL [", 1),
         "no HEALTHCHECK": re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", text),
         "EXPOSE without metrics served by default": text.replace("ENV GPUFILL_METRICS=0.0.0.0:9401\n", ""),
+        "an example publishing on every interface": text.replace("-p 127.0.0.1:9401:9401", "-p 9401:9401", 1),
         "a placeholder URL": text.replace('image.title="gpufill"', 'image.title="gpufill" org.opencontainers.image.url="https://example.invalid/x"', 1),
     }
 
@@ -196,7 +202,7 @@ def main():
         return 1
     print("ok   deploy/docker/Dockerfile: every FROM by digest, base.name and base.digest labels match the "
           "runtime image, VERSION checked against Cargo, a HEALTHCHECK by `gpufill healthcheck`, metrics served on the "
-          "EXPOSEd port by default, no placeholder URL, dependencies built before COPY . . (the stub workspace "
+          "EXPOSEd port by default, examples publish on 127.0.0.1 only, no placeholder URL, dependencies built before COPY . . (the stub workspace "
           f"passes cargo check), and {len(breakages(text))} broken copies and a broken stub script fail")
     return 0
 

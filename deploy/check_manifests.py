@@ -20,6 +20,17 @@ Run by deploy/check.sh (which installs the validators); exits non-zero on any fa
   with several value sets, every rendered object is validated the same way, values with
   typos are rejected by values.schema.json, and the plain manifests must equal the
   default render except for Helm's own labels and the config checksum.
+- One gpufill per GPU: the chart refuses a rollout surge (maxSurge above 0), with and
+  without claims.hostPath, naming it; claims.hostPath mounts the host's directory at
+  /run/gpufill (type Directory) and needs exactly "privileged"; the default render and the
+  plain manifests have maxSurge 0 and no such mount.
+- Each values example in the chart's ci/ (chart-testing's convention) renders, validates,
+  and meets the Pod Security level its first comment names; the chart has a README that
+  names every top-level value.
+- The ServiceMonitor takes relabelings, metricRelabelings and honorLabels; the NetworkPolicy
+  admits networkPolicy.namespaces and .from; the dashboard ConfigMap (dashboard.enabled)
+  carries the label Grafana's sidecar watches and deploy/grafana/gpufill-dashboard.json,
+  whose copy in the chart must equal it.
 - The PrometheusRule (chart and plain) carries exactly deploy/prometheus/gpufill-rules.yaml.
 - The ConfigMap's gpufill.toml passes `gpufill config check` (with --gpufill). The chart
   refuses a config that is not TOML at render, and its init container (run
@@ -396,6 +407,11 @@ def value_sets():
                    and find(o, "NetworkPolicy")["spec"]["ingress"] == [{
                        "ports": [{"port": "metrics", "protocol": "TCP"}],
                        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]),
+            expect("defaults: a rolling update without a surge (maxSurge 0), no host claim directory",
+                   find(o, "DaemonSet")["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
+                   and not any(v["name"] == "claims" for v in pod_spec(o)["volumes"])
+                   and not any(m["mountPath"] == "/run/gpufill" for m in container(o)["volumeMounts"])),
+            expect("defaults: no dashboard ConfigMap", len([x for x in o if x["kind"] == "ConfigMap"]) == 1),
             expect("defaults: the init container config-check runs `gpufill config check` on the mounted config, same image",
                    [(c["name"], c["args"], c["image"]) for c in pod_spec(o)["initContainers"]]
                    == [("config-check", ["config", "check", "/etc/gpufill/gpufill.toml"], container(o)["image"])]
@@ -447,18 +463,42 @@ def value_sets():
         ]),
         "CDI, NetworkPolicy, other labels, no opt-out": ({
             "cdi": {"enabled": True}, "runtimeClassName": "nvidia-cdi", "nameOverride": "filler",
-            "networkPolicy": {"enabled": True, "from": []},
+            "networkPolicy": {"enabled": True, "namespaces": [], "from": []},
             "gpuNodeLabels": [{"key": "gpu", "value": "yes"}], "disableNodeLabel": "",
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%"}},
         }, "restricted", lambda o: [
             expect("cdi: the CDI annotation asks for every GPU",
                    find(o, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]["cdi.k8s.io/gpufill"]
                    == "nvidia.com/gpu=all"),
-            expect("networkPolicy.from empty: no egress, the metrics port from anywhere",
+            expect("networkPolicy.namespaces and .from empty: no egress, the metrics port from anywhere",
                    find(o, "NetworkPolicy")["spec"]["egress"] == []
                    and find(o, "NetworkPolicy")["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]),
             expect("gpuNodeLabels and no disableNodeLabel: one term, one expression",
                    node_terms(o) == [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["yes"]}]}]),
+        ]),
+        "claims.hostPath, relabelings, dashboard, scrape namespaces": ({
+            "claims": {"hostPath": "/run/gpufill"},
+            "serviceMonitor": {"enabled": True, "honorLabels": True,
+                               "relabelings": [{"targetLabel": "cluster", "replacement": "a"}],
+                               "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "x", "action": "drop"}]},
+            "dashboard": {"enabled": True, "namespace": "grafana", "annotations": {"grafana_folder": "GPUs"}},
+            "networkPolicy": {"namespaces": ["prometheus", "victoria"], "from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+        }, "privileged", lambda o: [
+            expect("claims.hostPath: the host's directory (type Directory) at /run/gpufill",
+                   {"name": "claims", "hostPath": {"path": "/run/gpufill", "type": "Directory"}} in pod_spec(o)["volumes"]
+                   and {"name": "claims", "mountPath": "/run/gpufill"} in container(o)["volumeMounts"]),
+            expect("serviceMonitor: honorLabels, the chart's node relabeling first, then the given ones, metricRelabelings",
+                   find(o, "ServiceMonitor")["spec"]["endpoints"][0]["honorLabels"] is True
+                   and [r.get("targetLabel") for r in find(o, "ServiceMonitor")["spec"]["endpoints"][0]["relabelings"]]
+                   == ["node", "cluster"]
+                   and find(o, "ServiceMonitor")["spec"]["endpoints"][0]["metricRelabelings"]
+                   == [{"sourceLabels": ["__name__"], "regex": "x", "action": "drop"}]),
+            expect("networkPolicy: each namespace a peer, then the given peers",
+                   find(o, "NetworkPolicy")["spec"]["ingress"][0]["from"] == [
+                       {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus"}}},
+                       {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "victoria"}}},
+                       {"ipBlock": {"cidr": "10.0.0.0/8"}}]),
+            check_dashboard_configmap(o, "grafana"),
         ]),
         "privileged, no NetworkPolicy": ({"privileged": True, "networkPolicy": {"enabled": False}}, "privileged", lambda o: [
             expect("privileged: a privileged container that may escalate (the API refuses privileged without it)",
@@ -507,14 +547,21 @@ GPU_REQUESTS = {
 }
 
 
+def expect_refused(chart, what, values, *needles):
+    """Rendering `values` must fail, its error naming each of `needles`."""
+    try:
+        render(chart, values)
+    except Exception as e:
+        if not all(n in str(e) for n in needles):
+            fail(f"helm render: {what} failed, but not naming it: {e}")
+        return
+    fail(f"helm render: {what} rendered")
+
+
 def check_gpu_request_refusal(chart):
     for what, values in GPU_REQUESTS.items():
-        try:
-            render(chart, values)
-            fail(f"helm render: {what}.\"nvidia.com/gpu\" rendered")
-        except Exception as e:
-            if f'{what}."nvidia.com/gpu": gpufill must not request a GPU' not in str(e):
-                fail(f"helm render: {what}.\"nvidia.com/gpu\" failed, but not naming it: {e}")
+        expect_refused(chart, f'{what}."nvidia.com/gpu"', values,
+                       f'{what}."nvidia.com/gpu": gpufill must not request a GPU')
     render(chart, {"resources": {"limits": {"cpu": "1", "memory": "512Mi"}}})
     print('ok   helm chart: render refuses resources.limits and .requests "nvidia.com/gpu", naming them')
 
@@ -522,12 +569,7 @@ def check_gpu_request_refusal(chart):
 def check_config_refusal(chart, gpufill):
     # `helm lint` only logs a template's `fail` (lint mode), so render is what refuses.
     for what, config in NOT_TOML.items():
-        try:
-            render(chart, {"config": config})
-            fail(f"helm render: a config with {what} rendered")
-        except Exception as e:
-            if "not valid TOML" not in str(e):
-                fail(f"helm render: a config with {what} failed, but not as not TOML: {e}")
+        expect_refused(chart, f"a config with {what}", {"config": config}, "not valid TOML")
     if gpufill:
         for what, config in REFUSED_BY_GPUFILL.items():
             r = run_init_container(render(chart, {"config": config}), gpufill)
@@ -539,6 +581,87 @@ def check_config_refusal(chart, gpufill):
     print(f"ok   helm chart: render refuses configs that are not TOML ({', '.join(NOT_TOML)}); the init "
           f"container refuses {', '.join(REFUSED_BY_GPUFILL)} (exit 2) and accepts the default"
           + ("" if gpufill else " (not run: no --gpufill)"))
+
+
+DASHBOARD = os.path.join(DEPLOY, "grafana", "gpufill-dashboard.json")
+CHART_DASHBOARD = os.path.join(CHART, "dashboards", "gpufill-dashboard.json")
+
+
+def check_dashboard_configmap(objs, namespace):
+    """The dashboard ConfigMap: the sidecar's label, its namespace, and the dashboard with
+    its data source input left to the variable (provisioning fills in no inputs)."""
+    cm = next((x for x in objs if x["kind"] == "ConfigMap" and x["metadata"]["name"].endswith("-dashboard")), None)
+    if cm is None:
+        return fail("dashboard.enabled: no dashboard ConfigMap")
+    with open(DASHBOARD) as f:
+        want = json.loads(f.read().replace("${DS_PROMETHEUS}", "default"))
+    expect("dashboard: label grafana_dashboard \"1\" (the sidecar's default), in dashboard.namespace",
+           cm["metadata"]["labels"].get("grafana_dashboard") == "1" and cm["metadata"]["namespace"] == namespace)
+    expect("dashboard: the ConfigMap carries deploy/grafana/gpufill-dashboard.json, no ${DS_PROMETHEUS} left",
+           json.loads(cm["data"]["gpufill-dashboard.json"]) == want
+           and "${DS_" not in cm["data"]["gpufill-dashboard.json"])
+
+
+def check_dashboard_copy():
+    with open(DASHBOARD) as a, open(CHART_DASHBOARD) as b:
+        if a.read() != b.read():
+            fail(f"{os.path.relpath(CHART_DASHBOARD, ROOT)} differs from {os.path.relpath(DASHBOARD, ROOT)}: "
+                 "copy it (the chart can only read its own files)")
+            return
+    print("ok   the chart's dashboard is deploy/grafana/gpufill-dashboard.json")
+
+
+# Surges the chart refuses: with and without the host's claim directory, each naming it.
+SURGES = {
+    "maxSurge 1": {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}},
+    "maxSurge 10%": {"updateStrategy": {"rollingUpdate": {"maxSurge": "10%", "maxUnavailable": 0}}},
+    "maxSurge 1 with claims.hostPath": {"claims": {"hostPath": "/run/gpufill"},
+                                        "updateStrategy": {"rollingUpdate": {"maxSurge": 1}}},
+}
+
+
+def check_surge_refusal(chart):
+    for what, values in SURGES.items():
+        expect_refused(chart, what, values, "updateStrategy.rollingUpdate.maxSurge", "leave maxSurge 0")
+    render(chart, {"updateStrategy": {"rollingUpdate": {"maxSurge": "0%", "maxUnavailable": "10%"}}})
+    print(f"ok   helm chart: render refuses a rollout surge ({', '.join(SURGES)}), accepts maxSurge 0%")
+
+
+def check_examples(chart):
+    """Every values example in ci/: renders, validates, meets the level its first comment
+    names (`Pod Security: LEVEL`)."""
+    paths = sorted(glob.glob(os.path.join(CHART, "ci", "*-values.yaml")))
+    if not paths:
+        fail("helm chart: no values examples in ci/")
+    for path in paths:
+        name = os.path.relpath(path, ROOT)
+        with open(path) as f:
+            text = f.read()
+        level = re.search(r"^#.*Pod Security: (\w+)", text, re.M)
+        if not level:
+            fail(f"{name}: its comment names no Pod Security level")
+            continue
+        objs = render(chart, yaml.safe_load(text) or {})
+        check_objects(f"helm render ({name})", objs)
+        got = check_pod_security(f"helm render ({name})", objs, level.group(1))
+        print(f"ok   helm render ({name}): Pod Security '{got}'")
+
+
+def check_chart_readme():
+    """The chart's README names every top-level value (and no value that is gone)."""
+    with open(os.path.join(CHART, "values.yaml")) as f:
+        values = set(yaml.safe_load(f))
+    path = os.path.join(CHART, "README.md")
+    if not os.path.exists(path):
+        return fail("helm chart: no README.md")
+    with open(path) as f:
+        first_cells = re.findall(r"^\| (`[^|]*)\|", f.read(), re.M)
+    named = {name for cell in first_cells for name in re.findall(r"`([A-Za-z]+)`", cell)}
+    for key in sorted(values - named):
+        fail(f"deploy/helm/gpufill/README.md: value {key} is not in its table")
+    for key in sorted(named - values):
+        fail(f"deploy/helm/gpufill/README.md: names {key}, which values.yaml does not have")
+    print(f"ok   deploy/helm/gpufill/README.md names the {len(values)} top-level values")
 
 
 def check_chart(plain, gpufill=None):
@@ -571,6 +694,8 @@ def check_chart(plain, gpufill=None):
     print(f"ok   helm chart: lint --strict; values.schema.json rejects {', '.join(BAD_VALUES)}")
     check_config_refusal(chart, gpufill)
     check_gpu_request_refusal(chart)
+    check_surge_refusal(chart)
+    check_examples(chart)
     for what, (values, level, facts) in value_sets().items():
         objs = render(chart, values)
         check_objects(f"helm render ({what})", objs)
@@ -736,6 +861,8 @@ def main():
     print(f"ok   deploy/kubernetes: the DaemonSet's pod meets Pod Security '{level}'")
     pod_security_self_test(plain)
     check_chart(plain, a.gpufill)
+    check_chart_readme()
+    check_dashboard_copy()
     check_rules_copies(plain)
     if a.gpufill:
         check_config(plain, a.gpufill)

@@ -19,6 +19,7 @@ use crate::config::Overrides;
 
 mod keys;
 mod training;
+pub mod unknown_env;
 
 pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
 pub use training::{MAX_STEP_MS, TrainingSpec, parse_training};

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         },
     };
     gpufill_cli::logging::init(cli.verbose, cli.quiet, cli.log_format);
+    gpufill_cli::cli::unknown_env::warn_unknown(&<Cli as clap::CommandFactory>::command());
     match gpufill_cli::dispatch(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if gpufill_cli::is_broken_pipe(&err) => ExitCode::SUCCESS,

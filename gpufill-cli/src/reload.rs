@@ -120,7 +120,9 @@ pub enum Refused {
 }
 
 /// Loads the text of `path` as a reload does: refused when it sets no key, else
-/// parsed, with `flags` laid over it, and validated.
+/// parsed, with `flags` laid over it, and validated. A file that does not end in a
+/// newline is loaded with a warning: a file cut short ends so too, and TOML cannot tell
+/// `target_percent = 7` from the first character of `target_percent = 75`.
 fn load_text(path: &Path, text: &str, flags: &Overrides) -> Result<Config, Refused> {
     if Config::sets_no_key(text) {
         return Err(Refused::NoKey {
@@ -130,6 +132,14 @@ fn load_text(path: &Path, text: &str, flags: &Overrides) -> Result<Config, Refus
     let mut config = Config::from_toml_str(text, Some(path))?;
     config.apply(flags);
     config.validate(Some(path))?;
+    if !text.ends_with('\n') {
+        warn!(
+            file = %path.display(),
+            "reload: the file does not end in a newline, as a file cut short would not: \
+             check that it is whole; write a new file and rename it over the old one \
+             (docs/operations.md, \"Configure\")"
+        );
+    }
     Ok(config)
 }
 
@@ -560,6 +570,27 @@ mod tests {
             let e = load_text(&path, text, &Overrides::default()).unwrap_err();
             assert!(e.to_string().ends_with("sets no key (empty, or being written); to go back to the defaults, set one (target_percent = 50)"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_reloaded_file_without_a_final_newline_is_applied_with_a_warning() {
+        let (_dir, path, mut r) = reloader_on(FULL);
+        // Meant: target_percent = 75; written: a file cut short.
+        std::fs::write(&path, "target_percent = 7").unwrap();
+        let (reloaded, log) = crate::logging::capture::logged(|| r.reload());
+        assert_eq!(reloaded.unwrap().target_percent, 7.0);
+        assert!(
+            log.contains(
+                "reload: the file does not end in a newline, as a file cut short would not"
+            ),
+            "{log}"
+        );
+        assert!(log.contains(&path.display().to_string()), "{log}");
+        // A whole file: no warning.
+        std::fs::write(&path, "target_percent = 75\n").unwrap();
+        let (reloaded, log) = crate::logging::capture::logged(|| r.reload());
+        assert_eq!(reloaded.unwrap().target_percent, 75.0);
+        assert!(!log.contains("newline"), "{log}");
     }
 
     /// The reads a [`Settling`] takes, `QUICK.quiet / 2` apart from a start in virtual

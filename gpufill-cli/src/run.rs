@@ -11,6 +11,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +40,22 @@ use crate::reload::Reloader;
 /// missing for `metric = "sm"`, a GPU that another gpufill fills); a runtime error when
 /// the driver is missing or a worker failed.
 pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
+    run_with(
+        args,
+        config,
+        Path::new(gpufill_runtime::CLAIM_DIR),
+        Agent::on_this_machine,
+    )
+}
+
+/// [`run`], claiming the GPUs in `claim_dir` and starting the agent with `start` (this
+/// machine's GPUs, or simulated ones in tests).
+fn run_with(
+    args: &RunArgs,
+    config: &Config,
+    claim_dir: &Path,
+    start: impl Fn(Settings, AgentOptions) -> Result<Agent, AgentError>,
+) -> anyhow::Result<()> {
     // Signals first: a SIGINT, SIGTERM or SIGHUP during NVML's start-up and the GPU
     // listing must not kill the daemon.
     let stop = Arc::new(AtomicBool::new(false));
@@ -50,21 +67,35 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
         device_readings: config.metrics.addr().is_some(),
         duration: args.duration.map(Duration::from_secs_f64),
         // One gpufill per GPU: a second one on a GPU is refused (exit 2), naming this one.
-        claim_dir: Some(gpufill_runtime::CLAIM_DIR.into()),
+        claim_dir: Some(claim_dir.into()),
         ..AgentOptions::default()
     };
     let settings = config.to_settings();
-    // Bound before any worker starts; a port that is taken does not stop the fill.
-    let endpoint = metrics::Endpoint::bind(config.metrics.addr())?;
-    let agent = Agent::on_this_machine(settings, options).map_err(startup_error)?;
+    let mut systemd = Notifier::from_env();
+    // The GPUs are claimed before the metrics port is bound: a second gpufill is refused
+    // naming the first, whichever port it asks for, and never holds a port meanwhile.
+    let start_agent = || start(settings.clone(), options.clone());
+    let Some(agent) = start_claimed(start_agent, &stop, &mut systemd, CLAIM_RETRY)? else {
+        info!("stopped while waiting for a GPU's lock; no GPU was filled");
+        return Ok(());
+    };
     register_stop(&agent.stop_flag())?;
+    // A port that is taken does not stop the fill (the endpoint keeps trying); any
+    // other failure to bind stops it, leaving every GPU idle.
+    let endpoint = match metrics::Endpoint::bind(config.metrics.addr()) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            agent.stop();
+            let _ = agent.join();
+            return Err(e);
+        }
+    };
     let mut process = metrics::this_process(gpufill_runtime::pid_view());
     process.mps_client = agent.mps();
     endpoint.serve(agent.registry(), process)?;
     let mut mps = DaemonWatch::new(agent.mps());
     let mut restart = None;
     let registry = agent.registry();
-    let mut systemd = Notifier::from_env();
     let mut known_sick = Vec::new();
     let mut health = Health::default();
     // The main thread only forwards stops and reloads; each worker applies a reload at
@@ -105,6 +136,71 @@ pub fn run(args: &RunArgs, config: &Config) -> anyhow::Result<()> {
     }
     info!("stopped; every GPU left idle");
     Ok(())
+}
+
+/// How often a GPU whose lock something other than a gpufill holds is tried again.
+const CLAIM_RETRY: Duration = Duration::from_secs(5);
+
+/// Starts the agent with `start`, and while a GPU's lock is held by something that is
+/// not a gpufill ([`gpufill_runtime::ClaimError::by_gpufill`] false: a process that is
+/// not gpufill, a link or FIFO planted at the lock's path), says who holds it and tries
+/// again every `retry`, so that nothing but a gpufill keeps gpufill off a GPU for good.
+/// Meanwhile systemd hears that the service is up and alive (`READY=1`, the watchdog):
+/// waiting is not a failed start. The agent, or none when stopped while waiting.
+///
+/// # Errors
+/// Any other start error, as [`startup_error`] classifies it: another gpufill's claim
+/// is a usage error (exit 2).
+fn start_claimed(
+    mut start: impl FnMut() -> Result<Agent, AgentError>,
+    stop: &AtomicBool,
+    systemd: &mut Notifier,
+    retry: Duration,
+) -> anyhow::Result<Option<Agent>> {
+    let mut waiting_for: Option<(u32, String)> = None;
+    loop {
+        match start() {
+            Ok(agent) => {
+                if waiting_for.is_some() {
+                    info!("the GPUs' locks are free: claimed, filling");
+                }
+                return Ok(Some(agent));
+            }
+            Err(AgentError::Claimed(e)) if !e.by_gpufill => {
+                // Who, without the record's age, which changes with every try.
+                let who = (
+                    e.index,
+                    e.other
+                        .split(", started ")
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+                if waiting_for.as_ref() != Some(&who) {
+                    warn!(
+                        gpu = e.index,
+                        "{e}; waiting until it is free, trying again every {} s \
+                         (docs/operations.md, \"One gpufill per GPU\")",
+                        retry.as_secs_f64()
+                    );
+                    waiting_for = Some(who);
+                }
+            }
+            Err(e) => return Err(startup_error(e)),
+        }
+        let until = Instant::now() + retry;
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            systemd.keep_alive(true);
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            thread::sleep(left.min(POLL));
+        }
+    }
 }
 
 /// Whether `run` follows the MPS daemon: only where `yield.mps = "auto"` leaves it to
@@ -407,6 +503,129 @@ mod tests {
         assert!(!follows_mps(&settings));
         assert!(mps_change(true).contains("restarting to become its client"));
         assert!(mps_change(false).contains("the yield policy applies again"));
+    }
+
+    /// `gpufill run ARGS` as parsed and resolved from the command line.
+    fn run_args(args: &[&str]) -> (RunArgs, Config) {
+        use clap::Parser;
+        let line = ["gpufill", "run"].iter().chain(args);
+        let crate::cli::Command::Run(args) = crate::cli::Cli::try_parse_from(line).unwrap().command
+        else {
+            unreachable!("run parses as run")
+        };
+        let config = crate::resolve_config(None, &args.overrides()).unwrap();
+        (args, config)
+    }
+
+    /// Starts an agent on one simulated GPU (the same UUID every time).
+    fn simulated(settings: Settings, options: AgentOptions) -> Result<Agent, AgentError> {
+        let opener = SimOpener::default();
+        Agent::start(opener.clone(), opener.gpus(1), settings, options)
+    }
+
+    #[test]
+    fn a_second_instance_names_the_first_whichever_port_it_asks_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let claiming = AgentOptions {
+            claim_dir: Some(dir.path().into()),
+            ..AgentOptions::default()
+        };
+        let first = simulated(Settings::default(), claiming).unwrap();
+        // The first one's metrics port, and a free one.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken = taken.local_addr().unwrap().to_string();
+        for port in [taken.as_str(), "127.0.0.1:0"] {
+            let (args, config) = run_args(&["--metrics", port]);
+            let (result, log) = logged(|| run_with(&args, &config, dir.path(), simulated));
+            let e = result.unwrap_err();
+            assert!(e.is::<UsageError>(), "{port}: exit 2: {e:#}");
+            let text = format!("{e:#}");
+            assert!(
+                text.contains(&format!(
+                    "is already filled by another gpufill: pid {} ",
+                    std::process::id()
+                )),
+                "{port}: {text}"
+            );
+            // Refused before it bound anything: no port taken, no complaint about one.
+            assert!(!log.contains("metrics"), "{port}: {log}");
+        }
+        first.stop();
+        first.join().unwrap();
+    }
+
+    /// Plants a FIFO at GPU 0's lock path in `dir`: something that is not a gpufill
+    /// holds the GPU until it is removed.
+    fn plant_fifo(dir: &std::path::Path) -> PathBuf {
+        let uuid = SimOpener::default().gpus(1)[0].uuid.clone();
+        let path = dir.join(format!("{uuid}.lock"));
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path, which `c` owns for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        path
+    }
+
+    #[test]
+    fn a_lock_held_by_something_else_is_waited_for_and_filled_once_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = plant_fifo(dir.path());
+        let options = AgentOptions {
+            claim_dir: Some(dir.path().into()),
+            ..AgentOptions::default()
+        };
+        let mut tries = 0;
+        let start = || {
+            tries += 1;
+            if tries == 3 {
+                std::fs::remove_file(&fifo).unwrap();
+            }
+            simulated(Settings::default(), options.clone())
+        };
+        let stop = AtomicBool::new(false);
+        let retry = Duration::from_millis(20);
+        let (agent, log) = logged(|| start_claimed(start, &stop, &mut Notifier::default(), retry));
+        let agent = agent.unwrap().expect("an agent once the lock is free");
+        assert_eq!(tries, 3);
+        // Said once who holds it (not at every try), then that it fills.
+        assert_eq!(
+            log.matches("is held by something that is not a gpufill")
+                .count(),
+            1,
+            "{log}"
+        );
+        assert!(
+            log.contains("is a FIFO, not a regular file: remove it"),
+            "{log}"
+        );
+        assert!(
+            log.contains("waiting until it is free, trying again every 0.02 s"),
+            "{log}"
+        );
+        assert!(
+            log.contains("the GPUs' locks are free: claimed, filling"),
+            "{log}"
+        );
+        agent.stop();
+        agent.join().unwrap();
+    }
+
+    #[test]
+    fn a_stop_while_waiting_for_a_lock_ends_the_wait_and_fills_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        plant_fifo(dir.path());
+        let options = AgentOptions {
+            claim_dir: Some(dir.path().into()),
+            ..AgentOptions::default()
+        };
+        let stop = AtomicBool::new(true);
+        let start = || simulated(Settings::default(), options.clone());
+        let waited = start_claimed(
+            start,
+            &stop,
+            &mut Notifier::default(),
+            Duration::from_secs(60),
+        );
+        assert!(waited.unwrap().is_none());
     }
 
     /// What the copy of this test binary that [`a_re_executed_image_claims_the_gpu_its_old_image_held`]

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use predicates::prelude::PredicateBooleanExt;
 use predicates::str::contains;
 
 mod common;
@@ -113,6 +114,29 @@ fn config_check_accepts_the_example_and_rejects_unknown_keys() {
         .assert()
         .code(2)
         .stderr(contains("yield.grace: unknown field"));
+}
+
+#[test]
+fn an_unknown_gpufill_variable_is_warned_of_naming_the_nearest_known_one() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("gpufill.example.toml");
+    // GPUFILL_TARGT=90 meant GPUFILL_TARGET=90: it changes nothing, but says so.
+    gpufill()
+        .args(["config", "check"])
+        .arg(&example)
+        .env("GPUFILL_TARGT", "90")
+        .assert()
+        .success()
+        .stdout(contains("target_percent = 50.0"))
+        .stderr(contains(
+            "unknown environment variable GPUFILL_TARGT (did you mean GPUFILL_TARGET?)",
+        ));
+    gpufill()
+        .args(["config", "check"])
+        .arg(&example)
+        .env("GPUFILL_TARGET", "90")
+        .assert()
+        .success()
+        .stderr(predicates::str::contains("unknown environment variable").not());
 }
 
 #[test]

@@ -157,3 +157,24 @@ fn the_check_finds_a_missing_and_an_extra_flag() {
         assert_ne!(documented(&broken), want);
     }
 }
+
+#[test]
+fn the_readme_states_the_licence_of_cargo_toml_and_links_its_texts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Licence\n")
+        .nth(1)
+        .expect("README has a Licence section");
+    let section = section.split("\n## ").next().unwrap();
+    let licence = env!("CARGO_PKG_LICENSE");
+    assert_eq!(licence, "MIT OR Apache-2.0");
+    assert!(
+        section.contains(&format!("`license = \"{licence}\"`")),
+        "{section}"
+    );
+    for file in ["LICENSE-APACHE", "LICENSE-MIT"] {
+        assert!(section.contains(&format!("]({file})")), "{file}: {section}");
+        assert!(root.join(file).is_file(), "{file}");
+    }
+}
