@@ -182,6 +182,155 @@ impl GapCost {
     }
 }
 
+/// How a kernel of ours ended, as the gap filler judges it ([`GapPacer::kernel_done`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelOutcome {
+    /// It ran as asked: nobody ran since our previous kernel.
+    Clear,
+    /// It started a context switch late, and then ran: someone ran since our previous
+    /// kernel and has gone (the job's spell of work came and went while we were idle or
+    /// in our gap). A meeting that costs nothing more now.
+    AfterOthers,
+    /// It waited behind another context's work, or that work cut it short or came
+    /// between: the job is busy now.
+    Busy,
+}
+
+/// How much of a new sample the learned spell and period take in.
+const LEARN: f64 = 0.25;
+
+/// Periods learned before the pacer predicts the job's next spell.
+const PREDICT_AFTER: u32 = 3;
+
+/// Before a predicted spell, no launch this long ahead of it (and a twentieth of the
+/// period more): the job's steps jitter, and a kernel of ours still queued when the job's
+/// work arrives gets in only in the middle of it (two switches and a kernel).
+const GUARD: Duration = Duration::from_micros(600);
+
+/// After a predicted spell's end, this much more before the next launch.
+const AFTER_SPELL: Duration = Duration::from_micros(300);
+
+/// When the gap filler launches its next kernel: it learns from what its kernels met how
+/// long the job's spells of work last and how often they come, so that it launches only
+/// in the job's gaps. Pure: the launcher (the CUDA pacing thread, the simulated GPU)
+/// tells it each kernel's end and outcome and asks when it may launch the next.
+///
+/// - A kernel that found the job **busy** anchors a spell at its launch: the pacer holds
+///   off for what is left of the spell as learned so far (at least the hold that keeps the
+///   cost under the bound, [`GapCost`], which the caller passes to
+///   [`GapPacer::next_launch`]); the time since the last spell's anchor is a sample of the
+///   job's period.
+/// - The first kernel **after** the spell (a switch late, or clear) ends it: its length is
+///   a sample of the spell.
+/// - Once the period is known ([`PREDICT_AFTER`] samples) the pacer launches nothing from
+///   a guard before the next predicted spell until its predicted end: the job's work then
+///   meets our context idle and pays one switch, not a kernel of ours queued into its
+///   work. A prediction that is wrong shows as a busy kernel, which anchors it again.
+#[derive(Clone, Debug, Default)]
+pub struct GapPacer {
+    /// The last busy kernel's end, and what was left of its spell then as learned.
+    busy: Option<(Time, Duration)>,
+    /// The spell in progress: its anchor.
+    spell: Option<Time>,
+    /// The last spell's anchor.
+    last_anchor: Option<Time>,
+    /// Learned: a spell's length, the period between spells, and how many periods.
+    spell_len: Option<Duration>,
+    period: Option<Duration>,
+    periods: u32,
+}
+
+impl GapPacer {
+    /// A pacer that knows nothing of the job yet.
+    pub fn new() -> Self {
+        GapPacer::default()
+    }
+
+    /// The learned spell length and period, when known.
+    pub fn learned(&self) -> (Option<Duration>, Option<Duration>) {
+        (self.spell_len, self.period)
+    }
+
+    /// A kernel of ours launched at `launched` ended at `ended` with `outcome`.
+    pub fn kernel_done(&mut self, launched: Time, ended: Time, outcome: KernelOutcome) {
+        match outcome {
+            KernelOutcome::Busy => {
+                if self.spell.is_none() {
+                    // A new spell: it began before our kernel could start.
+                    if let Some(last) = self.last_anchor {
+                        self.learn_period(launched.saturating_since(last));
+                    }
+                    self.spell = Some(launched);
+                    self.last_anchor = Some(launched);
+                }
+                let anchor = self.spell.unwrap_or(launched);
+                let left = self.spell_len.map_or(Duration::ZERO, |len| {
+                    len.saturating_sub(ended.saturating_since(anchor))
+                });
+                self.busy = Some((ended, left));
+            }
+            KernelOutcome::AfterOthers | KernelOutcome::Clear => {
+                if let Some(anchor) = self.spell.take() {
+                    let len = launched.saturating_since(anchor);
+                    self.spell_len = Some(ewma(self.spell_len, len));
+                }
+            }
+        }
+    }
+
+    fn learn_period(&mut self, sample: Duration) {
+        // A sample far from what is known is a missed spell or a new job: start over.
+        let plausible = self
+            .period
+            .is_none_or(|p| sample >= p.mul_f64(0.6) && sample <= p.mul_f64(1.5));
+        if plausible {
+            self.period = Some(ewma(self.period, sample));
+            self.periods = self.periods.saturating_add(1);
+        } else {
+            self.period = Some(sample);
+            self.periods = 1;
+        }
+    }
+
+    /// When the next kernel of length `kernel` may be launched, `earliest` being when the
+    /// duty's gap ends, with at least `min_hold` after a busy kernel.
+    pub fn next_launch(&self, earliest: Time, kernel: Duration, min_hold: Duration) -> Time {
+        let mut at = earliest;
+        if let Some((ended, left)) = self.busy {
+            at = at.max(ended + left.max(min_hold));
+        }
+        let (Some(anchor), Some(period), Some(len)) = (self.last_anchor, self.period, self.spell_len)
+        else {
+            return at;
+        };
+        if self.periods < PREDICT_AFTER || self.spell.is_some() || period <= len + GUARD * 2 {
+            return at;
+        }
+        // The predicted spell that our next kernel would meet: the first whose end is
+        // still ahead.
+        let guard = GUARD + period / 20;
+        let since = at.saturating_since(anchor);
+        let n = (since.as_secs_f64() / period.as_secs_f64()).floor();
+        let mut start = anchor + period.mul_f64(n);
+        if start + len + AFTER_SPELL <= at {
+            start += period;
+        }
+        let end = start + len + AFTER_SPELL;
+        if at + kernel + guard > start && at < end {
+            end
+        } else {
+            at
+        }
+    }
+}
+
+fn ewma(old: Option<Duration>, sample: Duration) -> Duration {
+    match old {
+        Some(old) => old.mul_f64(1.0 - LEARN) + sample.mul_f64(LEARN),
+        None => sample,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +350,74 @@ mod tests {
             let now = start + Duration::from_millis(200) * i;
             cost.update(now, report, Some(pct(util)), 0.02);
         }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn t(ms: f64) -> Time {
+        Time::from_secs_f64(ms / 1e3)
+    }
+
+    /// A trainer of 10 ms spells every 35 ms met by a pacer that launches a 100 us kernel
+    /// whenever it may (a gap of 150 us after each): returns the pacer and the kernels
+    /// that met a busy job, per spell, over the last `last` spells of `spells`.
+    fn trainer(spells: u32, last: u32) -> (GapPacer, Vec<u32>) {
+        let mut pacer = GapPacer::new();
+        let kernel = Duration::from_micros(100);
+        let gap = Duration::from_micros(150);
+        let ms = |at: Time| at.since_epoch().as_secs_f64() * 1e3;
+        let busy = |at: Time| ms(at) % 35.0 < 10.0;
+        // Whether the job worked at some time in [from, to).
+        let worked = |from: Time, to: Time| {
+            busy(from) || (ms(from) / 35.0).floor() < (ms(to) / 35.0).floor()
+        };
+        let end = t(35.0 * f64::from(spells));
+        let mut now = Time::ZERO + MS * 12;
+        let mut met = vec![0; spells as usize];
+        loop {
+            let at = pacer.next_launch(now, kernel, MIN_HOLD);
+            if at >= end {
+                break;
+            }
+            let spell = (ms(at) / 35.0) as usize;
+            let (outcome, ended) = if busy(at) {
+                met[spell] += 1;
+                // Queued into the job's work, it gets in at the spell's end here.
+                let spell_end = t(35.0 * spell as f64 + 10.0);
+                (KernelOutcome::Busy, spell_end + kernel)
+            } else if worked(now, at) {
+                (KernelOutcome::AfterOthers, at + kernel)
+            } else {
+                (KernelOutcome::Clear, at + kernel)
+            };
+            pacer.kernel_done(at, ended, outcome);
+            now = ended + gap;
+        }
+        let n = met.len();
+        (pacer, met[n - last as usize..].to_vec())
+    }
+
+    #[test]
+    fn the_pacer_learns_a_trainers_spell_and_period_and_stops_meeting_it_busy() {
+        let (pacer, last) = trainer(40, 20);
+        let (len, period) = pacer.learned();
+        let period = period.unwrap();
+        assert!((34.0..36.0).contains(&(period.as_secs_f64() * 1e3)), "{period:?}");
+        assert!(len.is_some());
+        // Once the period is known, no kernel of ours is queued into the job's work.
+        assert!(last.iter().all(|&m| m == 0), "{last:?}");
+    }
+
+    #[test]
+    fn before_it_knows_the_period_the_pacer_holds_for_the_cost_bounds_hold() {
+        let mut pacer = GapPacer::new();
+        pacer.kernel_done(t(10.0), t(12.0), KernelOutcome::Busy);
+        assert_eq!(pacer.next_launch(t(12.2), MS, MS * 7), t(19.0));
+        // The hold is the caller's: a shorter one applies at once.
+        assert_eq!(pacer.next_launch(t(12.2), MS, MS * 2), t(14.0));
+        // A clear kernel ends the spell; nothing is predicted from one spell.
+        pacer.kernel_done(t(19.0), t(19.1), KernelOutcome::Clear);
+        assert_eq!(pacer.next_launch(t(19.3), MS, MS * 7), t(19.3));
     }
 
     #[test]

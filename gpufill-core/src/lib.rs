@@ -61,7 +61,7 @@ pub use controller::{Controller, ControllerKind, PiController, PiGains, WindowRu
 pub use device::{DeviceError, ErrorKind, LaunchShape, LoadSource, Probe, ProcessInfo};
 pub use drive::{Driven, drive};
 pub use fill::{Event, FillLoop, FillSettings, Loop, LoopSettings, State, Tick};
-pub use gaps::{GapCost, GapReport};
+pub use gaps::{GapCost, GapPacer, GapReport, KernelOutcome};
 pub use hint::{Hint, HintsAt, NoHint};
 pub use kernel_timing::{GroupTiming, OthersSign, StartChain};
 pub use policy::{BesideLive, Decision, YieldMode, YieldPolicy, YieldSettings};

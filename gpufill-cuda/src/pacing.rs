@@ -58,7 +58,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
-use gpufill_core::{GapReport, Load, OthersSign};
+use gpufill_core::{GapPacer, GapReport, KernelOutcome, Load, OthersSign, Time};
 
 use crate::error::CudaError;
 use crate::others::OthersWatch;
@@ -163,10 +163,21 @@ impl Shared {
         self.wait_until(|_| deadline, |_| false)
     }
 
-    /// Launches nothing for the hold in force from `from` on, re-timed whenever the
-    /// hold changes; `false` as soon as a stop is asked.
-    fn hold_from(&self, from: Instant) -> bool {
-        self.wait_until(|s| from.checked_add(s.hold), |_| false)
+    /// Filling gaps: waits until `pacer` lets a kernel of `kernel` go, asked at `now` on
+    /// its clock (zero at `epoch`): a spell of the job's work in progress or predicted, at
+    /// least the hold in force after a busy kernel, re-timed whenever the hold changes;
+    /// `false` as soon as a stop is asked.
+    fn wait_for_launch(
+        &self,
+        pacer: &GapPacer,
+        epoch: Instant,
+        now: Time,
+        kernel: Duration,
+    ) -> bool {
+        self.wait_until(
+            |s| epoch.checked_add(pacer.next_launch(now, kernel, s.hold).since_epoch()),
+            |_| false,
+        )
     }
 
     /// Waits on the condvar until the deadline `until` gives for the current state has
@@ -256,6 +267,8 @@ impl Pacing {
         let worker = Worker {
             shared: Arc::clone(&shared),
             launcher,
+            pacer: GapPacer::new(),
+            epoch: Instant::now(),
         };
         let handle = std::thread::Builder::new()
             .name(format!("gpufill-cuda{ordinal}"))
@@ -351,6 +364,10 @@ impl Pacing {
 struct Worker {
     shared: Arc<Shared>,
     launcher: Launcher,
+    /// Filling gaps: when the job works, as learned from what our kernels met.
+    pacer: GapPacer,
+    /// The pacer's time zero.
+    epoch: Instant,
 }
 
 impl Worker {
@@ -383,6 +400,9 @@ impl Worker {
             let Some(width) = self.next_width() else {
                 return Ok(());
             };
+            if self.launcher.cycle == Cycle::Gaps && !self.wait_for_gap(kernel) {
+                return Ok(());
+            }
             let launched = self.launch_one(ns, width)?;
             // One wake-up a kernel: sleep its length and the gap at once, then check
             // that it has finished before the next launch.
@@ -396,8 +416,9 @@ impl Worker {
                 // Another context: say so, and launch nothing more until the loop
                 // answers.
                 (Some(sign), Cycle::OneInFlight { .. }) => self.hold_after_late(sign),
-                // A meeting: count it, hold, and go on.
-                (Some(sign), Cycle::Gaps) => self.after_meeting(sign),
+                // What the kernel met goes to the report and the pacer, which decides
+                // when the next one goes (`wait_for_gap`).
+                (sign, Cycle::Gaps) => self.gap_done(launched, sign, finished.slowed),
                 // Merely slowed: rest the whole gap from now.
                 (None, _) => !finished.slowed || self.rest(Instant::now()),
             };
@@ -473,13 +494,39 @@ impl Worker {
             .wait_until_in(state, |_| Some(deadline), |s| s.load_changed)
     }
 
-    /// Filling gaps: counts a meeting, then launches nothing for the hold in force (and
-    /// at least the gap) from now; `false` as soon as a stop is asked.
-    fn after_meeting(&self, sign: OthersSign) -> bool {
-        let seen = Instant::now();
-        count_meeting(&mut self.shared.lock().gaps, sign);
-        tracing::trace!(%sign, "filling gaps: met another context");
-        self.shared.hold_from(seen) && self.rest(seen)
+    /// Filling gaps: a kernel launched at `launched` has ended, having met another
+    /// context (`sign`) or not. A meeting is counted; the pacer learns whether the job
+    /// was busy (held back, cut short, run long: it works now) or had come and gone (a
+    /// late start only). A kernel merely slowed rests the whole gap from now. `false` as
+    /// soon as a stop is asked.
+    fn gap_done(&mut self, launched: Instant, sign: Option<OthersSign>, slowed: bool) -> bool {
+        let ended = Instant::now();
+        let outcome = match sign {
+            None => KernelOutcome::Clear,
+            Some(OthersSign::LateStart { .. }) => KernelOutcome::AfterOthers,
+            Some(_) => KernelOutcome::Busy,
+        };
+        if let Some(sign) = sign {
+            count_meeting(&mut self.shared.lock().gaps, sign);
+            tracing::trace!(%sign, "filling gaps: met another context");
+        }
+        let (launched, ended_at) = (self.time(launched), self.time(ended));
+        self.pacer.kernel_done(launched, ended_at, outcome);
+        !slowed || sign.is_some() || self.rest(ended)
+    }
+
+    /// Filling gaps: waits until the pacer lets the next kernel of `kernel` go (the job's
+    /// spell in progress or predicted, at least the hold in force after a busy kernel,
+    /// re-timed when the hold changes); `false` as soon as a stop is asked.
+    fn wait_for_gap(&self, kernel: Duration) -> bool {
+        let now = self.time(Instant::now());
+        self.shared
+            .wait_for_launch(&self.pacer, self.epoch, now, kernel)
+    }
+
+    /// `at` on the pacer's clock.
+    fn time(&self, at: Instant) -> Time {
+        Time::from_duration(at.saturating_duration_since(self.epoch))
     }
 
     /// The width of the next kernel; `None` once asked to stop.
@@ -550,6 +597,14 @@ mod tests {
         }
     }
 
+    /// Waits as the thread does after a busy kernel that ended at `from` (the pacer knows
+    /// nothing else of the job): the hold in force from then.
+    fn hold_from(shared: &Shared, from: Instant) -> bool {
+        let mut pacer = GapPacer::new();
+        pacer.kernel_done(Time::ZERO, Time::ZERO, KernelOutcome::Busy);
+        shared.wait_for_launch(&pacer, from, Time::ZERO, Duration::ZERO)
+    }
+
     #[test]
     fn a_meeting_is_counted_and_a_held_back_one_as_held_back_too() {
         let mut report = GapReport {
@@ -574,11 +629,11 @@ mod tests {
     fn a_hold_launches_nothing_for_its_length() {
         let shared = Shared::new(load(), 30 * MS);
         let from = Instant::now();
-        assert!(shared.hold_from(from));
+        assert!(hold_from(&shared, from));
         let took = from.elapsed();
         assert!(took >= 30 * MS, "{took:?}");
         // Already over: returns at once.
-        assert!(shared.hold_from(from));
+        assert!(hold_from(&shared, from));
     }
 
     #[test]
@@ -587,7 +642,7 @@ mod tests {
         let from = Instant::now();
         let waiter = {
             let shared = Arc::clone(&shared);
-            std::thread::spawn(move || shared.hold_from(from))
+            std::thread::spawn(move || hold_from(&shared, from))
         };
         std::thread::sleep(20 * MS);
         let pacing_side = Pacing {
@@ -602,7 +657,7 @@ mod tests {
         // And a longer one lengthens the next wait.
         pacing_side.set_hold(40 * MS);
         let from = Instant::now();
-        assert!(shared.hold_from(from));
+        assert!(hold_from(&shared, from));
         assert!(from.elapsed() >= 40 * MS);
     }
 
@@ -611,7 +666,7 @@ mod tests {
         let shared = Arc::new(Shared::new(load(), Duration::from_secs(10)));
         let waiter = {
             let shared = Arc::clone(&shared);
-            std::thread::spawn(move || shared.hold_from(Instant::now()))
+            std::thread::spawn(move || hold_from(&shared, Instant::now()))
         };
         std::thread::sleep(10 * MS);
         let asked = Instant::now();
