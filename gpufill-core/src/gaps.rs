@@ -299,7 +299,8 @@ impl GapPacer {
         if let Some((ended, left)) = self.busy {
             at = at.max(ended + left.max(min_hold));
         }
-        let (Some(anchor), Some(period), Some(len)) = (self.last_anchor, self.period, self.spell_len)
+        let (Some(anchor), Some(period), Some(len)) =
+            (self.last_anchor, self.period, self.spell_len)
         else {
             return at;
         };
@@ -402,7 +403,10 @@ mod tests {
         let (pacer, last) = trainer(40, 20);
         let (len, period) = pacer.learned();
         let period = period.unwrap();
-        assert!((34.0..36.0).contains(&(period.as_secs_f64() * 1e3)), "{period:?}");
+        assert!(
+            (34.0..36.0).contains(&(period.as_secs_f64() * 1e3)),
+            "{period:?}"
+        );
         assert!(len.is_some());
         // Once the period is known, no kernel of ours is queued into the job's work.
         assert!(last.iter().all(|&m| m == 0), "{last:?}");

@@ -1,8 +1,10 @@
 //! Filling the gaps of live work without MPS ([`gpufill_core::LaunchShape::Gaps`]): our kernels of
-//! [`GAP_KERNEL`] one at a time, an idle gap of at least [`MIN_GAP`] after each, no launch
-//! for the hold ([`gpufill_core::LoadSource::set_gap_hold`]) after a kernel that met another context;
-//! what each piece of a job's work (a request, a training step) pays for it, and what
-//! our kernels report ([`gpufill_core::LoadSource::gaps_seen`]).
+//! [`GAP_KERNEL`] one at a time, an idle gap of at least [`MIN_GAP`] after each, and
+//! launches paced by the same [`GapPacer`] the CUDA launcher uses: it is told each
+//! kernel's outcome and says when the next may go (after a busy kernel, at least the
+//! hold that [`gpufill_core::LoadSource::set_gap_hold`] sets); what each piece of a job's
+//! work (a request, a training step) pays for it, and what our kernels report
+//! ([`gpufill_core::LoadSource::gaps_seen`]).
 //!
 //! # The physics, as the model takes it
 //! Measured on H200s (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps;
@@ -10,31 +12,46 @@
 //! ours runs waits the rest of it and a switch, and one that arrives when our context
 //! was the last on the GPU pays a switch ([`super::kernels::serve`], as for every shape).
 //! Then, piece by piece of the job's work:
-//! - a kernel of ours running when the work came **meets** it (it is cut short), and the
-//!   hold begins at its end;
+//! - a kernel of ours running when the work came **meets** it (it is cut short: the
+//!   pacer hears [`KernelOutcome::Busy`]);
 //! - a kernel of ours launched while the work is queued waits for the job's kernel to
 //!   end, in a launch gap between two of its kernels (a training step), or for the end
-//!   of its time slice or of its work (a request, queued whole): it **meets** the job,
-//!   is **held back** when it waited [`HELD_BACK`] or more, and, when it ran in the
-//!   middle of the job's work, costs the job two switches and our kernel (the job's
-//!   next kernel waits for it, and for the switch back);
+//!   of its time slice or of its work (a request, queued whole): it **meets** the job
+//!   (busy too), is **held back** when it waited [`HELD_BACK`] or more, and, when it ran
+//!   in the middle of the job's work, costs the job two switches and our kernel (the
+//!   job's next kernel waits for it, and for the switch back);
 //! - the first kernel of ours after the work, when the work ran after our last kernel,
-//!   starts a switch late: it **meets** the job too (on its way out), at no cost to it.
+//!   starts a switch late: it **meets** the job too (on its way out), at no cost to it
+//!   ([`KernelOutcome::AfterOthers`]); the first after a wait that nothing ran in is
+//!   [`KernelOutcome::Clear`].
 //!
-//! Each meeting begins a hold; a new hold re-times the one under way from its meeting,
-//! as the CUDA launcher does. The kernels of ours that meet the job are counted, not
-//! laid out: the model's utilization leaves them out (a kernel or two a meeting).
+//! # The launcher, as the CUDA pacing thread runs it
+//! A kernel is judged when the thread checks it, after its rest: a kernel's length and
+//! the duty's gap after its launch (the layout's cycle), or when it ends if that is
+//! later (the model leaves out how late the thread's polls find it). After a busy kernel
+//! the thread asks the pacer at once; after any other, at the end of its rest. Where the
+//! pacer puts a launch off (a busy spell's hold, a spell it predicts) our launcher is
+//! idle until the time it gives; a new hold re-times that wait from when it began, as
+//! the CUDA launcher does, except after work that ran during it (the launch it waits for
+//! is then past the work's end, and stays). A new launcher thread (after an idle load or
+//! a change of shape) starts a new pacer. The kernels of ours that find the job busy are
+//! counted, not laid out: the model's utilization leaves them out (a kernel or two a
+//! meeting).
 
 use std::time::Duration;
 
-use super::kernels::{Layout, Served, Slicing};
-use gpufill_core::gaps::{GAP_KERNEL, GapReport, MIN_GAP, MIN_HOLD};
+use super::kernels::{Layout, Plan, Served, Slicing};
+use gpufill_core::gaps::{GAP_KERNEL, GapPacer, GapReport, KernelOutcome, MIN_GAP, MIN_HOLD};
 use gpufill_core::time::Time;
 
 /// A kernel of ours that ended this long after it was due to (it waited behind the job's
 /// queued work, and for the switch) is reported held back ([`GapReport::held_back`]), as
 /// the CUDA launcher judges it (its `LATE`).
 pub(super) const HELD_BACK: Duration = Duration::from_micros(300);
+
+/// How far ahead, at most, the model looks for a launch that the pacer puts off (it
+/// looks again there): two of the job's learned periods, and no further than this.
+const LOOK_AHEAD: Duration = Duration::from_millis(250);
 
 /// How our kernels lie at `duty` while filling gaps: one of [`GAP_KERNEL`] every
 /// `max(GAP_KERNEL / duty, GAP_KERNEL + MIN_GAP)`, plus `overhead` (the launch and the
@@ -72,17 +89,47 @@ pub(super) struct Work {
     pub(super) launch: Option<(Duration, Duration)>,
 }
 
+/// Our launcher beside a piece of work: the kernel of ours that the work cut short (its
+/// launch), the next launch laid out after the work came, and the layout's cycle (a
+/// kernel and the duty's gap: when the launcher checks a kernel after its launch).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ours {
+    pub(super) running: Option<Time>,
+    pub(super) next: Option<Time>,
+    pub(super) cycle: Duration,
+}
+
+/// A launch the pacer puts off while our launcher fills ([`GapFill::look_ahead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Defer {
+    /// When: a launch laid out then, or a time to look again.
+    pub(super) at: Time,
+    /// Until when the launcher stays idle from then; `None`: nothing put off up to
+    /// `at`, look again then.
+    pub(super) until: Option<Time>,
+}
+
 /// The gap filler's state in the simulated GPU.
 #[derive(Clone, Debug)]
 pub(super) struct GapFill {
-    /// The hold after a meeting, as the loop last set it.
+    /// The hold after a busy kernel, as the loop last set it.
     pub(super) hold: Duration,
-    /// No launch before this (a hold in force).
+    /// No launch before this (the pacer's wait in force).
     pub(super) resume: Option<Time>,
-    /// When the latest kernel of ours that met the job ended: the hold runs from it.
+    /// When that wait began: the pacer was asked then, and a new hold re-times it from
+    /// there.
+    waited_from: Time,
+    /// The next launch the pacer puts off while our launcher fills.
+    pub(super) defer: Option<Defer>,
+    /// When the latest kernel of ours that found the job busy ended.
     met_at: Option<Time>,
     /// The job ran since our last kernel: our next one starts a switch late.
     stale: bool,
+    /// The first kernel after a wait, not yet judged: its launch, when the launcher
+    /// checks it, and what it shows unless the job's work cuts it short.
+    judging: Option<(Time, Time, KernelOutcome)>,
+    /// When our launcher launches next, as the CUDA launcher learns it.
+    pacer: GapPacer,
     /// What our kernels met since the last report.
     seen: GapReport,
     /// Kernels of ours laid out since the last report, in part.
@@ -94,8 +141,12 @@ impl Default for GapFill {
         GapFill {
             hold: MIN_HOLD,
             resume: None,
+            waited_from: Time::ZERO,
+            defer: None,
             met_at: None,
             stale: false,
+            judging: None,
+            pacer: GapPacer::new(),
             seen: GapReport::default(),
             kernels: 0.0,
         }
@@ -103,23 +154,42 @@ impl Default for GapFill {
 }
 
 impl GapFill {
-    /// Sets the hold: from the next meeting on, and for the one under way (re-timed from
-    /// its meeting). Returns the new end of the hold under way.
-    pub(super) fn set_hold(&mut self, hold: Duration, now: Time) -> Option<Time> {
-        self.hold = hold;
-        // A launch due after the job's work (stale) is no hold: it stays.
-        if self.holding(now) && !self.stale {
-            self.resume = self.met_at.map(|m| (m + hold).max(now));
-        }
-        self.resume
+    /// A new launcher thread (after an idle load, or a change of shape): a new pacer,
+    /// nothing waited for; the hold and what was seen stay.
+    pub(super) fn restart(&mut self) {
+        *self = GapFill {
+            hold: self.hold,
+            met_at: self.met_at,
+            seen: self.seen,
+            kernels: self.kernels,
+            ..GapFill::default()
+        };
     }
 
-    /// When the latest kernel of ours that met the job ended.
+    /// Sets the hold at `now`: a wait under way is re-timed from when it began (not one
+    /// for a launch after the job's work, which stays). Returns whether our launcher's
+    /// plan may change at `now`: it fills again, or (filling) a launch ahead may be put
+    /// off ([`GapFill::look_ahead`]).
+    pub(super) fn set_hold(&mut self, hold: Duration, now: Time) -> bool {
+        self.hold = hold;
+        if !self.holding(now) {
+            return true;
+        }
+        if self.stale {
+            return false;
+        }
+        self.judge(now);
+        let resume = self.next_launch(self.waited_from).max(now);
+        self.resume = Some(resume);
+        resume == now
+    }
+
+    /// When the latest kernel of ours that found the job busy ended.
     pub(super) fn last_met(&self) -> Option<Time> {
         self.met_at
     }
 
-    /// Whether a hold keeps our launcher idle at `t`.
+    /// Whether our launcher is idle at `t`, waiting for the pacer.
     pub(super) fn holding(&self, t: Time) -> bool {
         self.resume.is_some_and(|r| t < r)
     }
@@ -141,39 +211,72 @@ impl GapFill {
         }
     }
 
-    /// A kernel of ours that met the job, ended `late` after it was due to, at `end`:
-    /// counted, and the hold begins at its end.
-    fn met(&mut self, late: Duration, end: Time) -> Time {
+    /// When the pacer lets a kernel go, asked at `earliest` with the hold in force.
+    fn next_launch(&self, earliest: Time) -> Time {
+        self.pacer.next_launch(earliest, GAP_KERNEL, self.hold)
+    }
+
+    /// Tells the pacer what the first kernel after a wait showed, once the launcher has
+    /// checked it (by `now`); a meeting (a late start) is counted.
+    fn judge(&mut self, now: Time) {
+        let Some((launched, checked, outcome)) = self.judging.filter(|j| j.1 <= now) else {
+            return;
+        };
+        self.judging = None;
+        if outcome == KernelOutcome::AfterOthers {
+            self.seen.met += 1;
+        }
+        self.pacer.kernel_done(launched, checked, outcome);
+    }
+
+    /// A kernel of ours launched at `launched` found the job busy (cut short, or queued
+    /// into its work), ran until `ran_until`, `late` past when it was due to, and was
+    /// checked at `checked` or when it ended: counted, told to the pacer, and the
+    /// launcher asks at once when the next may go, which this returns.
+    fn busy(&mut self, launched: Time, ran_until: Time, checked: Time, late: Duration) -> Time {
         self.seen.kernels += 1;
         self.seen.met += 1;
         if late >= HELD_BACK {
             self.seen.held_back += 1;
         }
-        self.met_at = Some(end);
-        end + self.hold
+        self.met_at = Some(ran_until);
+        let ended = ran_until.max(checked);
+        self.pacer.kernel_done(launched, ended, KernelOutcome::Busy);
+        self.waited_from = ended;
+        self.next_launch(ended)
     }
 
-    /// `work` was served beside our kernels, having waited `served.wait` for them (its
-    /// start: module docs); our next launch was due at `next` (`None`: none laid out).
-    /// Returns how much longer the job's work took for our kernels that ran in the
-    /// middle of it, and sets the hold that follows. `None` when nothing of ours met it.
+    /// `work` was served beside our kernels (`ours`), having waited `served.wait` for
+    /// them (its start: module docs). Returns how much longer the job's work took for our
+    /// kernels that ran in the middle of it, and sets the wait that follows. `None` when
+    /// nothing of ours met it.
     pub(super) fn beside(
         &mut self,
         work: Work,
         served: Served,
-        next: Option<Time>,
+        ours: Ours,
         s: Slicing,
     ) -> Option<Duration> {
+        let cut = served.met.then(|| ours.running.unwrap_or(work.start));
+        if self.judging.is_some_and(|j| Some(j.0) == cut) {
+            // The first kernel after a wait, cut short: it found the job busy.
+            self.judging = None;
+        }
+        self.judge(Time::MAX);
         let work_from = work.start + served.wait;
         let mut extra = Duration::ZERO;
         let mut ours_end = None;
-        let mut free = if served.met {
-            // Cut short when the work came: it ended a switch before the work ran.
-            let cut = work.start + served.wait.saturating_sub(s.switch);
-            ours_end = Some(cut);
-            Some(self.met(Duration::ZERO, cut))
-        } else {
-            self.resume.filter(|&r| r > work.start).or(next)
+        let mut free = match cut {
+            Some(launched) => {
+                // Cut short when the work came: it ended a switch before the work ran.
+                let end = work.start + served.wait.saturating_sub(s.switch);
+                ours_end = Some(end);
+                Some(self.busy(launched, end, launched + ours.cycle, Duration::ZERO))
+            }
+            None => self
+                .resume
+                .filter(|&r| r > work.start)
+                .or_else(|| ours.next.map(|n| self.next_launch(n))),
         };
         while let Some(launch) = free {
             let end = work_from + work.len + extra;
@@ -182,8 +285,7 @@ impl GapFill {
                 // our last kernel: it meets the job when it comes ([`GapFill::due`]),
                 // unless more of the job's work comes first.
                 if ours_end.is_none_or(|e| e < end) {
-                    self.stale = true;
-                    self.resume = Some(launch);
+                    self.wait_for(launch, true);
                     return Some(extra);
                 }
                 break;
@@ -197,25 +299,93 @@ impl GapFill {
             let ran_until = got_in + s.switch + GAP_KERNEL;
             ours_end = Some(ran_until);
             // It was due to end a kernel after its launch.
-            free = Some(self.met(ran_until - (launch + GAP_KERNEL), ran_until));
+            let late = ran_until - (launch + GAP_KERNEL);
+            free = Some(self.busy(launch, ran_until, launch + ours.cycle, late));
         }
         // Nothing of ours met it: nothing changes.
         ours_end?;
-        self.resume = free;
-        self.stale = false;
+        if let Some(launch) = free {
+            self.wait_for(launch, false);
+        }
         Some(extra)
     }
 
-    /// Our launcher launches again at `now`, its hold over: if the job ran since our
-    /// last kernel, that kernel starts a switch late and meets it (at no cost to it),
-    /// and a new hold begins; returns when that kernel ends. `None`: it fills again.
-    pub(super) fn due(&mut self, now: Time, switch: Duration) -> Option<Time> {
-        if !std::mem::take(&mut self.stale) {
-            return None;
+    /// Our launcher waits until `launch`; `stale`: the job ran after our last kernel.
+    fn wait_for(&mut self, launch: Time, stale: bool) {
+        self.resume = Some(launch);
+        self.stale = stale;
+        self.defer = None;
+    }
+
+    /// Our launcher launches again at `now`, its wait over: the first kernel after it
+    /// starts a switch late if the job ran since our last kernel, and is judged once the
+    /// launcher checks it, a `cycle` after its launch.
+    pub(super) fn due(&mut self, now: Time, cycle: Duration) {
+        let outcome = if std::mem::take(&mut self.stale) {
+            KernelOutcome::AfterOthers
+        } else {
+            KernelOutcome::Clear
+        };
+        self.resume = None;
+        self.judging = Some((now, now + cycle, outcome));
+    }
+
+    /// Filling from `now` with the kernels of `plan`: the first launch the pacer puts
+    /// off ([`GapFill::defer`]). While the first kernel after a wait is still to be
+    /// judged, it looks again once it is; with no period learned only the next kernel
+    /// can be put off (by a busy spell's hold).
+    pub(super) fn look_ahead(&mut self, plan: &Plan, now: Time) {
+        self.judge(now);
+        self.defer = if self.holding(now) {
+            None
+        } else if let Some((_, checked, _)) = self.judging {
+            Some(Defer {
+                at: checked,
+                until: None,
+            })
+        } else {
+            self.first_put_off(plan, now)
+        };
+    }
+
+    fn first_put_off(&self, plan: &Plan, now: Time) -> Option<Defer> {
+        let mut k = plan
+            .kernel_at(now)
+            .filter(|k| k.start >= now)
+            .or_else(|| plan.next_after(now))?;
+        let horizon = (self.pacer.learned().1).map(|p| now + (p * 2).clamp(GAP_KERNEL, LOOK_AHEAD));
+        loop {
+            let at = self.next_launch(k.start);
+            if at > k.start {
+                return Some(Defer {
+                    at: k.start,
+                    until: Some(at),
+                });
+            }
+            let horizon = horizon?;
+            if k.start >= horizon {
+                return Some(Defer {
+                    at: k.start,
+                    until: None,
+                });
+            }
+            k = plan.next_after(k.start)?;
         }
-        let end = now + switch + GAP_KERNEL;
-        self.resume = Some(self.met(switch, end));
-        Some(end)
+    }
+
+    /// At `now`, the launch put off ([`GapFill::defer`]) comes: our launcher waits for
+    /// the pacer if it still puts the launch off. Returns whether it does; otherwise it
+    /// fills on, and the caller looks ahead again.
+    pub(super) fn put_off(&mut self, now: Time) -> bool {
+        self.defer = None;
+        self.judge(now);
+        let launch = self.next_launch(now);
+        if launch <= now {
+            return false;
+        }
+        self.waited_from = now;
+        self.wait_for(launch, false);
+        true
     }
 }
 
@@ -251,6 +421,9 @@ mod tests {
         switch: Duration::from_micros(130),
     };
 
+    /// Our kernels' cycle at full duty with a 30 us overhead.
+    const CYCLE: Duration = Duration::from_micros(280);
+
     fn us(x: u64) -> Duration {
         Duration::from_micros(x)
     }
@@ -259,12 +432,31 @@ mod tests {
         Time::from_duration(us(x))
     }
 
-    /// A training step at 10 ms, 12.8 ms long, in kernels of 300 us, 20 us apart.
-    fn step() -> Work {
+    /// A training step at `start_us`, 12.8 ms long, in kernels of 300 us, 20 us apart.
+    fn step_at(start_us: u64) -> Work {
         Work {
-            start: at_us(10_000),
+            start: at_us(start_us),
             len: us(12_800),
             launch: Some((us(300), us(20))),
+        }
+    }
+
+    fn step() -> Work {
+        step_at(10_000)
+    }
+
+    /// Our kernel launched 40 us before the work came: it waited 60 us and a switch.
+    const CUT: Served = Served {
+        wait: Duration::from_micros(190),
+        met: true,
+        switched: false,
+    };
+
+    fn cut_at(start_us: u64) -> Ours {
+        Ours {
+            running: Some(at_us(start_us - 40)),
+            next: None,
+            cycle: CYCLE,
         }
     }
 
@@ -285,37 +477,31 @@ mod tests {
     }
 
     #[test]
-    fn a_kernel_running_when_a_step_comes_meets_it_and_so_does_the_first_after_it() {
+    fn a_kernel_cut_short_by_a_step_holds_and_the_first_after_it_starts_late_and_holds_not() {
         let mut g = GapFill {
             hold: Duration::from_millis(20),
             ..GapFill::default()
         };
-        // It came 40 us into our kernel: it waited 60 us and a switch.
-        let served = Served {
-            wait: us(190),
-            met: true,
-            switched: false,
-        };
-        let extra = g.beside(step(), served, None, S);
+        let extra = g.beside(step(), CUT, cut_at(10_000), S);
         assert_eq!(extra, Some(Duration::ZERO));
-        // Held 20 ms from the cut (10.06 ms): past the step's end (22.99 ms), so the
-        // kernel at 30.06 ms starts late, and another hold follows it.
-        assert_eq!(g.resume, Some(at_us(30_060)));
-        assert_eq!(g.due(at_us(30_060), S.switch), Some(at_us(30_290)));
-        assert_eq!(g.resume, Some(at_us(30_290 + 20_000)));
+        // Checked after its rest (9.96 ms and a cycle), then held 20 ms: past the
+        // step's end (22.99 ms), so the kernel at 30.24 ms starts late.
+        assert_eq!(g.resume, Some(at_us(30_240)));
+        g.due(at_us(30_240), CYCLE);
+        assert_eq!(g.resume, None);
+        g.judge(at_us(30_520));
+        // It ended the spell (from our kernel's launch to the first after it), and
+        // holds nothing: the launcher fills on.
+        assert_eq!(g.pacer.learned().0, Some(us(30_240 - 9_960)));
+        assert_eq!(g.next_launch(at_us(30_520)), at_us(30_520));
         let r = g.report();
-        assert_eq!((r.kernels, r.met, r.held_back), (2, 2, 0));
-        // After that hold nothing ran: it fills again.
-        assert_eq!(g.due(at_us(50_290), S.switch), None);
+        assert_eq!((r.kernels, r.met, r.held_back), (1, 2, 0));
     }
 
     #[test]
     fn a_kernel_launched_during_a_step_gets_in_at_its_launch_gap_and_costs_two_switches_and_itself()
     {
-        let mut g = GapFill {
-            hold: Duration::from_millis(5),
-            ..GapFill::default()
-        };
+        let mut g = GapFill::default();
         // The step came in our gap (a switch), our next launch 100 us later, before the
         // job's first kernel began (10.13 ms): it waits that whole kernel.
         let served = Served {
@@ -323,13 +509,19 @@ mod tests {
             met: false,
             switched: true,
         };
-        let extra = g.beside(step(), served, Some(at_us(10_100)), S).unwrap();
-        // Launched mid-step three times (at 10.1 ms, then after each 5 ms hold), each
-        // ending 300 us or more late (its wait and the switch): held back; then once
-        // after the step, a switch late.
+        let ours = Ours {
+            running: None,
+            next: Some(at_us(10_100)),
+            cycle: CYCLE,
+        };
+        let extra = g.beside(step(), served, ours, S).unwrap();
+        // The pacer knows no spell yet: launched mid-step three times (at 10.1 ms, then
+        // after each 5 ms hold), each ending 300 us or more late (its wait and the
+        // switch): held back; then once after the step, a switch late.
         assert_eq!(extra, (us(130) * 2 + GAP_KERNEL) * 3);
         let resume = g.resume.unwrap();
-        assert!(g.due(resume, S.switch).is_some());
+        g.due(resume, CYCLE);
+        g.judge(resume + CYCLE);
         let r = g.report();
         assert_eq!((r.met, r.held_back), (4, 3));
     }
@@ -347,11 +539,48 @@ mod tests {
             met: false,
             switched: true,
         };
-        let extra = g.beside(request, served, Some(at_us(10_100)), S);
+        let ours = Ours {
+            running: None,
+            next: Some(at_us(10_100)),
+            cycle: CYCLE,
+        };
+        let extra = g.beside(request, served, ours, S);
         assert_eq!(extra, Some(Duration::ZERO));
         // It waited 900 us: held back, and it ran after the request, which it met.
         let r = g.report();
         assert_eq!((r.met, r.held_back), (1, 1));
         assert_eq!(g.resume, Some(at_us(11_000 + 230) + MIN_HOLD));
+    }
+
+    #[test]
+    fn once_it_knows_the_steps_period_the_launcher_stays_idle_through_the_next_step() {
+        let mut g = GapFill::default();
+        let period = 37_800;
+        // Each step cuts a kernel of ours short; the launcher starts again after it.
+        for n in 0..6 {
+            let start = 10_000 + n * period;
+            g.beside(step_at(start), CUT, cut_at(start), S);
+            let resume = g.resume.unwrap();
+            g.due(resume, CYCLE);
+            g.judge(resume + CYCLE);
+        }
+        let (len, learned) = g.pacer.learned();
+        assert!(
+            learned.is_some_and(|p| p.abs_diff(us(period)) < us(100)),
+            "{learned:?}"
+        );
+        // Filling from 5 ms after the last step ends: the launch before the next step
+        // is put off until that step's predicted end.
+        let now = at_us(10_000 + 5 * period + 18_000);
+        let mut plan = Plan::default();
+        plan.change(now, layout(1.0, us(30)));
+        g.look_ahead(&plan, now);
+        let next = at_us(10_000 + 6 * period);
+        let defer = g.defer.unwrap();
+        assert!(defer.at < next && defer.at + us(5_000) > next, "{defer:?}");
+        let until = defer.until.unwrap();
+        assert!(until >= next + len.unwrap(), "{defer:?} {len:?}");
+        assert!(g.put_off(defer.at));
+        assert!(g.holding(next));
     }
 }

@@ -51,10 +51,12 @@
 //!   `gaps.rs`): our kernels of [`gpufill_core::gaps::GAP_KERNEL`] one at a time, an
 //!   idle gap of `max(the duty's gap, MIN_GAP)` after each, lengthened by the launch
 //!   overhead (a model choice: at full duty one 100 us kernel every 280 us, 36 %
-//!   resident); after a kernel that met another context, no launch for the hold the
-//!   loop sets ([`SimLoad`]'s `set_gap_hold`, which re-times a hold under way from its
-//!   meeting, as the CUDA launcher does). The
-//!   physics is the one measured on H200s
+//!   resident); launches paced by the CUDA launcher's [`gpufill_core::GapPacer`], told
+//!   each kernel's outcome as the launcher judges it (cut short or queued into the job's
+//!   work: busy; a switch late after it: after others; else clear), so no launch for
+//!   at least the hold the loop sets ([`SimLoad`]'s `set_gap_hold`, which re-times a
+//!   wait under way) after a busy kernel, and none through a spell the pacer predicts.
+//!   The physics is the one measured on H200s
 //!   (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps),
 //!   with this model's switch ([`SimConfig::context_switch`]) and time slice: a job's
 //!   work that comes while our kernel runs waits its remainder and a switch, and one
@@ -65,8 +67,8 @@
 //!   switches and our kernel. Our kernel **meets** the job when it was running as the
 //!   work came, when it was launched while the work was queued (**held back** when it
 //!   ended 300 us or more late, the CUDA launcher's rule), and when the job ran since
-//!   our previous kernel (the first after its work, when the hold ends, starts a switch
-//!   late; the job's next work then finds our context last and pays a switch).
+//!   our previous kernel (the first after its work starts a switch late; the job's next
+//!   work then finds our context last and pays a switch).
 //!   [`SimLoad`]'s `gaps_seen` reports our kernels, the meetings and those held back.
 //!   Each piece of work is weighed when it comes, as every request is; the kernels that
 //!   meet it are counted but left out of the utilization (one or two a meeting).

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::config::{SimConfig, SimError, SimReport};
-use super::gaps::{self, GapFill, Work};
+use super::gaps::{self, GapFill, Ours, Work};
 use super::jitter::Timing;
 use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
@@ -138,6 +138,9 @@ impl Model {
         if let Some(resume) = self.gaps.resume.filter(|&r| r > self.now) {
             next = next.min(resume);
         }
+        if let Some(defer) = self.gaps.defer.filter(|d| d.at > self.now) {
+            next = next.min(defer.at);
+        }
         for &t in &self.cfg.context_breaks {
             if t > self.now {
                 next = next.min(t);
@@ -171,14 +174,7 @@ impl Model {
             let next = self.next_breakpoint(to);
             self.integrate(next - self.now);
             self.now = next;
-            if self.gaps.resume == Some(self.now) {
-                // A hold ends: our launcher fills again, unless its first kernel meets
-                // the job that ran meanwhile.
-                match self.gaps.due(self.now, self.cfg.context_switch) {
-                    Some(end) => self.plan.ran(end),
-                    None => self.replan(),
-                }
-            }
+            self.gap_events();
             self.serve_due();
             self.show_others();
             if self.cfg.context_breaks.contains(&self.now) {
@@ -199,6 +195,35 @@ impl Model {
             }
             self.driver_moved += bytes;
             self.driver_taken += 1;
+        }
+    }
+
+    /// Filling gaps, what our launcher does at `now`: a wait for the pacer ends (it
+    /// fills again), or the pacer puts the launch laid out now off (it waits).
+    fn gap_events(&mut self) {
+        // Each round ends a wait or begins one; a few at one instant at most.
+        for _ in 0..8 {
+            if self.gaps.resume == Some(self.now) {
+                self.gaps.due(self.now, self.gap_cycle());
+                self.replan();
+                continue;
+            }
+            if self.gaps.defer.is_none_or(|d| d.at > self.now) {
+                return;
+            }
+            if self.gaps.put_off(self.now) {
+                self.replan();
+            } else {
+                self.gaps.look_ahead(&self.plan, self.now);
+            }
+        }
+    }
+
+    /// Filling gaps: our kernels' cycle at the duty asked (a kernel and the duty's gap).
+    fn gap_cycle(&self) -> Duration {
+        match gaps::layout(self.requested.duty.fraction(), self.cfg.launch_overhead) {
+            Layout::Paced { cycle, .. } => cycle,
+            _ => gpufill_core::gaps::GAP_KERNEL + gpufill_core::gaps::MIN_GAP,
         }
     }
 
@@ -322,8 +347,17 @@ impl Model {
             len: req.len,
             launch,
         };
-        let next = self.plan.next_after(req.start).map(|k| k.start);
-        let Some(extra) = self.gaps.beside(work, served, next, s) else {
+        let ours = Ours {
+            // The kernel of ours the work cut short (`serve`).
+            running: served
+                .met
+                .then(|| self.plan.kernel_at(req.start))
+                .flatten()
+                .map(|k| k.start),
+            next: self.plan.next_after(req.start).map(|k| k.start),
+            cycle: self.gap_cycle(),
+        };
+        let Some(extra) = self.gaps.beside(work, served, ours, s) else {
             return served;
         };
         if let Some(end) = self.gaps.last_met() {
@@ -337,10 +371,14 @@ impl Model {
         }
     }
 
-    /// Filling gaps: the hold after a meeting, re-timing the one under way (our
-    /// launcher fills again at once when it has already run out).
+    /// Filling gaps: the hold after a busy kernel, re-timing the wait under way (our
+    /// launcher fills again at once when it has already run out), or putting a launch
+    /// ahead off.
     pub(super) fn set_gap_hold(&mut self, hold: Duration) {
-        if self.gaps.set_hold(hold, self.now) == Some(self.now) {
+        if self.gaps.set_hold(hold, self.now) {
+            if self.gaps.resume == Some(self.now) {
+                self.gaps.due(self.now, self.gap_cycle());
+            }
             self.replan();
         }
     }
@@ -573,6 +611,9 @@ impl Model {
             self.layout(self.shape, duty)
         };
         self.plan.change(self.now, layout);
+        if self.shape == LaunchShape::Gaps {
+            self.gaps.look_ahead(&self.plan, self.now);
+        }
     }
 
     /// Lays our load out in `shape` from now on: the same duty, resident for the new
@@ -583,10 +624,11 @@ impl Model {
             self.efficiency(self.shape, duty),
             self.efficiency(shape, duty),
         );
-        self.shape = shape;
-        if shape != LaunchShape::Gaps {
-            self.gaps.resume = None;
+        if shape != self.shape && (shape == LaunchShape::Gaps || self.shape == LaunchShape::Gaps) {
+            // A new launcher thread, and a new pacer.
+            self.gaps.restart();
         }
+        self.shape = shape;
         // Scaled rather than recomputed from `requested`, which a broken context keeps
         // while running nothing.
         let ratio = if before > 0.0 { after / before } else { 0.0 };
@@ -601,6 +643,10 @@ impl Model {
         {
             // The launcher starts a new chain after an idle spell.
             timing.restart();
+        }
+        if load.is_idle() && self.shape == LaunchShape::Gaps {
+            // The launcher thread stops; the next load starts a new one.
+            self.gaps.restart();
         }
         self.requested = load;
         let fraction = load.duty.fraction();

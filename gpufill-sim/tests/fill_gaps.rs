@@ -67,11 +67,11 @@ fn beside_an_input_bound_trainer_the_estimate_stays_near_the_bound_and_its_steps
     );
     assert!(slowed <= 0.01, "{steps:?}");
     // The loop's estimate bounds what the model charged it, within three times and a
-    // point (issue 40's rule for the metric). It stays between half the bound and the
-    // bound, where the hold neither grows nor shrinks: each step meets two kernels of
-    // ours (one as it comes, one that starts late after it), each charged, and each
-    // followed by a hold, so the hold settles past the step period and the trainer's
-    // gaps go unfilled (the CLI's ignored test of the GPU bound; issue 40).
+    // point (issue 40's rule for the metric). Each step meets a kernel of ours that
+    // starts late after it, charged a meeting, so the estimate stays above half the
+    // bound and the hold, grown in the pacer's first spells, never shrinks; the pacer
+    // then learns that hold as the job's spell, and the trainer's gaps go unfilled (the
+    // CLI's ignored test of the GPU bound; issue 40).
     assert!(estimate >= slowed, "{estimate} {slowed}");
     assert!(estimate <= 3.0 * slowed + 0.01, "{estimate} {slowed}");
 }
