@@ -87,7 +87,6 @@ fn filling_the_gaps_of_an_input_bound_trainer_slows_it_by_at_most_one_percent() 
 }
 
 #[test]
-#[ignore = "issue 40: 31.9 % over 10-300 s at 0.11 % (GapPacer in the model): the cost bound's hold grows in the pacer's first spells and never shrinks (each step's late start is charged, the estimate stays over half the bound), and the pacer learns that hold as the job's spell (it samples a spell at our first launch after it, never before its learned end, so it only grows); with --max-cost 50 the hold stays 5 ms: 48.6 % at 0.39 %"]
 fn filling_the_gaps_of_an_input_bound_trainer_raises_the_gpu_to_45_percent() {
     let (report, _dir, csv) = fill_gaps(["--training", TRAINING]);
     let mean = mean_util(&csv, 10.0, 300.0);

@@ -63,6 +63,10 @@ pub const MIN_HOLD: Duration = Duration::from_millis(5);
 /// The longest hold after a meeting.
 pub const MAX_HOLD: Duration = Duration::from_secs(10);
 
+/// Under this share of the bound the hold shrinks; over the bound it grows: the rate
+/// control holds the estimate near the bound, not anywhere under it.
+const SHRINK_BELOW: f64 = 0.8;
+
 /// How much of the newest estimate each NVML sample takes in (the rest is the old one).
 const SMOOTHING: f64 = 0.3;
 
@@ -170,7 +174,7 @@ impl GapCost {
         self.since = Some(now);
         let hold = if estimate > max_cost {
             self.hold.mul_f64(1.5).min(MAX_HOLD)
-        } else if estimate < max_cost / 2.0 {
+        } else if estimate < max_cost * SHRINK_BELOW {
             self.hold.div_f64(1.2).max(MIN_HOLD)
         } else {
             self.hold
@@ -206,6 +210,10 @@ const PREDICT_AFTER: u32 = 3;
 /// period more): the job's steps jitter, and a kernel of ours still queued when the job's
 /// work arrives gets in only in the middle of it (two switches and a kernel).
 const GUARD: Duration = Duration::from_micros(600);
+
+/// A launch this much later than the end of the spell as learned was put off by the
+/// cost bound's hold, not by the spell (the gap and a wake-up are well under it).
+const CENSOR_SLACK: Duration = Duration::from_millis(1);
 
 /// After a predicted spell's end, this much more before the next launch.
 const AFTER_SPELL: Duration = Duration::from_micros(300);
@@ -255,6 +263,17 @@ impl GapPacer {
     pub fn kernel_done(&mut self, launched: Time, ended: Time, outcome: KernelOutcome) {
         match outcome {
             KernelOutcome::Busy => {
+                // After a hold longer than the shortest, a busy kernel may be in another
+                // spell: what the last one showed ends that one (at least until its busy
+                // kernel's end), and this one begins anew; taken as one spell, the
+                // spells of several steps would be learned as one.
+                if let (Some(anchor), Some((last_busy, _))) = (self.spell, self.busy)
+                    && launched > last_busy + MIN_HOLD + CENSOR_SLACK
+                {
+                    let least = last_busy.saturating_since(anchor);
+                    self.spell_len = Some(self.spell_len.map_or(least, |l| l.max(least)));
+                    self.spell = None;
+                }
                 if self.spell.is_none() {
                     // A new spell: it began before our kernel could start.
                     if let Some(last) = self.last_anchor {
@@ -271,24 +290,55 @@ impl GapPacer {
             }
             KernelOutcome::AfterOthers | KernelOutcome::Clear => {
                 if let Some(anchor) = self.spell.take() {
-                    let len = launched.saturating_since(anchor);
-                    self.spell_len = Some(ewma(self.spell_len, len));
+                    // The spell was over by this launch. One that came within the
+                    // shortest hold of the last busy kernel's end is a sample of its
+                    // length; one the cost bound's longer hold put off says only that it
+                    // lasted at least until that kernel's end (learned as a sample, it
+                    // would only ever grow the spell).
+                    match self.busy {
+                        Some((ended, left))
+                            if launched > ended + left.max(MIN_HOLD) + CENSOR_SLACK =>
+                        {
+                            let least = ended.saturating_since(anchor);
+                            self.spell_len = Some(self.spell_len.map_or(least, |l| l.max(least)));
+                        }
+                        _ => {
+                            let len = launched.saturating_since(anchor);
+                            self.spell_len = Some(ewma(self.spell_len, len));
+                        }
+                    }
                 }
             }
         }
     }
 
+    /// Takes in the time between two spells' anchors. Holds and predictions skip spells,
+    /// so samples span whole numbers of periods: the period is their common divisor
+    /// ([`common_period`]), no shorter than a spell and a guard on either side. A sample
+    /// that shares none with the period known is a new job's: start over from it.
     fn learn_period(&mut self, sample: Duration) {
-        // A sample far from what is known is a missed spell or a new job: start over.
-        let plausible = self
+        let shortest = self.spell_len.unwrap_or_default() + GUARD * 2;
+        let common = self
             .period
-            .is_none_or(|p| sample >= p.mul_f64(0.6) && sample <= p.mul_f64(1.5));
-        if plausible {
-            self.period = Some(ewma(self.period, sample));
-            self.periods = self.periods.saturating_add(1);
-        } else {
-            self.period = Some(sample);
-            self.periods = 1;
+            .and_then(|known| common_period(known, sample, shortest).map(|p| (known, p)));
+        match common {
+            // The same period: learn the sample as the periods it spans.
+            Some((known, p)) if p >= known.mul_f64(0.9) => {
+                let k = (sample.as_secs_f64() / known.as_secs_f64())
+                    .round()
+                    .max(1.0);
+                self.period = Some(ewma(Some(known), sample.div_f64(k)));
+                self.periods = self.periods.saturating_add(1);
+            }
+            // The period known spanned several: the common one is it.
+            Some((_, p)) => {
+                self.period = Some(p);
+                self.periods = 2;
+            }
+            None => {
+                self.period = Some(sample);
+                self.periods = 1;
+            }
         }
     }
 
@@ -323,6 +373,22 @@ impl GapPacer {
             at
         }
     }
+}
+
+/// The longest period that `a` and `b` are both near whole multiples of (within a tenth
+/// of it), if it is at least `shortest`: Euclid's algorithm, with remainders within the
+/// tolerance taken as none.
+fn common_period(a: Duration, b: Duration, shortest: Duration) -> Option<Duration> {
+    let (mut a, mut b) = (a.max(b).as_secs_f64(), a.min(b).as_secs_f64());
+    let shortest = shortest.as_secs_f64().max(1e-4);
+    while b >= shortest {
+        let r = (a - (a / b).round() * b).abs();
+        if r <= 0.1 * b {
+            return Some(Duration::from_secs_f64(b));
+        }
+        (a, b) = (b, r);
+    }
+    None
 }
 
 fn ewma(old: Option<Duration>, sample: Duration) -> Duration {
@@ -410,6 +476,73 @@ mod tests {
         assert!(len.is_some());
         // Once the period is known, no kernel of ours is queued into the job's work.
         assert!(last.iter().all(|&m| m == 0), "{last:?}");
+    }
+
+    #[test]
+    fn a_launch_the_cost_bounds_hold_put_off_does_not_lengthen_the_learned_spell() {
+        let mut pacer = GapPacer::new();
+        // A 10 ms spell met at 0 ms; at the shortest hold our kernels meet it twice, and
+        // the first launch after it (14 ms) is a sample of its length.
+        pacer.kernel_done(t(0.0), t(2.0), KernelOutcome::Busy);
+        let at = pacer.next_launch(t(2.2), MS, MIN_HOLD);
+        assert_eq!(at, t(7.0));
+        pacer.kernel_done(at, t(9.0), KernelOutcome::Busy);
+        let at = pacer.next_launch(t(9.2), MS, MIN_HOLD);
+        pacer.kernel_done(at, at + MS / 10, KernelOutcome::AfterOthers);
+        assert_eq!(pacer.learned().0, Some(MS * 14));
+        // Spells held off for 300 ms by the bound: each launch after one comes 300 ms
+        // late, and the spell learned stays as it was.
+        for i in 1..=20 {
+            let start = 400.0 * f64::from(i);
+            pacer.kernel_done(t(start), t(start + 9.0), KernelOutcome::Busy);
+            let at = pacer.next_launch(t(start + 9.2), MS, MS * 300);
+            assert_eq!(at, t(start + 309.0));
+            pacer.kernel_done(at, at + MS, KernelOutcome::AfterOthers);
+        }
+        assert_eq!(pacer.learned().0, Some(MS * 14));
+        // Busy kernels of several steps, 300 ms apart (each after a long hold), are
+        // several spells, not one long one.
+        for i in 30..40 {
+            let start = 400.0 * f64::from(i);
+            pacer.kernel_done(t(start), t(start + 9.0), KernelOutcome::Busy);
+        }
+        assert_eq!(pacer.learned().0, Some(MS * 14));
+    }
+
+    #[test]
+    fn a_period_sample_spanning_skipped_spells_counts_as_that_many_periods() {
+        let mut pacer = GapPacer::new();
+        // Spells every 37 ms, met at the 1st, 2nd, 5th, 6th and 9th: the samples of 111
+        // and 148 ms are 3 and 4 periods.
+        for n in [0.0, 1.0, 4.0, 5.0, 9.0] {
+            let start = 1000.0 + 37.0 * n;
+            pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
+            pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
+        }
+        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        assert!((36.0..38.0).contains(&period), "{period}");
+        // A period learned from skipped spells is corrected by a sample a third of it.
+        let mut pacer = GapPacer::new();
+        for n in [0.0, 3.0, 6.0, 7.0] {
+            let start = 1000.0 + 37.0 * n;
+            pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
+            pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
+        }
+        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        assert!((36.0..38.0).contains(&period), "{period}");
+    }
+
+    #[test]
+    fn the_common_period_of_samples_spanning_several_is_found() {
+        let ms = |x: f64| Duration::from_secs_f64(x / 1e3);
+        let near = |d: Option<Duration>, x: f64| {
+            d.is_some_and(|d| (d.as_secs_f64() * 1e3 - x).abs() < 1.5)
+        };
+        assert!(near(common_period(ms(113.0), ms(75.5), ms(5.0)), 37.5));
+        assert!(near(common_period(ms(189.0), ms(37.5), ms(5.0)), 37.5));
+        assert!(near(common_period(ms(37.0), ms(37.6), ms(5.0)), 37.0));
+        // Nothing in common above the shortest: none.
+        assert_eq!(common_period(ms(37.0), ms(50.0), ms(20.0)), None);
     }
 
     #[test]

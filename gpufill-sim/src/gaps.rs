@@ -490,9 +490,10 @@ mod tests {
         g.due(at_us(30_240), CYCLE);
         assert_eq!(g.resume, None);
         g.judge(at_us(30_520));
-        // It ended the spell (from our kernel's launch to the first after it), and
-        // holds nothing: the launcher fills on.
-        assert_eq!(g.pacer.learned().0, Some(us(30_240 - 9_960)));
+        // It ended the spell, and holds nothing: the launcher fills on. The 20 ms hold
+        // put that launch off, so the spell is learned only as long as it surely was:
+        // from our kernel's launch to its end (cut short at 10 ms, checked a cycle on).
+        assert_eq!(g.pacer.learned().0, Some(us(280)));
         assert_eq!(g.next_launch(at_us(30_520)), at_us(30_520));
         let r = g.report();
         assert_eq!((r.kernels, r.met, r.held_back), (1, 2, 0));
