@@ -749,7 +749,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
     /// Runs ticks every `period` on `clock` until `keep_going` returns false or the loop
     /// stops, then leaves the device idle. Returns the last tick. A step that overruns its
     /// tick is followed by the next one at once, then the grid goes on from there
-    /// ([`next_tick`]): no burst of catch-up ticks.
+    /// ([`crate::time::next_tick`]): no burst of catch-up ticks.
     pub fn run<K: Clock>(
         &mut self,
         clock: &K,

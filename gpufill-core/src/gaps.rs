@@ -230,7 +230,7 @@ const AFTER_SPELL: Duration = Duration::from_micros(300);
 ///   job's period.
 /// - The first kernel **after** the spell (a switch late, or clear) ends it: its length is
 ///   a sample of the spell.
-/// - Once the period is known ([`PREDICT_AFTER`] samples) the pacer launches nothing from
+/// - Once the period is known (`PREDICT_AFTER` samples) the pacer launches nothing from
 ///   a guard before the next predicted spell until its predicted end: the job's work then
 ///   meets our context idle and pays one switch, not a kernel of ours queued into its
 ///   work. A prediction that is wrong shows as a busy kernel, which anchors it again.

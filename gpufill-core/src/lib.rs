@@ -1,15 +1,21 @@
 //! The control core of gpufill: it holds a GPU's utilization at a target with a tiny
 //! kernel and stands aside the moment anyone else uses the GPU.
 //!
-//! This crate knows no GPU. It defines what it needs from one as two small traits,
-//! [`Probe`] (measure: utilization and foreign processes) and [`LoadSource`] (apply a
-//! duty cycle and a width), and implements the logic over them:
+//! This crate knows no GPU. It defines what it needs from one as two traits, [`Probe`]
+//! (measure: utilization and foreign processes; two required methods, three with
+//! defaults) and [`LoadSource`] (apply a duty cycle and a width; one required method,
+//! the rest defaults for what a source may also do: launch from the loop's thread,
+//! release, change shape, report what its kernels saw, probe, fill gaps), and
+//! implements the logic over them:
 //!
 //! - [`controller`]: pure arithmetic from measured and target utilization to duty
 //!   ([`PiController`], and the original tool's [`WindowRule`] for comparison);
 //! - [`policy`]: when to yield to other processes; it is asked first and always wins;
 //! - [`schedule`]: the target by time of day and quiet time (pure, time passed in);
-//! - [`fill`]: the loop, one [`FillLoop::step`] per tick returning a [`Tick`];
+//! - [`fill`]: the loop, a state machine stepped once per tick ([`FillLoop::step`]
+//!   returns a [`Tick`]), built by one recipe ([`LoopSettings`], [`FillLoop::build`]);
+//! - [`drive`](mod@drive): the one driver that steps every loop on its tick grid;
+//! - [`gaps`]: filling the gaps of live work without MPS (the cost estimate, the pacer);
 //! - [`supervise`]: reopens a stopped loop with exponential backoff (a lost GPU);
 //!   [`ratelimit`]: one warning line, then one summary a minute, for repeated faults;
 //! - [`shaper`]: turns the controller's output into a duty and a width; with the `sm`
