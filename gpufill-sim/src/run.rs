@@ -6,7 +6,9 @@ use std::time::Duration;
 use super::churn::Arrivals;
 use super::config::SimConfig;
 use super::handles::{SimGpu, SimLoad, SimProbe};
-use gpufill_core::fill::{FillLoop, Loop, LoopSettings, Tick};
+use gpufill_core::drive::{Driven, drive};
+use gpufill_core::fill::{FillLoop, Loop, LoopSettings, State, Tick};
+use gpufill_core::hint::NoHint;
 use gpufill_core::time::{Clock, Time, VirtualClock};
 use gpufill_core::units::Utilization;
 
@@ -70,14 +72,35 @@ impl Simulation {
 
     /// Steps the loop every tick until `until` (exclusive), handing each tick to `on_tick`.
     /// Stops early if the loop stops.
-    pub fn run_until(&mut self, until: Time, mut on_tick: impl FnMut(&Tick)) {
-        while self.clock.now() < until {
-            let tick = self.fill.step(self.clock.now());
-            on_tick(&tick);
-            if tick.state == gpufill_core::fill::State::Stopped {
-                return;
-            }
-            self.clock.sleep_until(self.clock.now() + self.tick);
+    pub fn run_until(&mut self, until: Time, on_tick: impl FnMut(&Tick)) {
+        self.drive_until(until, |fill, _, now| fill.step(now), on_tick);
+    }
+
+    /// Steps the loop with `step` (a step and what goes around it) through the one
+    /// driver every loop runs on ([`drive`]), on the virtual clock, until `until`
+    /// (exclusive) or the loop stops; the clock then stands one tick after the last
+    /// step, where the next call goes on.
+    fn drive_until(
+        &mut self,
+        until: Time,
+        step: impl FnMut(&mut Loop<SimProbe, SimLoad>, &SimGpu, Time) -> Tick,
+        mut on_tick: impl FnMut(&Tick),
+    ) {
+        if self.clock.now() >= until {
+            return;
+        }
+        let tick = self.tick;
+        let mut stepping = Stepping {
+            fill: &mut self.fill,
+            gpu: &self.gpu,
+            step,
+        };
+        let last = drive(&self.clock, tick, &mut NoHint, &mut stepping, |t| {
+            on_tick(t);
+            t.state != State::Stopped && t.at + tick < until
+        });
+        if last.state != State::Stopped {
+            self.clock.sleep_until(last.at + tick);
         }
     }
 
@@ -88,19 +111,19 @@ impl Simulation {
         &mut self,
         until: Time,
         arrivals: &mut Arrivals,
-        mut on_tick: impl FnMut(&Tick),
+        on_tick: impl FnMut(&Tick),
     ) -> ChurnReport {
         let mut churn = Churn::new(arrivals);
-        let mut stopped = false;
-        while self.now() < until && !stopped {
-            churn.before_tick(self);
-            let now = self.now();
-            let tick = self.fill.step(now);
-            churn.after_tick(self, &tick);
-            on_tick(&tick);
-            stopped = tick.state == gpufill_core::fill::State::Stopped;
-            self.clock.sleep_until(now + self.tick);
-        }
+        self.drive_until(
+            until,
+            |fill, gpu, now| {
+                churn.before(gpu, now);
+                let tick = fill.step(now);
+                churn.after(gpu, &tick);
+                tick
+            },
+            on_tick,
+        );
         churn.finish(self)
     }
 
@@ -140,20 +163,24 @@ impl<'a> Churn<'a> {
     /// Adds the jobs listed within the next second and retires those gone (cheap
     /// when neither is due).
     pub fn before_tick(&mut self, sim: &Simulation) {
-        let now = sim.now();
+        self.before(&sim.gpu, sim.now());
+    }
+
+    /// [`Churn::before_tick`] on `gpu` at `now`.
+    fn before(&mut self, gpu: &SimGpu, now: Time) {
         if now >= self.added_until {
             self.added_until = now + Self::AHEAD;
             while let Some(job) = self.arrivals.next_before(self.added_until) {
                 self.report.arrived += 1;
-                sim.gpu.add_foreign(job);
+                gpu.add_foreign(job);
             }
-            let kept = sim.gpu.foreign_len();
+            let kept = gpu.foreign_len();
             self.report.max_retained = self.report.max_retained.max(kept);
-            let pending = sim.gpu.pending_active_len();
+            let pending = gpu.pending_active_len();
             self.report.max_pending_active = self.report.max_pending_active.max(pending);
         }
         if now >= self.next_retire {
-            let retired = sim.gpu.retire_foreign(now);
+            let retired = gpu.retire_foreign(now);
             self.absorb(retired);
             self.next_retire = now + Self::RETIRE_EVERY;
         }
@@ -161,7 +188,12 @@ impl<'a> Churn<'a> {
 
     /// Checks the step's tick: a non-zero duty while a job is listed is counted.
     pub fn after_tick(&mut self, sim: &Simulation, tick: &Tick) {
-        if !tick.duty.is_zero() && sim.gpu.listed_count(tick.at) > 0 {
+        self.after(&sim.gpu, tick);
+    }
+
+    /// [`Churn::after_tick`] on `gpu`.
+    fn after(&mut self, gpu: &SimGpu, tick: &Tick) {
+        if !tick.duty.is_zero() && gpu.listed_count(tick.at) > 0 {
             self.report.filling_while_listed += 1;
         }
     }
@@ -239,5 +271,23 @@ pub fn tracking(
         settle,
         mean_abs_error,
         samples: settled.len(),
+    }
+}
+
+/// The simulated loop with the step it is driven by ([`Simulation::drive_until`]).
+struct Stepping<'a, F> {
+    fill: &'a mut Loop<SimProbe, SimLoad>,
+    gpu: &'a SimGpu,
+    step: F,
+}
+
+impl<F> Driven for Stepping<'_, F>
+where
+    F: FnMut(&mut Loop<SimProbe, SimLoad>, &SimGpu, Time) -> Tick,
+{
+    type Step = Tick;
+
+    fn step(&mut self, now: Time) -> Tick {
+        (self.step)(self.fill, self.gpu, now)
     }
 }
