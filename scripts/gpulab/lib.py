@@ -123,6 +123,16 @@ def scrape(where, gpu=None, timeout=1.0):
     return flat(parse_metrics(got[1]), gpu)
 
 
+def scrape_by_gpu(where, timeout=1.0):
+    """({(metric, gpu index, state label or ""): value}, the text) of the series at
+    `where` that carry a `gpu` label (`by_gpu`); ({}, "") while nothing answers 200.
+    For several GPUs at once, where `scrape` gives one GPU's."""
+    got = fetch(where, timeout=timeout)
+    if not got or got[0] != 200:
+        return {}, ""
+    return by_gpu(parse_metrics(got[1])), got[1]
+
+
 def state_of(m):
     """The states whose `gpufill_state` series is 1 in a `flat` scrape."""
     return [k.split(".", 1)[1] for k, v in m.items() if k.startswith("gpufill_state.") and v == 1]

@@ -32,20 +32,11 @@ import sys
 import threading
 import time
 
-from .lib import (N, Gpufill, by_gpu, cuda_visible, fetch, fmt, mae, mean, nvml, out_dir,
-                  parse_metrics, parser, pct, samples_since, torch_job)
+from .lib import (N, Gpufill, cuda_visible, fmt, mae, mean, nvml, out_dir, parser, pct,
+                  samples_since, scrape_by_gpu, torch_job)
 
 PORT = 9425
 TARGET = 50.0  # the default target
-
-
-def scrape():
-    """({(metric, gpu index, state label or ""): value}, the text) of gpufill's series
-    that carry a `gpu` label; ({}, "") while nothing answers."""
-    got = fetch(PORT)
-    if not got or got[0] != 200:
-        return {}, ""
-    return by_gpu(parse_metrics(got[1])), got[1]
 
 
 class Monitor:
@@ -76,7 +67,7 @@ class Monitor:
                         if p.pid == self.pid and p.usedGpuMemory is not None]
                 if mine:
                     self.memory[i].append((now, mine[0] / 2**20))
-            m, _ = scrape()
+            m, _ = scrape_by_gpu(PORT)
             if m:
                 self.metrics.append((now, m))
             time.sleep(0.5)
@@ -112,7 +103,7 @@ def part_defaults(a, hs, out):
                 rust_log="gpufill=info")
     deadline = time.time() + 60
     while time.time() < deadline and g.alive():
-        m, _ = scrape()
+        m, _ = scrape_by_gpu(PORT)
         if sum(1 for i in range(n) if m.get(("gpufill_state", i, "filling")) == 1) == n:
             break
         time.sleep(0.1)
@@ -242,7 +233,7 @@ def part_holder_and_service(a, hs, out):
     mon = Monitor(hs, g.pid)
     cpu0 = g.cpu()
     time.sleep(max(0.0, t_with + withs - 0.5 - time.time()))
-    _, text = scrape()
+    _, text = scrape_by_gpu(PORT)
     cpu = 100 * (g.cpu() - cpu0) / (time.time() - t_with)
     code, _ = g.stop()
     t_stop = time.time()
