@@ -24,7 +24,7 @@ use tracing::{error, info};
 use crate::claim::{Claim, ClaimError, claim_all, listed_gpufill};
 use crate::open::OpenError;
 use crate::opener::{NvmlCuda, Opener};
-use crate::select::{Gpu, SelectError, select};
+use crate::select::{Gpu, SelectError, select_listed};
 use crate::settings::{Metric, Settings, SettingsError};
 use crate::snapshot::{GpuLabels, GpuSnapshot, Registry};
 use crate::steering::{DayClock, Steering};
@@ -181,14 +181,13 @@ impl Agent {
             return Err(OpenError::NoDriver.into());
         }
         let nvml = Nvml::init()?;
-        let gpus = select(nvml, &settings.gpus)?;
+        // One listing for the selection and for the other gpufills on the GPUs chosen.
+        let listed = nvml.gpus().map_err(SelectError::from)?;
+        let gpus = select_listed(&listed, &settings.gpus)?;
         if settings.metric == Metric::Sm {
             crate::gpm::check_all(nvml, &gpus)?;
         }
-        // The list was read a moment ago by `select`; one that fails now skips the check.
-        if let Ok(listed) = nvml.gpus() {
-            listed_gpufill(&listed, &gpus, std::process::id())?;
-        }
+        listed_gpufill(&listed, &gpus, std::process::id())?;
         let mps = options.mps || crate::mps::daemon_running();
         if mps {
             info!("MPS control daemon found");

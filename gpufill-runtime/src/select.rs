@@ -145,9 +145,17 @@ pub fn choose<'a>(
 /// As [`choose`], and [`SelectError::NotVisibleToCuda`], [`SelectError::Nvml`],
 /// [`SelectError::Cuda`] when the drivers cannot list or match the GPUs.
 pub fn select(nvml: Nvml, selector: &GpuSelector) -> Result<Vec<Gpu>, SelectError> {
-    let gpus = nvml.gpus()?;
+    select_listed(&nvml.gpus()?, selector)
+}
+
+/// [`select`] from GPUs NVML has just listed (`gpus`), for a caller that needs the list
+/// for more (start-up reads it once).
+pub(crate) fn select_listed(
+    gpus: &[GpuInfo],
+    selector: &GpuSelector,
+) -> Result<Vec<Gpu>, SelectError> {
     let cuda = gpufill_cuda::devices()?;
-    let selection = choose(&gpus, selector)?;
+    let selection = choose(gpus, selector)?;
     for g in &selection.skipped_mig {
         warn!(gpu = g.index, uuid = %g.uuid, "skipping: MIG is enabled, NVML cannot measure its utilization");
     }
