@@ -46,6 +46,9 @@ pub struct GpuSnapshot {
     pub yields_total: u64,
     /// `Paused` events so far: bursts of quiet holders seen in the utilization.
     pub pauses_total: u64,
+    /// `Unexplained` events so far: signs of our kernels' timing with nobody else
+    /// possible on the GPU (the host's own jitter), which nothing pauses for.
+    pub unexplained_signs_total: u64,
     /// Filling beside quiet holders of a context, one short kernel in flight at a time.
     pub filling_beside: bool,
     /// Filling the gaps of live work (`yield.beside_live = "fill_gaps"`).
@@ -111,6 +114,7 @@ impl GpuSnapshot {
             foreign: 0,
             yields_total: 0,
             pauses_total: 0,
+            unexplained_signs_total: 0,
             filling_beside: false,
             filling_gaps: false,
             estimated_cost_ratio: None,
@@ -295,6 +299,7 @@ impl Publisher {
             match event {
                 Event::Yielded { .. } => s.yields_total += 1,
                 Event::Paused { .. } => s.pauses_total += 1,
+                Event::Unexplained { .. } => s.unexplained_signs_total += 1,
                 Event::ProbeFault { .. } => s.probe_faults_total += 1,
                 Event::LoadFault { .. } => s.load_faults_total += 1,
                 _ => {}
@@ -374,8 +379,14 @@ mod tests {
             message: "x".into(),
         };
         p.observe(&tick(State::Filling, vec![fault, Event::Filling]), 4);
+        let jitter = Event::Unexplained {
+            sign: gpufill_core::OthersSign::LateStart { late_us: 90.0 },
+        };
+        p.observe(&tick(State::Filling, vec![jitter.clone()]), 4);
+        p.observe(&tick(State::Filling, vec![jitter]), 4);
         let s = &registry.snapshots()[0];
         assert_eq!((s.yields_total, s.probe_faults_total), (1, 1));
+        assert_eq!((s.unexplained_signs_total, s.pauses_total), (2, 0));
         assert_eq!(s.state, Some(State::Filling));
         assert_eq!((s.width_blocks, s.duty_ratio), (4, 0.5));
         assert_eq!(s.util_percent, Some(48.0));

@@ -102,6 +102,16 @@ pub(super) const SERIES: &[Series] = &[
         Source::Gpu(|s| Some(s.pauses_total as f64)),
     ),
     Series::new(
+        "gpufill_unexplained_signs_total",
+        Counter,
+        "Times a kernel of gpufill's own showed a sign of another context while nobody else could be on the GPU: the host's own jitter, ignored.",
+        Source::Gpu(|s| Some(s.unexplained_signs_total as f64)),
+    )
+    .notes(
+        "Nothing pauses for these (every context is listed, or shows in device memory); a \
+         host where this climbs stalls gpufill's launching thread (`-v` logs each).",
+    ),
+    Series::new(
         "gpufill_filling_beside",
         Gauge,
         "1 while gpufill fills beside a quiet holder of the GPU, one short kernel at a time; else 0.",
