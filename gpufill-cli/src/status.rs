@@ -25,7 +25,18 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing; `out` that
 /// cannot be written ("cannot write to standard output").
 pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let nvml = Nvml::init().context("cannot start NVML")?;
+    let nvml = match Nvml::init().context("cannot start NVML") {
+        Ok(nvml) => nvml,
+        // A reader of the JSON gets JSON that says so; the error follows as ever.
+        Err(e) if args.json => {
+            let text = serde_json::to_string_pretty(&no_driver_json(&e))?;
+            writeln!(out, "{text}")
+                .and_then(|()| out.flush())
+                .context("cannot write to standard output")?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
     let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
     let view = gpufill_runtime::pid_view();
@@ -77,6 +88,15 @@ fn mps_line(pipe: &Path, daemon: &Daemon) -> String {
 }
 
 /// The whole status as one JSON value.
+/// The JSON status of a machine where NVML cannot start (no driver): no GPUs, and why.
+fn no_driver_json(error: &anyhow::Error) -> Value {
+    json!({
+        "driver": Value::Null,
+        "error": format!("{error:#}"),
+        "gpus": [],
+    })
+}
+
 fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[GpuInfo]) -> Value {
     let (state, reason) = match daemon {
         Daemon::Running => ("running", None),

@@ -170,7 +170,8 @@ fn bench_without_a_driver_says_so_and_exits_1() {
         .code(1)
         .stderr(contains(
             "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver",
-        ));
+        ))
+        .stderr(contains("`gpufill bench --sim` measures the simulated GPU"));
 }
 
 #[test]

@@ -210,6 +210,17 @@ fn without_a_driver_run_and_status_say_so_and_exit_1() {
         stderr,
         "gpufill: cannot start NVML: libnvidia-ml.so.1 not found: install the NVIDIA driver\n"
     );
+    // With --json, a reader of standard output gets JSON that says so.
+    let out = gpufill().args(["status", "--json"]).assert().code(1);
+    let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(json["driver"], serde_json::Value::Null);
+    assert_eq!(json["gpus"], serde_json::json!([]));
+    assert!(
+        json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("libnvidia-ml.so.1 not found")),
+        "{json}"
+    );
 }
 
 #[test]

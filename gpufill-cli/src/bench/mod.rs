@@ -393,7 +393,7 @@ fn write_files(
     let mut csv = create("bench.csv")?;
     write_csv(&mut csv, rec).and_then(|()| csv.flush())?;
     let mut svg = create("bench.svg")?;
-    svg.write_all(svg::render(&plot(gpu, rec)).as_bytes())
+    svg.write_all(svg::render(&plot(gpu, rec, summary.simulated)).as_bytes())
         .and_then(|()| svg.flush())?;
     let mut json = create("bench.json")?;
     serde_json::to_writer_pretty(&mut json, summary)?;
@@ -420,10 +420,15 @@ fn write_csv(w: &mut dyn Write, rec: &Recording) -> std::io::Result<()> {
     Ok(())
 }
 
-fn plot(gpu: &str, rec: &Recording) -> svg::Plot {
+fn plot(gpu: &str, rec: &Recording, simulated: bool) -> svg::Plot {
     let secs = |t: Time| t.saturating_since(rec.start).as_secs_f64();
     svg::Plot {
         title: format!("gpufill bench: {gpu}"),
+        util_label: if simulated {
+            "simulated (model)"
+        } else {
+            "measured (NVML)"
+        },
         util: rec
             .ticks
             .iter()

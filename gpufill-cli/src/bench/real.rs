@@ -60,7 +60,7 @@ impl RealRig {
     /// (a usage error), another process is on it (without `--force`), or opening fails.
     pub(crate) fn open(args: &BenchArgs, settings: &Settings) -> anyhow::Result<RealRig> {
         if !gpufill_cuda::driver_present() {
-            bail!(NO_DRIVER);
+            bail!("{NO_DRIVER}; `gpufill bench --sim` measures the simulated GPU");
         }
         let nvml = Nvml::init().context("cannot start NVML")?;
         let selector = args

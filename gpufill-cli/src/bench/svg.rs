@@ -20,7 +20,10 @@ const BOTTOM: f64 = 50.0;
 pub struct Plot {
     /// Title above the plot.
     pub title: String,
-    /// Measured utilization: (seconds, percent), one per sample.
+    /// What the utilization line is: `measured (NVML)` on a GPU, `simulated (model)`
+    /// with `--sim`.
+    pub util_label: &'static str,
+    /// Utilization: (seconds, percent), one per sample.
     pub util: Vec<(f64, f64)>,
     /// The target: (seconds, percent) at each tick or change; drawn as steps.
     pub target: Vec<(f64, f64)>,
@@ -115,7 +118,7 @@ pub fn render(plot: &Plot) -> String {
     shades(&mut svg, plot, scale);
     axes(&mut svg, scale);
     lines(&mut svg, plot, scale);
-    legend(&mut svg);
+    legend(&mut svg, plot.util_label);
     if plot.util.is_empty() {
         let _ = writeln!(
             svg,
@@ -241,11 +244,11 @@ fn steps(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
-fn legend(svg: &mut String) {
+fn legend(svg: &mut String, util_label: &str) {
     let x = WIDTH - RIGHT - 260.0;
     let _ = writeln!(
         svg,
-        r##"<g transform="translate({x} 8)"><line x1="0" y1="10" x2="24" y2="10" stroke="#1f77b4" stroke-width="1.5"/><text x="30" y="14">measured (NVML)</text><line x1="150" y1="10" x2="174" y2="10" stroke="#888888" stroke-width="1.5" stroke-dasharray="6 3"/><text x="180" y="14">target</text></g>"##
+        r##"<g transform="translate({x} 8)"><line x1="0" y1="10" x2="24" y2="10" stroke="#1f77b4" stroke-width="1.5"/><text x="30" y="14">{util_label}</text><line x1="150" y1="10" x2="174" y2="10" stroke="#888888" stroke-width="1.5" stroke-dasharray="6 3"/><text x="180" y="14">target</text></g>"##
     );
 }
 
@@ -281,6 +284,21 @@ mod tests {
         assert_eq!(p[2], (WIDTH - RIGHT, TOP));
         assert!((p[1].0 - (LEFT + WIDTH - RIGHT) / 2.0).abs() < 0.1);
         assert!((p[1].1 - (TOP + HEIGHT - BOTTOM) / 2.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn the_legend_says_what_the_utilization_line_is() {
+        for label in ["measured (NVML)", "simulated (model)"] {
+            let plot = Plot {
+                util_label: label,
+                util: vec![(0.0, 10.0), (1.0, 10.0)],
+                ..Plot::default()
+            };
+            assert!(
+                render(&plot).contains(&format!(">{label}</text>")),
+                "{label}"
+            );
+        }
     }
 
     #[test]
