@@ -129,7 +129,11 @@ impl Setup {
         } else {
             PidView::Host
         };
-        let process = crate::metrics::this_process(view);
+        // A simulated MPS server makes the simulated gpufill one of its clients.
+        let process = crate::metrics::Process {
+            mps_client: args.mps,
+            ..crate::metrics::this_process(view)
+        };
         crate::metrics::start_endpoint(config.metrics.addr(), registry, process)?;
         let publisher = config
             .metrics

@@ -68,6 +68,32 @@ fn simulate_realtime_serves_metrics_while_it_runs() {
 }
 
 #[test]
+fn simulate_mps_reports_gpufill_as_an_mps_client() {
+    let mut g = Running::start(&[
+        "simulate",
+        "--realtime",
+        "--mps",
+        "--duration",
+        "2",
+        "--metrics",
+        "127.0.0.1:0",
+    ]);
+    let port = g.metrics_port();
+    let text = scrape_until(port, "the MPS state", |t| t.contains("gpufill_mps{"));
+    assert_eq!(
+        value(&text, "gpufill_mps{state=\"client\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "gpufill_mps{state=\"none\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(g.child.wait().unwrap().success());
+}
+
+#[test]
 fn healthcheck_passes_against_a_running_gpufill_and_logs_read_as_json() {
     let mut g = Running::start(&[
         "--log-format",
