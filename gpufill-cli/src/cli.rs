@@ -266,8 +266,9 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "START-END:LOAD", value_parser = parse_foreign)]
     pub foreign: Vec<ForeignSpec>,
     /// A service that holds its context from START to END (seconds) and answers
-    /// requests: START-END:EVERY:BURST, a burst of ResNet-50 requests at batch 1 (5.59 ms
-    /// each, the GPU busy 40 %) lasting BURST seconds every EVERY seconds, e.g.
+    /// requests: START-END:EVERY:BURST, a burst of ResNet-50 requests at batch 1 (as the
+    /// simulator models them: gpufill-sim's docs) lasting BURST seconds every EVERY
+    /// seconds, e.g.
     /// 2-60:6:0.17; or START-END:RATE/s:LENGTHms, isolated requests, RATE a second
     /// (Poisson, at most 100) of LENGTH milliseconds each alone, e.g. 2-60:20/s:0.87ms;
     /// with :gpu after it, requests whose kernels fill every SM in a few waves (large
@@ -293,13 +294,14 @@ pub struct SimulateArgs {
     pub mps: bool,
     /// Simulate gpufill inside a PID namespace of its own (a container without
     /// hostPID): foreign jobs are not listed; device memory, utilization and
-    /// per-process samples (2.6 s late, as on an H100) still show them.
+    /// per-process samples (late, as measured: docs/benchmarks.md) still show them.
     #[arg(long)]
     pub pid_namespace: bool,
-    /// Simulate the host's own jitter in our kernels' timing, as on the H100 hosts that
-    /// paused with nobody there: launches stalled 90-500 us about once a second, and
-    /// slower starts after an idle spell. Every group of our kernels is then judged by
-    /// the launcher's own rule (seeded by --seed).
+    /// Simulate the host's own jitter in our kernels' timing, as on the hosts where
+    /// gpufill once paused with nobody there (stalled launches, slower starts after an
+    /// idle spell, as measured: docs/benchmarks.md, "Start jitter on an empty GPU").
+    /// Every group of our kernels is then judged by the launcher's own rule (seeded by
+    /// --seed).
     #[arg(long)]
     pub host_jitter: bool,
     /// Seconds between rows of the printed table.
