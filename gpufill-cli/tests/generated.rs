@@ -4,7 +4,9 @@
 //! docs/operations.md are what `generate::metric_table` makes from the series list.
 //!
 //! After changing a flag, its help, the version or a series, refresh the copies with
-//! `GPUFILL_BLESS=1 cargo test -p gpufill-cli --test generated`.
+//! `GPUFILL_BLESS=1 cargo test -p gpufill-cli --test generated`: that run rewrites what
+//! is stale and fails, naming it (a run that rewrote the files it checks has checked
+//! nothing); run the tests again without the variable.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -41,7 +43,7 @@ fn the_packaged_man_pages_and_completions_are_generated_from_the_flags() {
     if want != have && std::env::var_os("GPUFILL_BLESS").is_some() {
         let _ = std::fs::remove_dir_all(&share);
         gpufill_cli::generate::packaged(&share).unwrap();
-        return;
+        panic!("GPUFILL_BLESS: rewrote gpufill-cli/share/; run the tests again without it");
     }
     let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<Vec<_>>();
     assert_eq!(
@@ -116,6 +118,7 @@ fn with_metric_table(doc: &str, table: &str) -> Option<String> {
 #[test]
 fn the_docs_metric_tables_are_generated_from_the_series_list() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut rewrote = Vec::new();
     for (doc, table) in [
         ("README.md", MetricTable::Short),
         ("docs/operations.md", MetricTable::Full),
@@ -126,6 +129,7 @@ fn the_docs_metric_tables_are_generated_from_the_series_list() {
             .unwrap_or_else(|| panic!("{doc}: no `{BEGIN} ... -->` ... `{END}` around its table"));
         if want != have && std::env::var_os("GPUFILL_BLESS").is_some() {
             std::fs::write(&path, want).unwrap();
+            rewrote.push(doc);
             continue;
         }
         assert!(
@@ -134,6 +138,10 @@ fn the_docs_metric_tables_are_generated_from_the_series_list() {
              GPUFILL_BLESS=1 cargo test -p gpufill-cli --test generated"
         );
     }
+    assert!(
+        rewrote.is_empty(),
+        "GPUFILL_BLESS: rewrote the metric tables of {rewrote:?}; run the tests again without it"
+    );
 }
 
 #[test]
