@@ -157,7 +157,8 @@ pub enum Event {
         pids: Vec<u32>,
     },
     /// Filling gaps: the estimated cost to the live work went over the bound (`over`),
-    /// so gpufill holds off longer after each meeting, or came back under half of it.
+    /// so gpufill holds off longer after each meeting, or came back under 0.8 of it
+    /// ([`GapCost::over`]), so it holds off less.
     CostBound {
         /// Whether it is over the bound now.
         over: bool,
@@ -370,9 +371,8 @@ struct Sensed {
     quiet_since: Option<Time>,
     /// Since when the probe has been failing.
     fault_since: Option<Time>,
-    /// While filling gaps: the cost estimate and the hold after each meeting; and
-    /// whether the estimate was last over the bound.
-    gap_cost: Option<(GapCost, bool)>,
+    /// While filling gaps: the cost estimate and the hold after each meeting.
+    gap_cost: Option<GapCost>,
     /// In this step the loop began filling: where [`Event::Filling`] goes among the
     /// tick's events once the load runs.
     announce: Option<usize>,
@@ -672,30 +672,22 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
             self.sensed.gap_cost = None;
             return;
         }
-        let (cost, over) = self.sensed.gap_cost.get_or_insert_with(|| {
+        let cost = self.sensed.gap_cost.get_or_insert_with(|| {
             self.load.set_gap_hold(crate::gaps::MIN_HOLD);
-            (GapCost::new(crate::gaps::GAP_KERNEL), false)
+            GapCost::new(crate::gaps::GAP_KERNEL)
         });
+        let was_over = cost.over();
         let report = self.load.gaps_seen();
-        let max_cost = self.settings.max_cost;
-        if let Some(hold) = cost.update(now, report, tick.sample, max_cost) {
+        if let Some(hold) = cost.update(now, report, tick.sample, self.settings.max_cost) {
             self.load.set_gap_hold(hold);
         }
         tick.cost = cost.estimate();
-        if let Some(estimate) = cost.estimate() {
-            let flip = if *over {
-                estimate < max_cost / 2.0
-            } else {
-                estimate > max_cost
-            };
-            if flip {
-                *over = !*over;
-                tick.events.push(Event::CostBound {
-                    over: *over,
-                    estimate,
-                    hold: cost.hold(),
-                });
-            }
+        if let Some(estimate) = cost.estimate().filter(|_| cost.over() != was_over) {
+            tick.events.push(Event::CostBound {
+                over: cost.over(),
+                estimate,
+                hold: cost.hold(),
+            });
         }
     }
 

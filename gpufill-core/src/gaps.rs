@@ -31,7 +31,7 @@
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
-//! grows by half (up to [`MAX_HOLD`]), under half the bound it shrinks (down to
+//! grows by half (up to [`MAX_HOLD`]), under 0.8 of the bound it shrinks (down to
 //! [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer of its busy
 //! spells meet our context: a service of sub-millisecond requests, each of which pays
 //! about a third of its length for a meeting, is filled beside only rarely, while a
@@ -113,6 +113,9 @@ pub struct GapCost {
     estimate: Option<f64>,
     /// The hold after a meeting.
     hold: Duration,
+    /// Whether the estimate is over the bound: since it went over it, until it came
+    /// back under [`SHRINK_BELOW`] of it (the hold's own thresholds).
+    over: bool,
 }
 
 impl GapCost {
@@ -124,6 +127,7 @@ impl GapCost {
             since: None,
             estimate: None,
             hold: MIN_HOLD,
+            over: false,
         }
     }
 
@@ -135,6 +139,12 @@ impl GapCost {
     /// The hold after a meeting in force.
     pub fn hold(&self) -> Duration {
         self.hold
+    }
+
+    /// Whether the estimate is over the bound: from when it went over to when it came
+    /// back under 0.8 of it, the thresholds at which the hold grows and shrinks.
+    pub fn over(&self) -> bool {
+        self.over
     }
 
     /// The job time that `report`'s meetings cost: a switch and half a kernel each, and
@@ -173,8 +183,10 @@ impl GapCost {
         self.pending = GapReport::default();
         self.since = Some(now);
         let hold = if estimate > max_cost {
+            self.over = true;
             self.hold.mul_f64(1.5).min(MAX_HOLD)
         } else if estimate < max_cost * SHRINK_BELOW {
+            self.over = false;
             self.hold.div_f64(1.2).max(MIN_HOLD)
         } else {
             self.hold
@@ -616,6 +628,7 @@ mod tests {
         feed(&mut cost, 10, met, 10.0);
         let long = cost.hold();
         assert!(long > MIN_HOLD * 10, "{long:?}");
+        assert!(cost.over());
         let quiet = GapReport {
             kernels: 500,
             ..GapReport::default()
@@ -623,6 +636,7 @@ mod tests {
         feed(&mut cost, 200, quiet, 50.0);
         assert!(cost.estimate().unwrap() < 0.001);
         assert_eq!(cost.hold(), MIN_HOLD);
+        assert!(!cost.over());
     }
 
     #[test]

@@ -110,7 +110,7 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
             } => info!(
                 estimate_percent = estimate * 100.0,
                 hold_ms = hold.as_secs_f64() * 1e3,
-                "estimated cost to live work under half the bound: filling more of its gaps"
+                "estimated cost to live work back under the bound: filling more of its gaps"
             ),
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
