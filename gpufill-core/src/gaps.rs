@@ -16,18 +16,27 @@
 //!
 //! # What our kernels see, and what it costs
 //! A kernel of ours that finds the job's context on the GPU (it starts late, is held
-//! back or cut short) is a **meeting**: the job ran, so our context met it on its way
-//! in or out. The launcher then stays idle for the **hold** this module sets, so that
-//! it does not keep meeting the same busy spell. Each meeting is charged a switch and
-//! half a kernel; a kernel of ours held back behind the job's queued work got in only at
-//! the end of the job's time slice, so it is charged two switches and a whole kernel
-//! more ([`GapCost::charge`]).
+//! back or cut short) is a **meeting**, and a sign of the job's work. A job's work is
+//! not one block: a launch-bound training step or a decode request is mostly host-side
+//! gaps between short kernels (measured with `scripts/gap_trace.py`: a ResNet-18 step
+//! busy 5.9 ms of a 20 ms span, with gaps of up to 2.7 ms; a GPT-2 request busy 23 ms of
+//! 310 ms). Signs less than the shortest hold apart are one **spell**; the pacer
+//! ([`GapPacer`]) learns how long spells last and how often they come, and after each
+//! sign launches nothing for the rest of the spell as learned (and at least the hold
+//! this module sets), so that our kernels stay out of the job's inner gaps: each kernel
+//! of ours there costs the job's next kernel a switch.
 //!
-//! The estimate is what that charge is worth against the job's own busy time (NVML's
-//! utilization less our kernels' share): the slowdown of the job's work while it runs,
-//! which bounds both a service's mean request latency and a trainer's step rate from
-//! above. It is conservative for a trainer that waits on its input (the charge is spread
-//! over its wait too) and exact for requests that all meet our context.
+//! Each meeting is charged a switch and half a kernel; a kernel of ours held back behind
+//! the job's queued work got in only at the end of the job's time slice or kernel, so it
+//! is charged two switches and a whole kernel more ([`GapCost::charge`]).
+//!
+//! The estimate is what that charge is worth against the job's time at work: its spells
+//! as our kernels saw them, or NVML's utilization less our kernels' share where that is
+//! more (a job of isolated sub-millisecond requests shows spells of no length). That is
+//! the slowdown of the job's work while it works: of a request's latency (a decode
+//! request is one spell), and of a training step from its first kernel to its last,
+//! which bounds the step rate's slowdown from above (the step's wait on its input is
+//! not counted).
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
@@ -65,7 +74,7 @@ pub const MAX_HOLD: Duration = Duration::from_secs(10);
 
 /// Under this share of the bound the hold shrinks; over the bound it grows: the rate
 /// control holds the estimate near the bound, not anywhere under it.
-const SHRINK_BELOW: f64 = 0.8;
+const SHRINK_BELOW: f64 = 0.9;
 
 /// How much of the newest estimate each NVML sample takes in (the rest is the old one).
 const SMOOTHING: f64 = 0.3;
@@ -75,17 +84,26 @@ const SMOOTHING: f64 = 0.3;
 const MIN_BUSY: f64 = 0.01;
 
 /// What a load source saw while filling gaps ([`crate::LaunchShape::Gaps`]) since it was
-/// last asked ([`crate::LoadSource::gaps_seen`]).
+/// last asked ([`crate::LoadSource::gaps_seen`]); the pacer's reports
+/// ([`GapPacer::kernel_done`]) added up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GapReport {
     /// Kernels of ours that ran.
     pub kernels: u32,
-    /// Kernels of ours that met another context (started late, held back, cut short or
-    /// ran long); each one begins a hold.
+    /// Meetings: kernels of ours that met the job (started late, held back, cut short
+    /// or ran long), and the kernels of ours launched inside a spell of its work before
+    /// one; each costs the job about a switch.
     pub met: u32,
-    /// Of those, kernels held back behind the other context's queued work: they got in
-    /// at the end of its time slice.
+    /// Of the kernels that met it, those held back behind its queued work: they got in
+    /// at the end of its time slice or kernel, in the middle of its work.
     pub held_back: u32,
+    /// The job's time at work, as our kernels saw its spells (from each spell's first
+    /// sign to its last), counted when a spell ends.
+    pub job_time: Duration,
+    /// The job's period, while the pacer predicts its spells: its work comes on a
+    /// clock (a training step and its wait on its input), and what our kernels charge
+    /// it is a share of its rate.
+    pub period: Option<Duration>,
 }
 
 impl std::ops::Add for GapReport {
@@ -97,7 +115,15 @@ impl std::ops::Add for GapReport {
             kernels: self.kernels + other.kernels,
             met: self.met + other.met,
             held_back: self.held_back + other.held_back,
+            job_time: self.job_time + other.job_time,
+            period: other.period.or(self.period),
         }
+    }
+}
+
+impl std::ops::AddAssign for GapReport {
+    fn add_assign(&mut self, other: GapReport) {
+        *self = *self + other;
     }
 }
 
@@ -166,14 +192,24 @@ impl GapCost {
         max_cost: f64,
     ) -> Option<Duration> {
         let since = *self.since.get_or_insert(now);
-        self.pending = self.pending + report;
+        self.pending += report;
         let sample = sample?;
         let elapsed = now.saturating_since(since).as_secs_f64();
         if elapsed <= 0.0 {
             return None;
         }
         let ours = (self.kernel * self.pending.kernels).as_secs_f64() / elapsed;
-        let busy = (sample.fraction() - ours).max(MIN_BUSY);
+        let spells = self.pending.job_time.as_secs_f64() / elapsed;
+        // A job on a clock pays for our kernels in its rate: against all the time.
+        let on_clock = if self.pending.period.is_some() {
+            1.0
+        } else {
+            0.0
+        };
+        let busy = (sample.fraction() - ours)
+            .max(spells)
+            .max(on_clock)
+            .max(MIN_BUSY);
         let cost = self.charge(self.pending).as_secs_f64() / elapsed / busy;
         let estimate = match self.estimate {
             Some(old) => old + SMOOTHING * (cost - old),
@@ -201,15 +237,24 @@ impl GapCost {
 /// How a kernel of ours ended, as the gap filler judges it ([`GapPacer::kernel_done`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelOutcome {
-    /// It ran as asked: nobody ran since our previous kernel.
+    /// It ran as asked: nobody ran since our previous kernel ended.
     Clear,
-    /// It started a context switch late, and then ran: someone ran since our previous
-    /// kernel and has gone (the job's spell of work came and went while we were idle or
-    /// in our gap). A meeting that costs nothing more now.
+    /// It started a context switch late, and then ran: the job ran since our previous
+    /// kernel ended (somewhere between its end and this launch) and had no work queued
+    /// at this launch.
     AfterOthers,
-    /// It waited behind another context's work, or that work cut it short or came
-    /// between: the job is busy now.
+    /// The job's work cut it short or came between: the job works now.
     Busy,
+    /// It waited behind the job's queued work (got in at the end of a time slice, or of
+    /// the job's kernel): the job works now, and our kernel ran in the middle of it.
+    HeldBack,
+}
+
+impl KernelOutcome {
+    /// Whether it shows the job's work since our previous kernel.
+    pub fn met(self) -> bool {
+        self != KernelOutcome::Clear
+    }
 }
 
 /// How much of a new sample the learned spell and period take in.
@@ -223,35 +268,91 @@ const PREDICT_AFTER: u32 = 3;
 /// work arrives gets in only in the middle of it (two switches and a kernel).
 const GUARD: Duration = Duration::from_micros(600);
 
-/// A launch this much later than the end of the spell as learned was put off by the
-/// cost bound's hold, not by the spell (the gap and a wake-up are well under it).
+/// A sign of the job is exact (it worked at that launch, not somewhere in a long wait
+/// before it) when our launcher had been idle at most this long before it.
+const EXACT: Duration = Duration::from_millis(1);
+
+/// A launch this much later than when the pacer let it go was put off by something else
+/// (a hold the caller passed, a slow wake-up): slack for comparing launches with holds.
 const CENSOR_SLACK: Duration = Duration::from_millis(1);
+
+/// A spell ends when our kernels have run clear this long (and a shortest hold after its
+/// last sign): one clear kernel may have fallen in a gap inside it (a launch-bound step
+/// leaves gaps of 0.5-2.7 ms, a few a step).
+const CLEAR_FOR: Duration = Duration::from_micros(1500);
+
+/// A sign this long after the spell's last one, or less, is taken as the same spell's
+/// when the hold in force put our look off that long (a trainer's step lasted 10-20 ms on
+/// H200s); after a longer hold the job may have begun another spell.
+const MAX_MERGE: Duration = Duration::from_millis(10);
 
 /// After a predicted spell's end, this much more before the next launch.
 const AFTER_SPELL: Duration = Duration::from_micros(300);
 
-/// When the gap filler launches its next kernel: it learns from what its kernels met how
-/// long the job's spells of work last and how often they come, so that it launches only
-/// in the job's gaps. Pure: the launcher (the CUDA pacing thread, the simulated GPU)
-/// tells it each kernel's end and outcome and asks when it may launch the next.
+/// The job's work that our kernels see as one **spell**: from its first sign to its last,
+/// through idle gaps shorter than [`MIN_HOLD`] (a training step or a decode request
+/// leaves host-side gaps of up to 2.7-3.3 ms inside it, measured with
+/// `scripts/gap_trace.py`: launch-bound steps are mostly gaps).
+#[derive(Clone, Copy, Debug)]
+struct Spell {
+    /// Its first sign (or, when it came in a spell the pacer predicted and stayed idle
+    /// through, the predicted start).
+    anchor: Time,
+    /// Its last exact sign: it worked then.
+    last: Time,
+    /// Kernels of ours launched in it since that sign (they ran in its gaps).
+    inside: u32,
+    /// Until when the pacer held off for the rest of it as learned.
+    until: Option<Time>,
+    /// It went on while the pacer held off (a sign that is not exact came after the
+    /// hold): its length as seen is a lower bound.
+    censored: bool,
+    /// Its start is known (seen exactly, or predicted), so its end as learned is too.
+    anchored: bool,
+    /// Its latest sign, exact or not.
+    latest: Time,
+    /// Since when our kernels have run clear (since its last sign).
+    clear_since: Option<Time>,
+    /// It was seen at work (an exact sign): the pacer holds off after that sign. A
+    /// spell seen only after the fact (the job worked somewhere in our wait) holds
+    /// nothing: the next kernel, judged exactly, says whether it still works.
+    working: bool,
+}
+
+/// When the gap filler launches its next kernel, and what its kernels charge the job: it
+/// learns from what its kernels met how long the job's spells of work last and how often
+/// they come, so that it launches only in the job's gaps. Pure: the launcher (the CUDA
+/// pacing thread, the simulated GPU) tells it each kernel's end and outcome, adds up what
+/// [`GapPacer::kernel_done`] returns, and asks when it may launch the next.
 ///
-/// - A kernel that found the job **busy** anchors a spell at its launch: the pacer holds
-///   off for what is left of the spell as learned so far (at least the hold that keeps the
-///   cost under the bound, [`GapCost`], which the caller passes to
-///   [`GapPacer::next_launch`]); the time since the last spell's anchor is a sample of the
-///   job's period.
-/// - The first kernel **after** the spell (a switch late, or clear) ends it: its length is
-///   a sample of the spell.
+/// - A kernel that **met** the job (any outcome but [`KernelOutcome::Clear`]) is a sign of
+///   a spell: one in progress when it comes within the shortest hold of the spell's last
+///   sign (or right after the pacer held off for the spell's rest), else a new one, whose
+///   anchor's distance from the last one's is a sample of the job's period. After each
+///   sign the pacer holds off for the hold that keeps the cost under the bound
+///   ([`GapCost`], passed to [`GapPacer::next_launch`]) and for what is left of the spell
+///   as learned, then looks again (the CUDA launcher with a probe pair).
+/// - A kernel that ran **clear** a shortest hold or more after the spell's last sign ends
+///   the spell (the job was idle since our kernel before it): its length, from its
+///   anchor to its last sign, is learned.
+/// - **What it charges**: every sign costs the job about a switch (its work met our
+///   context on its way in), and so does every kernel of ours launched inside a spell
+///   (the job's next kernel waits for it and for the switch back): a spell's sign counts
+///   the kernels of ours since the last one as met ([`GapReport::met`]). The spells' time
+///   is reported too ([`GapReport::job_time`]): the job's time at work that the cost is
+///   weighed against.
 /// - Once the period is known (`PREDICT_AFTER` samples) the pacer launches nothing from
 ///   a guard before the next predicted spell until its predicted end: the job's work then
 ///   meets our context idle and pays one switch, not a kernel of ours queued into its
-///   work. A prediction that is wrong shows as a busy kernel, which anchors it again.
+///   work. A prediction that is wrong shows as a sign elsewhere, which anchors it again.
 #[derive(Clone, Debug, Default)]
 pub struct GapPacer {
-    /// The last busy kernel's end, and what was left of its spell then as learned.
-    busy: Option<(Time, Duration)>,
-    /// The spell in progress: its anchor.
-    spell: Option<Time>,
+    /// Our previous kernel's end.
+    prev_end: Option<Time>,
+    /// The spell in progress.
+    spell: Option<Spell>,
+    /// The hold in force after a sign ([`GapPacer::set_hold`]).
+    hold: Duration,
     /// The last spell's anchor.
     last_anchor: Option<Time>,
     /// Learned: a spell's length, the period between spells, and how many periods.
@@ -266,62 +367,169 @@ impl GapPacer {
         GapPacer::default()
     }
 
+    /// The hold in force after a sign (the cost bound's: [`GapCost::hold`]), which the
+    /// launcher also passes to [`GapPacer::next_launch`]: a sign a hold after the last
+    /// one may be the same spell's.
+    pub fn set_hold(&mut self, hold: Duration) {
+        self.hold = hold;
+    }
+
+    /// A look after a wait that cannot say that nobody ran (the CUDA launcher's probe
+    /// pair misses a job at work in its launch gaps) ended at `ended`: not judged, but
+    /// the next kernel's timing, judged against it, is exact.
+    pub fn looked(&mut self, ended: Time) {
+        self.prev_end = Some(ended);
+    }
+
     /// The learned spell length and period, when known.
     pub fn learned(&self) -> (Option<Duration>, Option<Duration>) {
         (self.spell_len, self.period)
     }
 
-    /// A kernel of ours launched at `launched` ended at `ended` with `outcome`.
-    pub fn kernel_done(&mut self, launched: Time, ended: Time, outcome: KernelOutcome) {
-        match outcome {
-            KernelOutcome::Busy => {
-                // After a hold longer than the shortest, a busy kernel may be in another
-                // spell: what the last one showed ends that one (at least until its busy
-                // kernel's end), and this one begins anew; taken as one spell, the
-                // spells of several steps would be learned as one.
-                if let (Some(anchor), Some((last_busy, _))) = (self.spell, self.busy)
-                    && launched > last_busy + MIN_HOLD + CENSOR_SLACK
-                {
-                    let least = last_busy.saturating_since(anchor);
-                    self.spell_len = Some(self.spell_len.map_or(least, |l| l.max(least)));
-                    self.spell = None;
-                }
-                if self.spell.is_none() {
-                    // A new spell: it began before our kernel could start.
-                    if let Some(last) = self.last_anchor {
-                        self.learn_period(launched.saturating_since(last));
-                    }
-                    self.spell = Some(launched);
-                    self.last_anchor = Some(launched);
-                }
-                let anchor = self.spell.unwrap_or(launched);
-                let left = self.spell_len.map_or(Duration::ZERO, |len| {
-                    len.saturating_sub(ended.saturating_since(anchor))
-                });
-                self.busy = Some((ended, left));
-            }
-            KernelOutcome::AfterOthers | KernelOutcome::Clear => {
-                if let Some(anchor) = self.spell.take() {
-                    // The spell was over by this launch. One that came within the
-                    // shortest hold of the last busy kernel's end is a sample of its
-                    // length; one the cost bound's longer hold put off says only that it
-                    // lasted at least until that kernel's end (learned as a sample, it
-                    // would only ever grow the spell).
-                    match self.busy {
-                        Some((ended, left))
-                            if launched > ended + left.max(MIN_HOLD) + CENSOR_SLACK =>
-                        {
-                            let least = ended.saturating_since(anchor);
-                            self.spell_len = Some(self.spell_len.map_or(least, |l| l.max(least)));
-                        }
-                        _ => {
-                            let len = launched.saturating_since(anchor);
-                            self.spell_len = Some(ewma(self.spell_len, len));
-                        }
-                    }
+    /// A kernel of ours launched at `launched` ended at `ended` with `outcome`: what it
+    /// charges the job (the caller adds the reports up).
+    pub fn kernel_done(
+        &mut self,
+        launched: Time,
+        ended: Time,
+        outcome: KernelOutcome,
+    ) -> GapReport {
+        let prev_end = self.prev_end.replace(ended);
+        let mut report = GapReport {
+            kernels: 1,
+            held_back: u32::from(outcome == KernelOutcome::HeldBack),
+            period: self.prediction().map(|(_, period, _)| period),
+            ..GapReport::default()
+        };
+        if !outcome.met() {
+            if let Some(spell) = &mut self.spell {
+                let clear_since = *spell.clear_since.get_or_insert(launched);
+                if ended >= spell.last + MIN_HOLD && ended >= clear_since + CLEAR_FOR {
+                    let spell = *spell;
+                    report.job_time = self.close(spell, true);
+                } else {
+                    spell.inside += 1;
                 }
             }
+            return report;
         }
+        if let Some(spell) = &mut self.spell {
+            spell.clear_since = None;
+        }
+        // Busy or held back: the job works at this launch. After others: it worked
+        // somewhere since our previous kernel ended; exactly now only if that was just
+        // before.
+        let exact = outcome != KernelOutcome::AfterOthers
+            || prev_end.is_none_or(|p| launched.saturating_since(p) <= EXACT);
+        // The same spell: within the hold in force of its last sign (our look after it),
+        // up to MAX_MERGE (after a longer one the job may have begun another), or right
+        // after the pacer held off for its rest.
+        let merge = self.hold.clamp(MIN_HOLD, MAX_MERGE);
+        let same = self.spell.is_some_and(|s| {
+            launched <= s.last.max(s.latest) + merge + CENSOR_SLACK
+                || s.until.is_some_and(|u| launched <= u + CENSOR_SLACK)
+        });
+        if same && let Some(spell) = &mut self.spell {
+            report.met = spell.inside + 1;
+            spell.inside = 0;
+            spell.latest = spell.latest.max(launched);
+            // After others, a wait after the spell's last sign: the job worked in that
+            // wait. Held off for the rest of the spell as learned, that is what was
+            // expected and says nothing of its length; held off a shortest hold (the
+            // length unknown or outrun), the spell's last work lay between our previous
+            // kernel's end and this launch: taken as halfway.
+            let after_rest = spell
+                .until
+                .is_some_and(|u| launched + CENSOR_SLACK >= u && launched <= u + CENSOR_SLACK);
+            if exact {
+                spell.last = spell.last.max(launched);
+                spell.working = true;
+            } else if after_rest {
+                spell.censored = true;
+            } else if let Some(p) = prev_end {
+                let half = p + launched.saturating_since(p) / 2;
+                spell.last = spell.last.max(half);
+            }
+        } else {
+            if let Some(old) = self.spell.take() {
+                report.job_time = self.close(old, false);
+            }
+            // A spell that came while the pacer stayed idle through it as predicted was
+            // not seen to start: anchored at the prediction, its length is not learned
+            // from it, and it is no sample of the period (that would only repeat the
+            // prediction). Only a start seen exactly is.
+            let predicted = prev_end.and_then(|p| self.predicted_between(p, launched));
+            let anchor = predicted.unwrap_or(launched);
+            if predicted.is_none() && exact {
+                if let Some(last) = self.last_anchor {
+                    self.learn_period(launched.saturating_since(last));
+                }
+                self.last_anchor = Some(launched);
+            }
+            self.spell = Some(Spell {
+                anchor,
+                last: if exact { launched } else { anchor },
+                inside: 0,
+                until: None,
+                censored: predicted.is_some() || !exact,
+                anchored: predicted.is_some() || exact,
+                working: exact,
+                clear_since: None,
+                latest: launched,
+            });
+            report.met = 1;
+        }
+        if let Some(spell) = self.spell.as_mut().filter(|s| s.anchored) {
+            spell.until = self.spell_len.map(|len| spell.anchor + len + AFTER_SPELL);
+        }
+        report
+    }
+
+    /// Our kernels ran clear from the last one reported until `t` (a launcher that does
+    /// not report each clear kernel, as the simulated GPU's): ends the spell in progress
+    /// if its last sign was a shortest hold before. Returns what that charges (the job
+    /// time of the spell it ended).
+    pub fn clear_until(&mut self, t: Time) -> GapReport {
+        let mut report = GapReport::default();
+        if let Some(spell) = self.spell.filter(|s| t >= s.last + MIN_HOLD) {
+            report.job_time = self.close(spell, true);
+        }
+        report
+    }
+
+    /// Ends `spell`: learns its length if its start and end were seen (`seen_end`: a
+    /// kernel of ours ran clear a shortest hold after its last sign), and returns the job
+    /// time it stands for (one not seen whole: at least what was seen, and the length
+    /// learned if that is more).
+    fn close(&mut self, spell: Spell, seen_end: bool) -> Duration {
+        self.spell = None;
+        let seen = spell.last.saturating_since(spell.anchor);
+        if spell.censored || !seen_end {
+            let learned = self.spell_len.unwrap_or_default();
+            return seen.max(learned);
+        }
+        self.spell_len = Some(ewma(self.spell_len, seen));
+        seen
+    }
+
+    /// The start of the last spell the pacer predicted (and stayed idle through) within
+    /// `(from, to]`, if any.
+    fn predicted_between(&self, from: Time, to: Time) -> Option<Time> {
+        let (anchor, period, _) = self.prediction()?;
+        let since = to.saturating_since(anchor);
+        let n = (since.as_secs_f64() / period.as_secs_f64()).floor();
+        let start = anchor + period.mul_f64(n);
+        (start > from && start <= to && !looked_at(n)).then_some(start)
+    }
+
+    /// The last anchor, the period and the spell length, once the pacer predicts.
+    fn prediction(&self) -> Option<(Time, Duration, Duration)> {
+        let (Some(anchor), Some(period), Some(len)) =
+            (self.last_anchor, self.period, self.spell_len)
+        else {
+            return None;
+        };
+        (self.periods >= PREDICT_AFTER && period > len + GUARD * 2).then_some((anchor, period, len))
     }
 
     /// Takes in the time between two spells' anchors. Holds and predictions skip spells,
@@ -347,6 +555,9 @@ impl GapPacer {
                 self.period = Some(p);
                 self.periods = 2;
             }
+            // Another job's, or a sample the job's jitter put out: a period known from
+            // several samples loses one, and gives way only once none are left.
+            None if self.periods > 1 => self.periods -= 1,
             None => {
                 self.period = Some(sample);
                 self.periods = 1;
@@ -355,36 +566,57 @@ impl GapPacer {
     }
 
     /// When the next kernel of length `kernel` may be launched, `earliest` being when the
-    /// duty's gap ends, with at least `min_hold` after a busy kernel.
+    /// duty's gap ends: in a spell, `min_hold` (the cost bound's hold, at least the
+    /// shortest) after its last sign, and past what is left of it as learned.
     pub fn next_launch(&self, earliest: Time, kernel: Duration, min_hold: Duration) -> Time {
         let mut at = earliest;
-        if let Some((ended, left)) = self.busy {
-            at = at.max(ended + left.max(min_hold));
+        if let Some(spell) = &self.spell {
+            // In a spell seen at work: the next look the bound's hold after its last
+            // sign, and not before the end of the spell as learned.
+            if spell.working {
+                at = at.max(spell.last.max(spell.anchor) + min_hold.max(MIN_HOLD));
+            }
+            if let Some(until) = spell.until {
+                at = at.max(until);
+            }
         }
-        let (Some(anchor), Some(period), Some(len)) =
-            (self.last_anchor, self.period, self.spell_len)
-        else {
+        let Some((anchor, period, len)) = self.prediction() else {
             return at;
         };
-        if self.periods < PREDICT_AFTER || self.spell.is_some() || period <= len + GUARD * 2 {
+        // A spell still open at `at` (a clear kernel then would not end it) puts off
+        // nothing more.
+        if self.spell.is_some_and(|s| {
+            at < s.last.max(s.anchor) + MIN_HOLD || s.until.is_some_and(|u| at < u)
+        }) {
             return at;
         }
         // The predicted spell that our next kernel would meet: the first whose end is
         // still ahead.
         let guard = GUARD + period / 20;
         let since = at.saturating_since(anchor);
-        let n = (since.as_secs_f64() / period.as_secs_f64()).floor();
+        let mut n = (since.as_secs_f64() / period.as_secs_f64()).floor();
         let mut start = anchor + period.mul_f64(n);
         if start + len + AFTER_SPELL <= at {
             start += period;
+            n += 1.0;
         }
         let end = start + len + AFTER_SPELL;
-        if at + kernel + guard > start && at < end {
+        if at + kernel + guard > start && at < end && !looked_at(n) {
             end
         } else {
             at
         }
     }
+}
+
+/// Every this many predicted spells the pacer fills on through one, so that it sees a
+/// start again: the spells it stays idle through show only that the job worked in them,
+/// and a period learned a little off would drift out of phase unseen.
+const LOOK_EVERY: f64 = 8.0;
+
+/// Whether the `n`th spell after the last start seen is one the pacer fills through.
+fn looked_at(n: f64) -> bool {
+    n.rem_euclid(LOOK_EVERY) < 0.5
 }
 
 /// The longest period that `a` and `b` are both near whole multiples of (within a tenth
@@ -437,88 +669,147 @@ mod tests {
         Time::from_secs_f64(ms / 1e3)
     }
 
-    /// A trainer of 10 ms spells every 35 ms met by a pacer that launches a 100 us kernel
-    /// whenever it may (a gap of 150 us after each): returns the pacer and the kernels
-    /// that met a busy job, per spell, over the last `last` spells of `spells`.
-    fn trainer(spells: u32, last: u32) -> (GapPacer, Vec<u32>) {
+    /// A launch-bound training step as `scripts/gap_trace.py` showed one: 18 ms from its
+    /// first kernel to its last, its kernels packed between host-side gaps of 0.6, 0.5
+    /// and 1.5 ms (busy intervals, ms into the step), then a wait on its input: a step
+    /// every 41 ms from 12 ms on.
+    const STEP: [(f64, f64); 4] = [(0.0, 6.0), (6.6, 11.0), (11.5, 15.5), (17.0, 18.0)];
+    const PERIOD_MS: f64 = 41.0;
+
+    /// Whether the trainer works at some time in `[from, to]` (ms).
+    fn trainer_works(from: f64, to: f64) -> bool {
+        let first = ((from - 12.0) / PERIOD_MS).floor().max(0.0) as u32;
+        (first..=first + 2).any(|k| {
+            let s = 12.0 + PERIOD_MS * f64::from(k);
+            STEP.iter().any(|&(a, b)| from < s + b && to >= s + a)
+        })
+    }
+
+    /// What a pacer did beside the trainer over its last `last` steps of `steps`.
+    #[derive(Debug, Default)]
+    struct Beside {
+        /// Kernels of ours launched inside a step (from its first kernel to its last).
+        inside: u32,
+        /// Kernels of ours launched between steps.
+        between: u32,
+        /// What the pacer charged.
+        report: GapReport,
+    }
+
+    /// A pacer that launches a 100 us kernel whenever it may (a gap of 150 us after
+    /// each), beside the trainer, at the hold `hold`: the pacer, and what it did over the
+    /// last `last` steps of `steps`.
+    fn beside_trainer(steps: u32, last: u32, hold: Duration) -> (GapPacer, Beside) {
         let mut pacer = GapPacer::new();
         let kernel = Duration::from_micros(100);
         let gap = Duration::from_micros(150);
         let ms = |at: Time| at.since_epoch().as_secs_f64() * 1e3;
-        let busy = |at: Time| ms(at) % 35.0 < 10.0;
-        // Whether the job worked at some time in [from, to).
-        let worked = |from: Time, to: Time| {
-            busy(from) || (ms(from) / 35.0).floor() < (ms(to) / 35.0).floor()
-        };
-        let end = t(35.0 * f64::from(spells));
+        let end = 12.0 + PERIOD_MS * f64::from(steps);
+        let from = 12.0 + PERIOD_MS * f64::from(steps - last);
         let mut now = Time::ZERO + MS * 12;
-        let mut met = vec![0; spells as usize];
+        let mut prev_end = now;
+        let mut seen = Beside::default();
         loop {
-            let at = pacer.next_launch(now, kernel, MIN_HOLD);
-            if at >= end {
+            let at = pacer.next_launch(now, kernel, hold);
+            if ms(at) >= end {
                 break;
             }
-            let spell = (ms(at) / 35.0) as usize;
-            let (outcome, ended) = if busy(at) {
-                met[spell] += 1;
-                // Queued into the job's work, it gets in at the spell's end here.
-                let spell_end = t(35.0 * spell as f64 + 10.0);
-                (KernelOutcome::Busy, spell_end + kernel)
-            } else if worked(now, at) {
-                (KernelOutcome::AfterOthers, at + kernel)
+            let busy = trainer_works(ms(at), ms(at));
+            let outcome = if busy {
+                KernelOutcome::Busy
+            } else if trainer_works(ms(prev_end), ms(at)) {
+                KernelOutcome::AfterOthers
             } else {
-                (KernelOutcome::Clear, at + kernel)
+                KernelOutcome::Clear
             };
-            pacer.kernel_done(at, ended, outcome);
+            let ended = at + kernel + if busy { MS / 5 } else { Duration::ZERO };
+            let report = pacer.kernel_done(at, ended, outcome);
+            if ms(at) >= from {
+                let into = (ms(at) - 12.0).rem_euclid(PERIOD_MS);
+                if into <= 18.0 {
+                    seen.inside += 1;
+                } else {
+                    seen.between += 1;
+                }
+                seen.report += report;
+            }
+            prev_end = ended;
             now = ended + gap;
         }
-        let n = met.len();
-        (pacer, met[n - last as usize..].to_vec())
+        (pacer, seen)
     }
 
     #[test]
-    fn the_pacer_learns_a_trainers_spell_and_period_and_stops_meeting_it_busy() {
-        let (pacer, last) = trainer(40, 20);
+    fn the_pacer_learns_a_launch_bound_steps_spell_through_its_gaps_and_its_period() {
+        let (pacer, seen) = beside_trainer(60, 20, MIN_HOLD);
         let (len, period) = pacer.learned();
-        let period = period.unwrap();
-        assert!(
-            (34.0..36.0).contains(&(period.as_secs_f64() * 1e3)),
-            "{period:?}"
+        let (len, period) = (
+            len.unwrap().as_secs_f64() * 1e3,
+            period.unwrap().as_secs_f64() * 1e3,
         );
-        assert!(len.is_some());
-        // Once the period is known, no kernel of ours is queued into the job's work.
-        assert!(last.iter().all(|&m| m == 0), "{last:?}");
+        assert!((40.0..42.0).contains(&period), "{period}");
+        // From the first sign (a kernel of ours at the step's start) to the last.
+        assert!((15.0..18.5).contains(&len), "{len}");
+        // Once it knows them, our kernels stay out of the steps, inner gaps included:
+        // a meeting a step (its arrival, our context the last one on the GPU), one more
+        // in each step it fills through to see its start again (one in 8), and our
+        // kernels fill the waits (22 ms of 41, less the guard: 70 launches at most).
+        assert!(seen.inside <= 6, "{seen:?}");
+        assert!(seen.report.met <= 28, "{seen:?}");
+        assert!(seen.between >= 20 * 50, "{seen:?}");
+        // The steps' time as seen: 20 steps of about 18 ms.
+        let job = seen.report.job_time.as_secs_f64() * 1e3;
+        assert!((20.0 * 14.0..20.0 * 19.0).contains(&job), "{job}");
     }
 
     #[test]
-    fn a_launch_the_cost_bounds_hold_put_off_does_not_lengthen_the_learned_spell() {
+    fn without_the_spell_our_kernels_would_fill_the_steps_inner_gaps() {
+        // The same trainer, with spells cut at each inner gap (a hold shorter than the
+        // gaps): the model the pacer replaced. Our kernels then run inside the steps.
         let mut pacer = GapPacer::new();
-        // A 10 ms spell met at 0 ms; at the shortest hold our kernels meet it twice, and
-        // the first launch after it (14 ms) is a sample of its length.
-        pacer.kernel_done(t(0.0), t(2.0), KernelOutcome::Busy);
-        let at = pacer.next_launch(t(2.2), MS, MIN_HOLD);
-        assert_eq!(at, t(7.0));
-        pacer.kernel_done(at, t(9.0), KernelOutcome::Busy);
-        let at = pacer.next_launch(t(9.2), MS, MIN_HOLD);
-        pacer.kernel_done(at, at + MS / 10, KernelOutcome::AfterOthers);
-        assert_eq!(pacer.learned().0, Some(MS * 14));
-        // Spells held off for 300 ms by the bound: each launch after one comes 300 ms
-        // late, and the spell learned stays as it was.
-        for i in 1..=20 {
-            let start = 400.0 * f64::from(i);
-            pacer.kernel_done(t(start), t(start + 9.0), KernelOutcome::Busy);
-            let at = pacer.next_launch(t(start + 9.2), MS, MS * 300);
-            assert_eq!(at, t(start + 309.0));
-            pacer.kernel_done(at, at + MS, KernelOutcome::AfterOthers);
+        let kernel = Duration::from_micros(100);
+        let mut inside = 0;
+        let mut now = Time::ZERO + MS * 12;
+        for _ in 0..4000 {
+            let at = pacer.next_launch(now, kernel, MS / 10);
+            let ms = at.since_epoch().as_secs_f64() * 1e3;
+            let busy = trainer_works(ms, ms);
+            let outcome = if busy {
+                KernelOutcome::Busy
+            } else {
+                KernelOutcome::Clear
+            };
+            pacer.kernel_done(at, at + kernel, outcome);
+            let into = (ms - 12.0).rem_euclid(PERIOD_MS);
+            inside += u32::from(into <= 18.0);
+            now = at + kernel + Duration::from_micros(150);
         }
-        assert_eq!(pacer.learned().0, Some(MS * 14));
-        // Busy kernels of several steps, 300 ms apart (each after a long hold), are
-        // several spells, not one long one.
-        for i in 30..40 {
-            let start = 400.0 * f64::from(i);
-            pacer.kernel_done(t(start), t(start + 9.0), KernelOutcome::Busy);
+        assert!(inside > 50, "{inside}");
+    }
+
+    #[test]
+    fn a_hold_of_the_cost_bound_longer_than_the_steps_does_not_lengthen_the_learned_spell() {
+        // At the shortest hold the pacer learns the step; then the bound holds it off for
+        // 300 ms after each sign: the sign after each hold is another step's.
+        let (pacer, _) = beside_trainer(40, 10, MIN_HOLD);
+        let len = pacer.learned().0.unwrap();
+        let mut pacer = pacer;
+        let mut now = Time::from_secs_f64(2.0);
+        pacer.set_hold(MS * 300);
+        for _ in 0..20 {
+            // A look after the hold: the job worked in it. Not seen at work: no hold.
+            let at = pacer.next_launch(now, MS / 10, MS * 300);
+            pacer.kernel_done(at, at + MS / 10, KernelOutcome::AfterOthers);
+            let next = pacer.next_launch(at + MS / 5, MS / 10, MS * 300);
+            assert_eq!(next, at + MS / 5);
+            // The next kernel finds it at work: held off the bound's hold from then.
+            pacer.kernel_done(next, next + MS / 5, KernelOutcome::Busy);
+            now = next + MS / 2;
+            let after = pacer.next_launch(now, MS / 10, MS * 300);
+            assert!(after >= next + MS * 300, "{after:?} {next:?}");
         }
-        assert_eq!(pacer.learned().0, Some(MS * 14));
+        let after = pacer.learned().0.unwrap();
+        assert!(after.abs_diff(len) < MS, "{len:?} -> {after:?}");
     }
 
     #[test]
@@ -558,15 +849,74 @@ mod tests {
     }
 
     #[test]
-    fn before_it_knows_the_period_the_pacer_holds_for_the_cost_bounds_hold() {
+    fn after_each_sign_the_pacer_holds_the_bounds_hold_and_a_clear_look_ends_the_spell() {
         let mut pacer = GapPacer::new();
-        pacer.kernel_done(t(10.0), t(12.0), KernelOutcome::Busy);
-        assert_eq!(pacer.next_launch(t(12.2), MS, MS * 7), t(19.0));
-        // The hold is the caller's: a shorter one applies at once.
-        assert_eq!(pacer.next_launch(t(12.2), MS, MS * 2), t(14.0));
-        // A clear kernel ends the spell; nothing is predicted from one spell.
-        pacer.kernel_done(t(19.0), t(19.1), KernelOutcome::Clear);
-        assert_eq!(pacer.next_launch(t(19.3), MS, MS * 7), t(19.3));
+        let first = pacer.kernel_done(t(10.0), t(12.0), KernelOutcome::Busy);
+        assert_eq!((first.kernels, first.met, first.held_back), (1, 1, 0));
+        // The bound's hold after the sign, at least the shortest.
+        assert_eq!(pacer.next_launch(t(12.2), MS, MS * 7), t(17.0));
+        assert_eq!(pacer.next_launch(t(12.2), MS, MS), t(15.0));
+        // A sign within the hold of the last one is the same spell, and one after a
+        // late start a long idle wait after our last kernel says only that the job ran
+        // in that wait: the spell's last exact sign stays.
+        let r = pacer.kernel_done(t(15.0), t(15.3), KernelOutcome::HeldBack);
+        assert_eq!((r.met, r.held_back), (1, 1));
+        let r = pacer.kernel_done(t(19.9), t(20.0), KernelOutcome::AfterOthers);
+        assert_eq!(r.met, 1);
+        // Clear kernels for 1.5 ms, a shortest hold after the last sign, end the spell: the job's
+        // last work lay between 15.3 and 19.9 ms (it ran unseen after 15), taken as 17.6:
+        // 7.6 ms is learned.
+        let r = pacer.kernel_done(t(25.0), t(25.1), KernelOutcome::Clear);
+        assert_eq!(
+            r.job_time,
+            Duration::ZERO,
+            "one clear kernel may be in a gap"
+        );
+        let r = pacer.kernel_done(t(26.5), t(26.6), KernelOutcome::Clear);
+        assert_eq!(r.met, 0);
+        assert_eq!(r.job_time, Duration::from_micros(7600));
+        assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
+        // After it, nothing is held.
+        assert_eq!(pacer.next_launch(t(25.3), MS, MS * 20), t(25.3));
+        // The next spell's first sign holds off for the rest of it as learned, and a
+        // late start right after that (the job worked, as expected) says nothing new.
+        pacer.kernel_done(t(80.0), t(80.2), KernelOutcome::Busy);
+        assert_eq!(pacer.next_launch(t(80.4), MS, MIN_HOLD), t(87.9));
+        pacer.kernel_done(t(87.9), t(88.0), KernelOutcome::AfterOthers);
+        let r = pacer.kernel_done(t(93.0), t(93.1), KernelOutcome::Clear);
+        assert_eq!(
+            r.job_time,
+            Duration::ZERO,
+            "one clear kernel may be in a gap"
+        );
+        let r = pacer.kernel_done(t(94.5), t(94.6), KernelOutcome::Clear);
+        assert_eq!(r.job_time, Duration::from_micros(7600));
+        assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
+        // A spell seen to its end is learned: 120-126 ms, to the one before 3:1.
+        pacer.kernel_done(t(120.0), t(120.2), KernelOutcome::Busy);
+        pacer.kernel_done(t(125.0), t(125.2), KernelOutcome::Busy);
+        pacer.kernel_done(t(126.0), t(126.1), KernelOutcome::AfterOthers);
+        let r = pacer.kernel_done(t(131.2), t(131.3), KernelOutcome::Clear);
+        assert_eq!(
+            r.job_time,
+            Duration::ZERO,
+            "one clear kernel may be in a gap"
+        );
+        let r = pacer.kernel_done(t(132.7), t(132.8), KernelOutcome::Clear);
+        assert_eq!(r.job_time, MS * 6);
+        let len = pacer.learned().0.unwrap().as_secs_f64() * 1e3;
+        assert!((len - (0.75 * 7.6 + 0.25 * 6.0)).abs() < 1e-6, "{len}");
+    }
+
+    #[test]
+    fn kernels_of_ours_launched_inside_a_spell_are_charged_at_its_next_sign() {
+        let mut pacer = GapPacer::new();
+        pacer.kernel_done(t(10.0), t(10.2), KernelOutcome::Busy);
+        // Two kernels in the job's inner gap, then a sign within the hold: three met.
+        pacer.kernel_done(t(12.0), t(12.1), KernelOutcome::Clear);
+        pacer.kernel_done(t(12.3), t(12.4), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(12.6), t(12.7), KernelOutcome::AfterOthers);
+        assert_eq!(r.met, 3);
     }
 
     #[test]
@@ -576,6 +926,7 @@ mod tests {
             kernels: 10,
             met: 1,
             held_back: 0,
+            ..GapReport::default()
         };
         assert_eq!(cost.charge(met), Duration::from_micros(186));
         let held = GapReport {
@@ -594,6 +945,7 @@ mod tests {
             kernels: 100,
             met: 5,
             held_back: 0,
+            ..GapReport::default()
         };
         feed(&mut cost, 20, report, 50.0);
         let estimate = cost.estimate().unwrap();
@@ -610,6 +962,7 @@ mod tests {
             kernels: 4,
             met: 4,
             held_back: 0,
+            ..GapReport::default()
         };
         feed(&mut cost, 3, report, 1.5);
         assert!(cost.estimate().unwrap() > 0.25, "{:?}", cost.estimate());
@@ -624,6 +977,7 @@ mod tests {
             kernels: 4,
             met: 4,
             held_back: 1,
+            ..GapReport::default()
         };
         feed(&mut cost, 10, met, 10.0);
         let long = cost.hold();
@@ -646,6 +1000,7 @@ mod tests {
             kernels: 4,
             met: 4,
             held_back: 0,
+            ..GapReport::default()
         };
         assert_eq!(cost.update(Time::ZERO, report, None, 0.02), None);
         assert_eq!(cost.estimate(), None);

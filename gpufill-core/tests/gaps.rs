@@ -101,6 +101,7 @@ fn every_request_met(gpu: &Shared) {
         kernels: 4,
         met: 4,
         held_back: 0,
+        ..GapReport::default()
     };
 }
 

@@ -610,7 +610,7 @@ impl CudaLoad {
         self.stats.one_in_flight += stopped.kernels;
         self.late_unreported += stopped.late;
         self.late_sign = OthersSign::strongest(self.late_sign, stopped.sign);
-        self.gaps_unreported = self.gaps_unreported + stopped.gaps;
+        self.gaps_unreported += stopped.gaps;
         self.pending = true;
         if let Some(e) = stopped.error {
             self.fault = Some(e);

@@ -65,6 +65,23 @@ use crate::others::OthersWatch;
 use crate::plan::{Cycle, backoff};
 use crate::spin::launch_spin;
 
+/// Filling gaps: idle this much longer than the duty's gap since our last kernel (a hold,
+/// a predicted spell), the launcher probes before its next kernel ([`Worker::probe_after_wait`]); shorter
+/// idle gaps keep the watch's chain, whose late starts show the job.
+const PROBE_AFTER_IDLE: Duration = Duration::from_millis(1);
+
+/// Filling gaps: a kernel of ours not finished this long after its end was due (its
+/// launch plus its length) waited for the job's context: for a switch back to ours
+/// (136 us on H200s), or for the job's kernel. The kernel's own start-event chain misses
+/// most of those beside a launch-bound job (a ResNet-18 step's ~400 short kernels showed
+/// one late start a step, `scripts/gap_trace.py`); this check sees each switch. A late
+/// wake-up of ours only makes a kernel look earlier, never later.
+const LATE_END: Duration = Duration::from_micros(60);
+
+/// Filling gaps: a probe pair after a wait that took longer than this waited for the
+/// job's work (a pair alone takes two tiny kernels and their polls, about 0.3-0.5 ms).
+const PROBE_HELD_BACK: Duration = Duration::from_millis(1);
+
 /// First wait before polling the event again once the kernel's length has passed.
 const FIRST_POLL: Duration = Duration::from_micros(20);
 /// Longest wait between polls (a kernel slowed by another context's time slice).
@@ -225,10 +242,16 @@ impl Shared {
     }
 }
 
-/// Counts a kernel that met another context, shown by `sign`, in `report`.
-fn count_meeting(report: &mut GapReport, sign: OthersSign) {
-    report.met += 1;
-    report.held_back += u32::from(matches!(sign, OthersSign::HeldBack { .. }));
+/// What a kernel of ours that showed `sign` (or nothing) tells the gap pacer: a late
+/// start only, that the job ran since our previous kernel; held back, that it waited
+/// behind the job's queued work; cut short or run long, that the job works now.
+fn outcome_of(sign: Option<OthersSign>) -> KernelOutcome {
+    match sign {
+        None => KernelOutcome::Clear,
+        Some(OthersSign::LateStart { .. }) => KernelOutcome::AfterOthers,
+        Some(OthersSign::HeldBack { .. }) => KernelOutcome::HeldBack,
+        Some(_) => KernelOutcome::Busy,
+    }
 }
 
 /// What a stopped pacing thread leaves behind.
@@ -269,6 +292,7 @@ impl Pacing {
             launcher,
             pacer: GapPacer::new(),
             epoch: Instant::now(),
+            last_end: None,
         };
         let handle = std::thread::Builder::new()
             .name(format!("gpufill-cuda{ordinal}"))
@@ -368,6 +392,8 @@ struct Worker {
     pacer: GapPacer,
     /// The pacer's time zero.
     epoch: Instant,
+    /// Filling gaps: when our last kernel (or probe pair) was seen to end.
+    last_end: Option<Instant>,
 }
 
 impl Worker {
@@ -400,18 +426,41 @@ impl Worker {
             let Some(width) = self.next_width() else {
                 return Ok(());
             };
-            if self.launcher.cycle == Cycle::Gaps && !self.wait_for_gap(kernel) {
-                return Ok(());
+            if self.launcher.cycle == Cycle::Gaps {
+                if !self.wait_for_gap(kernel) {
+                    return Ok(());
+                }
+                if self.idle_since_last() {
+                    // The pair's verdict may put the next launch off: ask again.
+                    if !self.probe_after_wait()? {
+                        return Ok(());
+                    }
+                    continue;
+                }
             }
             let launched = self.launch_one(ns, width)?;
-            // One wake-up a kernel: sleep its length and the gap at once, then check
-            // that it has finished before the next launch.
+            // Filling gaps: one check just after the kernel's end is due; unfinished then,
+            // the job's context was on the GPU ([`LATE_END`]).
+            let ended_late = match self.launcher.cycle {
+                Cycle::Gaps => match self.ended_late(launched + kernel)? {
+                    Some(late) => late,
+                    None => return Ok(()),
+                },
+                Cycle::OneInFlight { .. } => false,
+            };
+            // One wake-up a kernel (two while filling gaps): sleep its length and the gap
+            // at once, then check that it has finished before the next launch.
             if !self.rest(launched + kernel) {
                 return Ok(());
             }
-            let Some(finished) = self.finish(launched + kernel)? else {
+            let Some(mut finished) = self.finish(launched + kernel)? else {
                 return Ok(());
             };
+            if ended_late && finished.sign.is_none() {
+                finished.sign = Some(OthersSign::LateStart {
+                    late_us: LATE_END.as_secs_f64() * 1e6,
+                });
+            }
             let go_on = match (finished.sign, self.launcher.cycle) {
                 // Another context: say so, and launch nothing more until the loop
                 // answers.
@@ -463,9 +512,6 @@ impl Worker {
         l.watch.launched(launched, l.cycle.kernel(), 1);
         let mut state = self.shared.lock();
         state.kernels += 1;
-        if l.cycle == Cycle::Gaps {
-            state.gaps.kernels += 1;
-        }
         Ok(launched)
     }
 
@@ -500,18 +546,12 @@ impl Worker {
     /// late start only). A kernel merely slowed rests the whole gap from now. `false` as
     /// soon as a stop is asked.
     fn gap_done(&mut self, launched: Instant, sign: Option<OthersSign>, slowed: bool) -> bool {
-        let ended = Instant::now();
-        let outcome = match sign {
-            None => KernelOutcome::Clear,
-            Some(OthersSign::LateStart { .. }) => KernelOutcome::AfterOthers,
-            Some(_) => KernelOutcome::Busy,
-        };
+        let outcome = outcome_of(sign);
         if let Some(sign) = sign {
-            count_meeting(&mut self.shared.lock().gaps, sign);
             tracing::trace!(%sign, "filling gaps: met another context");
         }
-        let (launched, ended_at) = (self.time(launched), self.time(ended));
-        self.pacer.kernel_done(launched, ended_at, outcome);
+        self.report(launched, outcome);
+        let ended = Instant::now();
         !slowed || sign.is_some() || self.rest(ended)
     }
 
@@ -522,6 +562,89 @@ impl Worker {
         let now = self.time(Instant::now());
         self.shared
             .wait_for_launch(&self.pacer, self.epoch, now, kernel)
+    }
+
+    /// Filling gaps: whether the kernel due to end at `due` had not finished [`LATE_END`]
+    /// after it; `None` once asked to stop.
+    fn ended_late(&self, due: Instant) -> Result<Option<bool>, CudaError> {
+        let at = due + LATE_END;
+        if !self
+            .shared
+            .pause(at.saturating_duration_since(Instant::now()))
+        {
+            return Ok(None);
+        }
+        Ok(Some(!self.is_done()?))
+    }
+
+    /// Filling gaps: whether our launcher has been idle [`PROBE_AFTER_IDLE`] longer than
+    /// the duty's gap since its last kernel ended (a hold, or a spell the pacer
+    /// predicted).
+    fn idle_since_last(&self) -> bool {
+        let duty = self.shared.lock().load.duty.fraction();
+        let gap = self.launcher.cycle.gap(duty).unwrap_or(Duration::ZERO);
+        self.last_end
+            .is_some_and(|end| end.elapsed() > gap + PROBE_AFTER_IDLE)
+    }
+
+    /// Filling gaps, after a wait: a probe pair ([`crate::others::probe`]) says whether
+    /// the job ran while we waited. The first kernel after a wait cannot say it itself:
+    /// after an idle spell of ours it starts late whoever ran, so its watch starts a new
+    /// chain and judges no late start. The pacer hears "someone" as a kernel after
+    /// others; "nobody" only as a look ([`GapPacer::looked`]). `false` once asked to
+    /// stop.
+    fn probe_after_wait(&mut self) -> Result<bool, CudaError> {
+        let launched = Instant::now();
+        let l = &mut self.launcher;
+        let ran = crate::others::probe(&l.stream, &l.func, &mut l.watch, &l.event)?;
+        if ran {
+            // A pair held back (it took longer than a look can alone) found the job at
+            // work now; otherwise it worked somewhere in our wait.
+            let outcome = if launched.elapsed() > PROBE_HELD_BACK {
+                KernelOutcome::HeldBack
+            } else {
+                KernelOutcome::AfterOthers
+            };
+            self.report(launched, outcome);
+        } else {
+            // "Nobody" is not believed: a pair launched while the job works in its
+            // launch gaps can say it (seen beside a ResNet-18 step). The next kernel,
+            // judged against the pair's end, says whether the job works.
+            let ended = Instant::now();
+            self.last_end = Some(ended);
+            self.pacer.looked(self.time(ended));
+        }
+        Ok(!self.shared.lock().stop)
+    }
+
+    /// Tells the pacer that a kernel (or probe pair) launched at `launched` has ended now
+    /// with `outcome`, and adds what it charges to the report.
+    fn report(&mut self, launched: Instant, outcome: KernelOutcome) {
+        let ended = Instant::now();
+        self.last_end = Some(ended);
+        let (launched_at, ended_at) = (self.time(launched), self.time(ended));
+        let hold = self.shared.lock().hold;
+        self.pacer.set_hold(hold);
+        let report = self.pacer.kernel_done(launched_at, ended_at, outcome);
+        self.shared.lock().gaps += report;
+        // One line a kernel, for `scripts/gap_trace.py` (RUST_LOG=gpufill_cuda::pacing=trace):
+        // when it was launched (Unix us) and ended, what it met and what the pacer learned.
+        if tracing::enabled!(tracing::Level::TRACE) {
+            let (spell, period) = self.pacer.learned();
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let since = ended.saturating_duration_since(launched);
+            tracing::trace!(
+                launched_unix_us = (unix.saturating_sub(since)).as_micros() as u64,
+                ran_us = since.as_micros() as u64,
+                outcome = ?outcome,
+                met = report.met,
+                spell_us = spell.map_or(0, |d| d.as_micros() as u64),
+                period_us = period.map_or(0, |d| d.as_micros() as u64),
+                "gap kernel"
+            );
+        }
     }
 
     /// `at` on the pacer's clock.
@@ -606,23 +729,16 @@ mod tests {
     }
 
     #[test]
-    fn a_meeting_is_counted_and_a_held_back_one_as_held_back_too() {
-        let mut report = GapReport {
-            kernels: 10,
-            ..GapReport::default()
-        };
-        count_meeting(&mut report, OthersSign::LateStart { late_us: 140.0 });
-        count_meeting(&mut report, OthersSign::RanLong { extra_us: 130.0 });
-        count_meeting(&mut report, OthersSign::CutShort { short_us: 60.0 });
-        count_meeting(&mut report, OthersSign::HeldBack { past_us: 900.0 });
-        assert_eq!(
-            report,
-            GapReport {
-                kernels: 10,
-                met: 4,
-                held_back: 1,
-            }
-        );
+    fn each_sign_tells_the_pacer_what_the_job_was_doing() {
+        assert_eq!(outcome_of(None), KernelOutcome::Clear);
+        let late = OthersSign::LateStart { late_us: 140.0 };
+        assert_eq!(outcome_of(Some(late)), KernelOutcome::AfterOthers);
+        let long = OthersSign::RanLong { extra_us: 130.0 };
+        assert_eq!(outcome_of(Some(long)), KernelOutcome::Busy);
+        let short = OthersSign::CutShort { short_us: 60.0 };
+        assert_eq!(outcome_of(Some(short)), KernelOutcome::Busy);
+        let held = OthersSign::HeldBack { past_us: 900.0 };
+        assert_eq!(outcome_of(Some(held)), KernelOutcome::HeldBack);
     }
 
     #[test]
@@ -684,10 +800,10 @@ mod tests {
         };
         let mut state = pacing.shared.lock();
         state.gaps.kernels = 7;
-        count_meeting(&mut state.gaps, OthersSign::HeldBack { past_us: 400.0 });
+        state.gaps += GapPacer::new().kernel_done(Time::ZERO, Time::ZERO, KernelOutcome::HeldBack);
         drop(state);
         let first = pacing.take_gaps();
-        assert_eq!((first.kernels, first.met, first.held_back), (7, 1, 1));
+        assert_eq!((first.kernels, first.met, first.held_back), (8, 1, 1));
         assert_eq!(pacing.take_gaps(), GapReport::default(), "taken once");
         pacing.shared.lock().gaps.kernels = 3;
         let stopped = pacing.stop();

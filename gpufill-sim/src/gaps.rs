@@ -164,6 +164,7 @@ impl GapFill {
             kernels: self.kernels,
             ..GapFill::default()
         };
+        self.pacer.set_hold(self.hold);
     }
 
     /// Sets the hold at `now`: a wait under way is re-timed from when it began (not one
@@ -172,6 +173,7 @@ impl GapFill {
     /// off ([`GapFill::look_ahead`]).
     pub(super) fn set_hold(&mut self, hold: Duration, now: Time) -> bool {
         self.hold = hold;
+        self.pacer.set_hold(hold);
         if !self.holding(now) {
             return true;
         }
@@ -223,10 +225,12 @@ impl GapFill {
             return;
         };
         self.judging = None;
-        if outcome == KernelOutcome::AfterOthers {
-            self.seen.met += 1;
-        }
-        self.pacer.kernel_done(launched, checked, outcome);
+        // Counted in the layout already ([`GapFill::count`]).
+        let report = self.pacer.kernel_done(launched, checked, outcome);
+        self.seen += GapReport {
+            kernels: 0,
+            ..report
+        };
     }
 
     /// A kernel of ours launched at `launched` found the job busy (cut short, or queued
@@ -234,14 +238,14 @@ impl GapFill {
     /// checked at `checked` or when it ended: counted, told to the pacer, and the
     /// launcher asks at once when the next may go, which this returns.
     fn busy(&mut self, launched: Time, ran_until: Time, checked: Time, late: Duration) -> Time {
-        self.seen.kernels += 1;
-        self.seen.met += 1;
-        if late >= HELD_BACK {
-            self.seen.held_back += 1;
-        }
         self.met_at = Some(ran_until);
         let ended = ran_until.max(checked);
-        self.pacer.kernel_done(launched, ended, KernelOutcome::Busy);
+        let outcome = if late >= HELD_BACK {
+            KernelOutcome::HeldBack
+        } else {
+            KernelOutcome::Busy
+        };
+        self.seen += self.pacer.kernel_done(launched, ended, outcome);
         self.waited_from = ended;
         self.next_launch(ended)
     }
@@ -257,6 +261,10 @@ impl GapFill {
         ours: Ours,
         s: Slicing,
     ) -> Option<Duration> {
+        if !self.holding(work.start) && self.judging.is_none() {
+            // Our launcher filled until the work came, every kernel clear.
+            self.seen += self.pacer.clear_until(work.start);
+        }
         let cut = served.met.then(|| ours.running.unwrap_or(work.start));
         if self.judging.is_some_and(|j| Some(j.0) == cut) {
             // The first kernel after a wait, cut short: it found the job busy.
@@ -484,17 +492,22 @@ mod tests {
         };
         let extra = g.beside(step(), CUT, cut_at(10_000), S);
         assert_eq!(extra, Some(Duration::ZERO));
-        // Checked after its rest (9.96 ms and a cycle), then held 20 ms: past the
-        // step's end (22.99 ms), so the kernel at 30.24 ms starts late.
-        assert_eq!(g.resume, Some(at_us(30_240)));
-        g.due(at_us(30_240), CYCLE);
+        // Held 20 ms from that sign (its launch at 9.96 ms): past the step's end
+        // (22.99 ms), so the kernel at 29.96 ms starts late.
+        assert_eq!(g.resume, Some(at_us(29_960)));
+        g.due(at_us(29_960), CYCLE);
         assert_eq!(g.resume, None);
-        g.judge(at_us(30_520));
-        // It ended the spell, and holds nothing: the launcher fills on. The 20 ms hold
-        // put that launch off, so the spell is learned only as long as it surely was:
-        // from our kernel's launch to its end (cut short at 10 ms, checked a cycle on).
-        assert_eq!(g.pacer.learned().0, Some(us(280)));
-        assert_eq!(g.next_launch(at_us(30_520)), at_us(30_520));
+        g.judge(at_us(30_240));
+        // That sign comes long after our last kernel: the job worked somewhere in the
+        // hold, maybe in another spell. A new spell, so the first was not seen to its
+        // end and no length is learned; not seen at work, it holds nothing.
+        assert_eq!(g.pacer.learned().0, None);
+        let look = g.next_launch(at_us(30_520));
+        assert_eq!(look, at_us(30_520));
+        // A look then runs clear: that spell is over, and nothing is held any more.
+        g.due(look, CYCLE);
+        g.judge(look + CYCLE);
+        assert_eq!(g.next_launch(look + CYCLE), look + CYCLE);
         let r = g.report();
         assert_eq!((r.kernels, r.met, r.held_back), (1, 2, 0));
     }
@@ -517,14 +530,15 @@ mod tests {
         };
         let extra = g.beside(step(), served, ours, S).unwrap();
         // The pacer knows no spell yet: launched mid-step three times (at 10.1 ms, then
-        // after each 5 ms hold), each ending 300 us or more late (its wait and the
-        // switch): held back; then once after the step, a switch late.
+        // 5 ms after each, the shortest hold), each waiting for the job's kernel running
+        // then and a switch: at 10.1 and 20.1 ms 300 us late or more (held back), at
+        // 15.1 ms 260 us; then once after the step, a switch late.
         assert_eq!(extra, (us(130) * 2 + GAP_KERNEL) * 3);
         let resume = g.resume.unwrap();
         g.due(resume, CYCLE);
         g.judge(resume + CYCLE);
         let r = g.report();
-        assert_eq!((r.met, r.held_back), (4, 3));
+        assert_eq!((r.met, r.held_back), (4, 2));
     }
 
     #[test]
@@ -550,7 +564,8 @@ mod tests {
         // It waited 900 us: held back, and it ran after the request, which it met.
         let r = g.report();
         assert_eq!((r.met, r.held_back), (1, 1));
-        assert_eq!(g.resume, Some(at_us(11_000 + 230) + MIN_HOLD));
+        // The hold runs from the sign: our kernel's launch, when the job worked.
+        assert_eq!(g.resume, Some(at_us(10_100) + MIN_HOLD));
     }
 
     #[test]
