@@ -5,7 +5,7 @@ use predicates::str::contains;
 
 mod common;
 
-use common::{gpufill, read_csv, ticks_in};
+use common::{NoDriver, gpufill, read_csv, ticks_in};
 
 fn polyline_points(svg: &str, id: &str) -> usize {
     let doc = roxmltree::Document::parse(svg).expect("bench.svg is XML");
@@ -158,12 +158,9 @@ fn bench_rejects_bad_flags_with_exit_2() {
 
 #[test]
 fn bench_without_a_driver_says_so_and_exits_1() {
-    if gpufill_cuda::driver_present() {
-        eprintln!("skipped: this machine has the NVIDIA driver");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    gpufill()
+    NoDriver::new()
+        .gpufill()
         .args(["bench", "--out"])
         .arg(dir.path())
         .assert()

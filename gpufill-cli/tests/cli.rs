@@ -7,7 +7,7 @@ use predicates::str::contains;
 
 mod common;
 
-use common::{Row, gpufill, read_csv, ticks_in};
+use common::{NoDriver, Row, gpufill, read_csv, ticks_in};
 
 /// Settle time and mean absolute error over the util changes (new samples) in `[from, to)`.
 fn judge(rows: &[Row], from: f64, to: f64) -> (f64, f64) {
@@ -194,12 +194,8 @@ fn clap_s_flag_errors_and_gpufill_s_own_read_the_same_way() {
 
 #[test]
 fn without_a_driver_run_and_status_say_so_and_exit_1() {
-    if gpufill_cuda::driver_present() {
-        eprintln!(
-            "skipped: this machine has the NVIDIA driver (the GPU machine runs the hardware tests)"
-        );
-        return;
-    }
+    let hidden = NoDriver::new();
+    let gpufill = || hidden.gpufill();
     gpufill().arg("run").assert().code(1).stderr(contains(
         "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver",
     ));

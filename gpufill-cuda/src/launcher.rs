@@ -998,13 +998,13 @@ mod tests {
 
     #[test]
     fn opening_without_a_driver_is_an_error_not_a_panic() {
-        if crate::device::driver_present() {
-            return; // covered by the hardware tests
-        }
-        let err = CudaLoad::open(0, LauncherSettings::default())
-            .err()
-            .unwrap();
-        assert_eq!(err, CudaError::NoDriver);
-        assert_eq!(err.kind(), ErrorKind::Unsupported);
+        let name = "launcher::tests::opening_without_a_driver_is_an_error_not_a_panic";
+        crate::no_driver::without_a_driver(name, || {
+            let err = CudaLoad::open(0, LauncherSettings::default())
+                .err()
+                .unwrap();
+            assert_eq!(err, CudaError::NoDriver);
+            assert_eq!(err.kind(), ErrorKind::Unsupported);
+        });
     }
 }

@@ -157,6 +157,8 @@ mod device;
 mod error;
 mod graphs;
 mod launcher;
+#[cfg(test)]
+mod no_driver;
 mod others;
 mod pacing;
 pub mod plan;

@@ -10,34 +10,24 @@
 //!
 //! They also run on the stand-in libcuda of `tests/fake-libcuda/` (its header says how);
 //! there, a few more assertions use what only it can tell (how many of our kernels were
-//! ever queued at once) and what only it can do (fail a launch on purpose).
+//! ever queued at once). What only it can do (fail a launch on purpose, hold a kernel
+//! back) is tested in `fake_driver.rs`, on every machine.
+
+mod common;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use gpufill_core::{
-    DeviceError, Duty, ErrorKind, LaunchShape, Load, LoadSource, OthersSign, Time, Width,
-};
+use gpufill_core::{Duty, LaunchShape, Load, LoadSource, Time, Width};
 use gpufill_cuda::{CudaError, CudaLoad, LaunchStats, LauncherSettings, MemoryInfo};
+
+use common::{MS, US, fake_queue_depths, load, on_the_fake, open, stop_and_time, twenty_ms};
 
 static GPU: Mutex<()> = Mutex::new(());
 
 fn exclusive() -> MutexGuard<'static, ()> {
     GPU.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn load(duty: f64) -> Load {
-    Load {
-        duty: Duty::clamped(duty),
-        width: Width::ONE_WARP,
-    }
-}
-
-fn open(settings: LauncherSettings) -> (CudaLoad, Duration) {
-    let t = Instant::now();
-    let gpu = CudaLoad::open(0, settings).expect("open GPU 0");
-    (gpu, t.elapsed())
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -89,23 +79,6 @@ fn ticking(tick: Duration, length: Duration, mut work: impl FnMut()) -> (Duratio
     (wall, share)
 }
 
-const MS: Duration = Duration::from_millis(1);
-
-/// The launcher with a 20 ms period, bursts split into 2 ms kernels and one 500 us
-/// kernel at a time beside holders: the mechanics most tests here check (the defaults
-/// are a 50 ms period, one kernel a burst, and bursts beside holders too), driven at
-/// 20 ms ticks below.
-fn twenty_ms() -> LauncherSettings {
-    LauncherSettings {
-        period: 20 * MS,
-        max_kernel: 2 * MS,
-        beside_kernel: Some(500 * US),
-        ..LauncherSettings::default()
-    }
-}
-
-const US: Duration = Duration::from_micros(1);
-
 fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
     LaunchStats {
         kernels_launched: b.kernels_launched - a.kernels_launched,
@@ -121,23 +94,6 @@ fn delta(a: LaunchStats, b: LaunchStats) -> LaunchStats {
     }
 }
 
-/// With the stand-in libcuda (`tests/fake-libcuda/fake.c`), the most of our kernels
-/// ever queued at once since the last open, as `(by the opening thread, by any other
-/// thread)`, which it reports in the device name; `None` on a real GPU.
-fn fake_queue_depths() -> Option<(u32, u32)> {
-    let name = gpufill_cuda::devices().ok()?.first()?.name.clone();
-    let rest = name.strip_prefix("Fake GPU (queued: ")?;
-    let mut numbers = rest
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|w| !w.is_empty())
-        .map(|w| w.parse().ok());
-    Some((numbers.next()??, numbers.next()??))
-}
-
-fn on_the_fake() -> bool {
-    gpufill_cuda::devices().is_ok_and(|d| d.first().is_some_and(|d| d.name.starts_with("Fake GPU")))
-}
-
 /// CPU time of this process's thread named `name`, in ns (Linux `schedstat`).
 fn thread_cpu_ns(name: &str) -> Option<u64> {
     for task in std::fs::read_dir("/proc/self/task").ok()? {
@@ -148,14 +104,6 @@ fn thread_cpu_ns(name: &str) -> Option<u64> {
         }
     }
     None
-}
-
-/// Sets the idle load and times how long until none of our kernels runs.
-fn stop_and_time(gpu: &mut CudaLoad) -> Duration {
-    let t = Instant::now();
-    gpu.set_load(Time::ZERO, Load::IDLE).unwrap();
-    assert!(gpu.quiesce(Duration::from_secs(1)));
-    t.elapsed()
 }
 
 #[test]
@@ -554,83 +502,6 @@ fn shape_switches_both_ways_never_queue_two_kernels_beside() {
     let t = Instant::now();
     drop(gpu);
     println!("hw: dropped with the thread running in {:.2?}", t.elapsed());
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn a_failed_launch_in_the_pacing_thread_is_returned_by_the_next_call() {
-    let _gpu = exclusive();
-    if !on_the_fake() {
-        println!("hw: skipped: needs the stand-in libcuda, whose 777777 ns kernel fails");
-        return;
-    }
-    let settings = LauncherSettings {
-        beside_kernel: Some(Duration::from_nanos(777_777)),
-        ..twenty_ms()
-    };
-    let (mut gpu, _) = open(settings);
-    gpu.set_shape(LaunchShape::OneInFlight);
-    gpu.set_load(Time::ZERO, load(0.5)).unwrap();
-    gpu.launch_due(Time::ZERO).unwrap();
-    sleep(10 * MS);
-    let err = gpu.launch_due(Time::ZERO).unwrap_err();
-    println!("hw: the thread's failed launch, from launch_due: {err}");
-    assert!(
-        matches!(
-            err,
-            CudaError::Driver {
-                call: "cuLaunchKernel",
-                ..
-            }
-        ),
-        "{err:?}"
-    );
-    assert_eq!(err.kind(), ErrorKind::Lost);
-    // Sticky, as a failed burst: every later call returns it.
-    assert_eq!(gpu.set_load(Time::ZERO, Load::IDLE), Err(err.clone()));
-    assert_eq!(gpu.launch_due(Time::ZERO), Err(err));
-    assert_eq!(gpu.stats().one_in_flight, 0);
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn a_kernel_held_back_by_another_context_is_reported_and_nothing_more_launched() {
-    let _gpu = exclusive();
-    if !on_the_fake() {
-        println!("hw: skipped: needs the stand-in libcuda, whose 666666 ns kernel runs 2 ms late");
-        return;
-    }
-    let kernel = Duration::from_nanos(666_666);
-    let settings = LauncherSettings {
-        beside_kernel: Some(kernel),
-        ..twenty_ms()
-    };
-    let (mut gpu, _) = open(settings);
-    gpu.set_shape(LaunchShape::OneInFlight);
-    gpu.set_load(Time::ZERO, load(0.5)).unwrap();
-    gpu.launch_due(Time::ZERO).unwrap();
-    std::thread::sleep(100 * MS);
-    // Its kernel ended 2 ms late (past LATE, 300 us): reported, and the thread holds.
-    assert_eq!(
-        gpu.stats().one_in_flight,
-        1,
-        "nothing launched after a late kernel"
-    );
-    assert!(
-        matches!(gpu.others_seen(), Some(OthersSign::HeldBack { .. })),
-        "held back past its length"
-    );
-    assert_eq!(gpu.others_seen(), None, "reported once");
-    // The loop's answer (a new load) lets it go on: the next kernel, late again.
-    gpu.set_load(Time::ZERO, load(0.4)).unwrap();
-    std::thread::sleep(100 * MS);
-    assert_eq!(gpu.stats().one_in_flight, 2);
-    assert!(gpu.others_seen().is_some());
-    assert_eq!(gpu.stats().late_kernels, 2);
-    let stop = stop_and_time(&mut gpu);
-    println!("hw: kernels 2 ms late: held after each; stopped in {stop:.2?}");
-    let (_, by_thread) = fake_queue_depths().unwrap();
-    assert_eq!(by_thread, 1, "two kernels queued at once in one-in-flight");
 }
 
 /// Another context's work on the GPU: on the stand-in libcuda, 150 us of it before our

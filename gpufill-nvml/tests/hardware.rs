@@ -5,6 +5,9 @@
 //! ```
 //!
 //! They need no CUDA context and leave the GPU alone; all of them take under 15 s.
+//! Where one cannot run it fails saying why, never passes unchecked: the two whose names
+//! hold `gpm` need GPM (Hopper or newer; `--skip gpm` leaves them out elsewhere), and
+//! the sample-timestamp test needs NVML to have buffered a utilization sample.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -13,6 +16,12 @@ use gpufill_nvml::{Nvml, NvmlProbe, OwnProcess, identify_own, identify_own_conte
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
+
+/// Why a test that reads GPM fails where NVML refuses it: it cannot run there, and a
+/// test that cannot run is not counted as passed.
+const NEEDS_GPM: &str = "this test needs GPM (a Hopper or newer GPU, and NVML's \
+                         permission to profile), which NVML refuses here; leave it out \
+                         with --skip gpm";
 
 fn nvml() -> Nvml {
     Nvml::init().unwrap_or_else(|e| panic!("NVML: {e}"))
@@ -133,13 +142,21 @@ fn nvml_sample_timestamps_are_wall_clock_microseconds() {
     let nvml = nvml();
     let uuid = test_gpu(nvml);
     let device = nvml.raw().device_by_uuid(uuid.as_str()).expect("device");
-    let samples = match device.samples(Sampling::GpuUtilization, None) {
-        Ok(samples) => samples,
-        Err(NvmlError::NotFound) => {
-            println!("no utilization samples buffered (idle GPU): nothing to check");
-            return;
+    // An idle GPU may have no sample buffered yet: wait up to 2 s for one, then fail
+    // (no sample, nothing checked), saying what the test needs.
+    let start = Instant::now();
+    let samples = loop {
+        match device.samples(Sampling::GpuUtilization, None) {
+            Ok(samples) => break samples,
+            Err(NvmlError::NotFound) if start.elapsed() < Duration::from_secs(2) => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(NvmlError::NotFound) => panic!(
+                "NVML buffered no utilization sample in 2 s, so there is no timestamp to \
+                 check: run this test with work on the GPU (gpufill run beside it)"
+            ),
+            Err(e) => panic!("samples: {e}"),
         }
-        Err(e) => panic!("samples: {e}"),
     };
     let wall_now = wall_clock_us();
     let rates = device.utilization_rates().expect("utilization_rates");
@@ -214,10 +231,7 @@ fn gpm_sm_activity() {
     let mut probe = NvmlProbe::new(nvml, &uuid, OwnProcess::none()).expect("probe");
     match probe.sm_activity() {
         Ok(first) => assert_eq!(first, None, "the first GPM sample has nothing to compare"),
-        Err(e) if e.kind() == ErrorKind::Unsupported => {
-            println!("GPM unavailable here: {e}");
-            return;
-        }
+        Err(e) if e.kind() == ErrorKind::Unsupported => panic!("{}: {e}", NEEDS_GPM),
         Err(e) => panic!("sm_activity: {e}"),
     }
     assert_eq!(probe.sm_activity().expect("too soon"), None);
@@ -260,12 +274,9 @@ fn metric_probe_reads_gpm_once_per_period() {
     let nvml = nvml();
     let uuid = test_gpu(nvml);
     if let Err(e) = gpufill_nvml::check_gpm(nvml, &uuid) {
-        println!(
-            "GPM unavailable here ({:?}): {e}",
-            gpufill_nvml::gpm_refusal(&e)
-        );
-        assert!(gpufill_nvml::gpm_refusal(&e).is_some(), "{e}");
-        return;
+        let refusal = gpufill_nvml::gpm_refusal(&e);
+        assert!(refusal.is_some(), "check_gpm: {e}");
+        panic!("{} ({refusal:?}): {e}", NEEDS_GPM);
     }
     let clock = SystemClock::new();
     let inner = NvmlProbe::new(nvml, &uuid, OwnProcess::none()).expect("probe");

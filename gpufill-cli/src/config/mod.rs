@@ -126,10 +126,19 @@ impl Config {
     /// unknown key, a wrong type or a value out of range.
     pub fn from_toml_str(text: &str, origin: Option<&Path>) -> Result<Config, ConfigError> {
         let owned_origin = || origin.map(Path::to_path_buf);
-        let document = DeTable::parse(text).map_err(|e| ConfigError::Syntax {
-            origin: owned_origin(),
-            position: e.span().map(|span| Position::of_offset(text, span.start)),
-            reason: name_the_duplicate(text, e.message(), e.span()),
+        let document = DeTable::parse(text).map_err(|e| {
+            let (at, reason) = match too_deep(text, e.message()) {
+                Some(line) => (Some(line), TOO_DEEP.to_owned()),
+                None => (
+                    e.span().map(|span| span.start),
+                    name_the_duplicate(text, e.message(), e.span()),
+                ),
+            };
+            ConfigError::Syntax {
+                origin: owned_origin(),
+                position: at.map(|at| Position::of_offset(text, at)),
+                reason,
+            }
         })?;
         let config =
             Config::deserialize(toml::de::Deserializer::from(document.clone())).map_err(|e| {
@@ -324,6 +333,34 @@ fn read_limited(path: &Path) -> std::io::Result<(Vec<u8>, Option<std::time::Syst
 
 /// toml says only "duplicate key" for a key or a table given twice; its span covers
 /// the name, which the message then names.
+/// What a key nested past the TOML parser's limit is refused with.
+const TOO_DEEP: &str = "key nested too deep";
+
+/// Where the key that the parser refused as nested too deep begins, when `message` is
+/// that refusal: the parser says "recursion limit" without a place when a table header
+/// or a dotted key has too many parts, so the line whose key has the most parts is
+/// found here. (Inline tables and arrays nested too deep come with their place.)
+fn too_deep(text: &str, message: &str) -> Option<usize> {
+    if message != "recursion limit" {
+        return None;
+    }
+    let mut offset = 0;
+    let mut deepest = (0, None);
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let key = match trimmed.strip_prefix('[') {
+            Some(header) => header.split(']').next(),
+            None => trimmed.split_once('=').map(|(key, _)| key),
+        };
+        let parts = key.map_or(0, |key| key.split('.').count());
+        if parts > deepest.0 {
+            deepest = (parts, Some(offset + line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    deepest.1
+}
+
 fn name_the_duplicate(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> String {
     let name = span
         .filter(|_| message.starts_with("duplicate"))

@@ -372,6 +372,27 @@ fn syntax_errors_give_line_and_column() {
 }
 
 #[test]
+fn keys_and_tables_nested_100_levels_deep_are_refused_with_their_line() {
+    let dotted = vec!["a"; 100].join(".");
+    let header = format!("target_percent = 50\n\n[{dotted}]\nx = 1\n");
+    let e = error(&header);
+    assert_eq!(e.position(), Some(Position { line: 3, column: 1 }), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("gpufill.toml:3:1: key nested too deep"),
+        "{e}"
+    );
+    let e = error(&format!("target_percent = 50\n  {dotted} = 1\n"));
+    assert_eq!(e.position(), Some(Position { line: 2, column: 3 }), "{e}");
+    // Inline tables and arrays nested as deep: the parser gives their place itself.
+    for (open, close) in [("{b = ", "}"), ("[", "]")] {
+        let value = format!("{}1{}", open.repeat(100), close.repeat(100));
+        let e = error(&format!("target_percent = 50\na = {value}\n"));
+        assert_eq!(e.position().map(|p| p.line), Some(2), "{e}");
+    }
+}
+
+#[test]
 fn error_messages_read_file_line_column_key_reason() {
     assert_eq!(
         error("[load]\nwidth_blocks = 0\n").to_string(),

@@ -11,6 +11,9 @@
 //!   health probe, which sends its whole head at once, from being answered at once;
 //!   only when even the threads of evicted connections reach twice the limit is a
 //!   newcomer answered `503`;
+//! - **health probes first**: a `/healthz` or `/health` probe whose whole head has
+//!   arrived when it is accepted is answered by the acceptor, before it needs a slot,
+//!   and one evicted after its head arrived is answered all the same;
 //! - **one deadline per request**: the head must arrive within
 //!   [`ServerSettings::request_deadline`] (2 s) in total, however it trickles in (the read
 //!   timeout shrinks to what is left of the deadline before each read), else `408`; the
@@ -274,6 +277,9 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
+        if answer_probe_at_once(&stream, shared.exposition.as_ref()) {
+            continue;
+        }
         let Some(slot) = shared.slots.take(&stream) else {
             debug!(
                 "metrics: {} connections and as many ending already, answering 503",
@@ -297,6 +303,57 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             debug!("metrics: cannot start a connection thread: {e}");
         }
     }
+}
+
+/// Answers a health probe from the acceptor, before it needs a slot, when its whole
+/// head (and nothing after it) has arrived by the time it is accepted, as a probe's
+/// has under load, when connections wait to be accepted: a flood of slow clients can
+/// then neither take its slot nor have it refused `503`. Only looks at what has
+/// arrived, never waits: anything else (a head still arriving, another path) goes on
+/// to a slot. Returns whether it answered.
+fn answer_probe_at_once(stream: &TcpStream, exposition: &dyn Exposition) -> bool {
+    let mut buf = [0u8; 1024];
+    let peeked = stream
+        .set_nonblocking(true)
+        .and_then(|()| stream.peek(&mut buf));
+    if stream.set_nonblocking(false).is_err() {
+        return false;
+    }
+    let Ok(arrived) = peeked else {
+        return false;
+    };
+    let Some(request) = whole_head(&buf[..arrived]).filter(is_probe) else {
+        return false;
+    };
+    let (response, head_only, extra) = route(&request, exposition);
+    let mut stream = stream;
+    // The head is read, not only peeked, so that closing sends no reset; it is there.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    if stream.read_exact(&mut buf[..arrived]).is_ok() {
+        let _ = stream.write_all(&response.bytes(head_only, extra));
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+    true
+}
+
+/// The request in `bytes` if they are exactly one whole, acceptable head.
+fn whole_head(bytes: &[u8]) -> Option<Request> {
+    let mut parser = HeadParser::default();
+    for (i, byte) in bytes.iter().enumerate() {
+        match parser.feed(std::slice::from_ref(byte)) {
+            Feed::NeedMore => {}
+            Feed::Done(request) => return (i + 1 == bytes.len()).then_some(request),
+            Feed::Refused(_) => return None,
+        }
+    }
+    None
+}
+
+/// Whether `request` is a health probe: `/healthz` or `/health`, by GET or HEAD.
+fn is_probe(request: &Request) -> bool {
+    matches!(request.method.as_str(), "GET" | "HEAD")
+        && matches!(request.path.as_str(), "/healthz" | "/health")
 }
 
 /// Answers `503` from the acceptor without reading: the response fits any socket
@@ -379,7 +436,10 @@ fn handle(mut stream: TcpStream, shared: &Shared, slot: &Slot) -> io::Result<()>
     let settings = shared.settings;
     let deadline = Instant::now() + settings.request_deadline;
     let head = read_head(&mut stream, deadline, settings.max_head_bytes)?;
-    let (response, head_only, extra): (Response, bool, &[&str]) = if slot.evicted() {
+    // A probe whose head had arrived whole is answered even when evicted: eviction shuts
+    // only our reading down, and it is the probes that eviction makes room for.
+    let probe = matches!(&head, Head::Complete(request) if is_probe(request));
+    let (response, head_only, extra): (Response, bool, &[&str]) = if slot.evicted() && !probe {
         // A newcomer took the slot while this head was still arriving.
         let why = "request head too slow while the server is busy\n";
         (Response::text(408, why.into()), false, &[])

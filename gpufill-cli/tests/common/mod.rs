@@ -37,6 +37,45 @@ pub fn bin() -> std::process::Command {
     cmd
 }
 
+/// The NVIDIA driver hidden, so that a test of what gpufill does without one runs on a
+/// machine with one too: `gpufill-cuda/tests/no-driver/no_driver.c`, built here with `cc`
+/// (the linker cargo itself uses) and preloaded, makes every `dlopen` of libcuda and
+/// libnvidia-ml fail as a missing library does.
+pub struct NoDriver {
+    preload: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NoDriver {
+    /// Builds the preload library.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let preload = dir.path().join("no_driver.so");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../gpufill-cuda/tests/no-driver/no_driver.c");
+        let out = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&preload)
+            .arg(source)
+            .arg("-ldl")
+            .output()
+            .expect("cc, the linker cargo uses, runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        NoDriver { preload, _dir: dir }
+    }
+
+    /// The `gpufill` binary under test, with the driver hidden from it.
+    pub fn gpufill(&self) -> Command {
+        let mut cmd = gpufill();
+        cmd.env("LD_PRELOAD", &self.preload);
+        cmd
+    }
+}
+
 /// `/dev/full` opened for writing: every write fails with ENOSPC.
 pub fn dev_full() -> File {
     std::fs::OpenOptions::new()

@@ -521,3 +521,44 @@ fn healthz_answers_within_a_second_while_40_slow_clients_and_a_flood_hold_the_en
     );
     assert!(flooded > 100, "the flood was served too: {flooded}");
 }
+
+#[test]
+fn every_health_probe_is_answered_while_50_slow_clients_a_slot_hold_the_endpoint() {
+    // 4 slots and 200 slow clients: as 2,000 against the default 32, where 2 of 277
+    // probes failed (one 408, one 503) before probes were answered first.
+    let settings = ServerSettings {
+        max_connections: 4,
+        ..ServerSettings::default()
+    };
+    let (addr, _) = closure_server(settings);
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow: Vec<_> = (0..200)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || slow_client(addr, stop))
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500)); // every slot taken by now
+    let mut failed = Vec::new();
+    for (i, path) in ["/healthz", "/health"].iter().cycle().take(100).enumerate() {
+        let request = format!("GET {path} HTTP/1.1\r\n\r\n");
+        match timed_get(addr, &request, Duration::from_secs(2)) {
+            Some((out, took))
+                if out.starts_with("HTTP/1.1 200 ") && took < Duration::from_secs(1) => {}
+            got => failed.push((
+                i,
+                got.map(|(out, took)| (out.lines().next().map(str::to_owned), took)),
+            )),
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 100 probes failed: {failed:?}",
+        failed.len()
+    );
+}
