@@ -65,12 +65,12 @@ fn run_with(
     start: impl Fn(Settings, AgentOptions) -> Result<Agent, AgentError>,
 ) -> anyhow::Result<()> {
     // A daemon that is quitting is left before any CUDA call can join it.
-    if follows_mps(&config.to_settings()) {
-        if let Some(plan) = follow::leave_at_start() {
-            info!("{}", plan.message);
-            let e = restart_command(std::env::args_os(), &plan.env).exec();
-            return Err(e).context("cannot execute gpufill again to leave MPS");
-        }
+    if follows_mps(&config.to_settings())
+        && let Some(plan) = follow::leave_at_start()
+    {
+        info!("{}", plan.message);
+        let e = restart_command(std::env::args_os(), &plan.env).exec();
+        return Err(e).context("cannot execute gpufill again to leave MPS");
     }
     // Signals first: a SIGINT, SIGTERM or SIGHUP during NVML's start-up and the GPU
     // listing must not kill the daemon.
@@ -129,25 +129,26 @@ fn run_with(
         systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
         log_health_changes(&mut known_sick, down_of(lives));
         reload_step(&mut reloader, &agent);
-        if restart.is_none() && follows_mps(&agent.settings()) {
-            if let Some(change) = mps.poll(Instant::now(), gpufill_runtime::mps::look) {
-                restart = Some(restart_plan(change));
-                agent.stop();
-            }
+        if restart.is_none()
+            && follows_mps(&agent.settings())
+            && let Some(change) = mps.poll(Instant::now(), gpufill_runtime::mps::look)
+        {
+            restart = Some(restart_plan(change));
+            agent.stop();
         }
-        if let Some((_, since)) = &restart {
-            if since.elapsed() > RESTART_WAIT {
-                warn!(
-                    "a worker did not stop within {} s (a CUDA call its MPS server will not \
+        if let Some((_, since)) = &restart
+            && since.elapsed() > RESTART_WAIT
+        {
+            warn!(
+                "a worker did not stop within {} s (a CUDA call its MPS server will not \
                      answer?): starting afresh anyway",
-                    RESTART_WAIT.as_secs()
-                );
-                // The exec ends every thread; the lock files close with it (close-on-exec).
-                let env = restart.map(|(plan, _)| plan.env).unwrap_or_default();
-                systemd.reloading();
-                let e = restart_command(std::env::args_os(), &env).exec();
-                return Err(e).context("cannot execute gpufill again to follow MPS");
-            }
+                RESTART_WAIT.as_secs()
+            );
+            // The exec ends every thread; the lock files close with it (close-on-exec).
+            let env = restart.map(|(plan, _)| plan.env).unwrap_or_default();
+            systemd.reloading();
+            let e = restart_command(std::env::args_os(), &env).exec();
+            return Err(e).context("cannot execute gpufill again to follow MPS");
         }
         thread::sleep(POLL);
     }

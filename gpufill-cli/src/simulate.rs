@@ -160,9 +160,9 @@ impl Setup {
             }
             None => None,
         };
-        let mps = args.mps.then(|| {
-            MpsFollower::new(SimDaemon::new(args.mps_quit_at.map(Time::from_secs_f64)))
-        });
+        let mps = args
+            .mps
+            .then(|| MpsFollower::new(SimDaemon::new(args.mps_quit_at.map(Time::from_secs_f64))));
         Ok(Setup {
             sim,
             stop,
