@@ -292,6 +292,11 @@ pub struct SimulateArgs {
     /// Simulate an MPS server (kernels of different processes run together).
     #[arg(long)]
     pub mps: bool,
+    /// With --mps: the MPS control daemon is told to quit at this second. gpufill
+    /// leaves it as `run` does (at its next looks), fills on without MPS under its
+    /// yield policy, and the daemon exits once its last client has gone.
+    #[arg(long, value_name = "SECS", requires = "mps", value_parser = Number)]
+    pub mps_quit_at: Option<f64>,
     /// Simulate gpufill inside a PID namespace of its own (a container without
     /// hostPID): foreign jobs are not listed; device memory, utilization and
     /// per-process samples (late, as measured: docs/benchmarks.md) still show them.

@@ -8,6 +8,14 @@
 //! the daemon, or none, as any start does, and claims its GPUs afresh
 //! ([`gpufill_runtime::claim_all`]): the old image's claims are released before the
 //! exec, so its own lock never refuses it.
+//!
+//! It leaves a daemon that was told to quit (its clients keep it waiting), or whose
+//! server died twice within a minute, the same way, running again without MPS
+//! ([`follow`]); and starts afresh as a client when its MPS server died once. A worker
+//! that does not stop within [`RESTART_WAIT`] (a CUDA call that its dead server never
+//! answers) does not hold that up: the exec ends it.
+
+mod follow;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -20,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use gpufill_runtime::for_the_binary::down_of;
-use gpufill_runtime::mps::DaemonWatch;
+use gpufill_runtime::mps::{Change, DaemonWatch};
 use gpufill_runtime::{
     Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings,
 };
@@ -56,6 +64,14 @@ fn run_with(
     claim_dir: &Path,
     start: impl Fn(Settings, AgentOptions) -> Result<Agent, AgentError>,
 ) -> anyhow::Result<()> {
+    // A daemon that is quitting is left before any CUDA call can join it.
+    if follows_mps(&config.to_settings())
+        && let Some(plan) = follow::leave_at_start()
+    {
+        info!("{}", plan.message);
+        let e = restart_command(std::env::args_os(), &plan.env).exec();
+        return Err(e).context("cannot execute gpufill again to leave MPS");
+    }
     // Signals first: a SIGINT, SIGTERM or SIGHUP during NVML's start-up and the GPU
     // listing must not kill the daemon.
     let stop = Arc::new(AtomicBool::new(false));
@@ -93,8 +109,11 @@ fn run_with(
     let mut process = metrics::this_process(gpufill_runtime::pid_view());
     process.mps_client = agent.mps();
     endpoint.serve(agent.registry(), process)?;
-    let mut mps = DaemonWatch::new(agent.mps());
-    let mut restart = None;
+    let mut mps = match gpufill_runtime::mps::left() {
+        Some(left) => DaemonWatch::having_left(left.daemon),
+        None => DaemonWatch::new(agent.mps()),
+    };
+    let mut restart: Option<(follow::Plan, Instant)> = None;
     let registry = agent.registry();
     let mut known_sick = Vec::new();
     let mut health = Health::default();
@@ -110,12 +129,26 @@ fn run_with(
         systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
         log_health_changes(&mut known_sick, down_of(lives));
         reload_step(&mut reloader, &agent);
-        if restart.is_none() && follows_mps(&agent.settings()) {
-            restart = mps.poll(Instant::now(), gpufill_runtime::mps::daemon);
-            if let Some(running) = restart {
-                info!("{}", mps_change(running));
-                agent.stop();
-            }
+        if restart.is_none()
+            && follows_mps(&agent.settings())
+            && let Some(change) = mps.poll(Instant::now(), gpufill_runtime::mps::look)
+        {
+            restart = Some(restart_plan(change));
+            agent.stop();
+        }
+        if let Some((_, since)) = &restart
+            && since.elapsed() > RESTART_WAIT
+        {
+            warn!(
+                "a worker did not stop within {} s (a CUDA call its MPS server will not \
+                     answer?): starting afresh anyway",
+                RESTART_WAIT.as_secs()
+            );
+            // The exec ends every thread; the lock files close with it (close-on-exec).
+            let env = restart.map(|(plan, _)| plan.env).unwrap_or_default();
+            systemd.reloading();
+            let e = restart_command(std::env::args_os(), &env).exec();
+            return Err(e).context("cannot execute gpufill again to follow MPS");
         }
         thread::sleep(POLL);
     }
@@ -128,12 +161,17 @@ fn run_with(
     // released here, before any exec, so the new image claims the GPUs as any start
     // does and is not refused by this image's lock. (The descriptors are close-on-exec
     // besides, so an exec could never carry a lock over by mistake.)
-    agent.join()?;
-    if restart.is_some() && !stop.load(Ordering::Relaxed) {
+    let joined = agent.join();
+    if let Some((plan, _)) = restart.filter(|_| !stop.load(Ordering::Relaxed)) {
+        // A worker that failed on its way out (its MPS server gone) is no reason to stay.
+        if let Err(e) = joined {
+            warn!("{e}");
+        }
         info!("every GPU left idle; starting afresh");
-        let e = restart_command(std::env::args_os()).exec();
+        let e = restart_command(std::env::args_os(), &plan.env).exec();
         return Err(e).context("cannot execute gpufill again to follow MPS");
     }
+    joined?;
     info!("stopped; every GPU left idle");
     Ok(())
 }
@@ -270,31 +308,39 @@ fn reload_step(reloader: &mut Reloader, agent: &Agent) {
     }
 }
 
-/// The log line of a daemon that started (`running`) or stopped.
-fn mps_change(running: bool) -> String {
-    let dir = gpufill_runtime::mps::pipe_directory();
-    if running {
-        format!(
-            "MPS control daemon started ({}): restarting to become its client",
-            dir.display()
-        )
-    } else {
-        format!(
-            "MPS control daemon stopped ({}): restarting without MPS; the yield policy applies again",
-            dir.display()
-        )
+/// How long a fresh start to follow MPS waits for the workers to stop before it goes
+/// ahead without them.
+const RESTART_WAIT: Duration = Duration::from_secs(4);
+
+/// The plan for `change` (logged now), and when it was made.
+fn restart_plan(change: Change) -> (follow::Plan, Instant) {
+    let plan = follow::plan(change, &follow::Standing::current(), follow::unix_now());
+    match change {
+        Change::Quitting(_) | Change::ServerLost(_) => warn!("{}", plan.message),
+        Change::Started | Change::Stopped => info!("{}", plan.message),
     }
+    (plan, Instant::now())
 }
 
-/// This program again, with `args` (its own, `argv[0]` first): `/proc/self/exe`, the
-/// image running now even if its file was replaced, under its `argv[0]`.
-fn restart_command(args: impl IntoIterator<Item = OsString>) -> Command {
+/// This program again, with `args` (its own, `argv[0]` first) and its environment
+/// changed as `env` says: `/proc/self/exe`, the image running now even if its file was
+/// replaced, under its `argv[0]`.
+fn restart_command(
+    args: impl IntoIterator<Item = OsString>,
+    env: &[(&'static str, Option<OsString>)],
+) -> Command {
     let mut args = args.into_iter();
     let mut command = Command::new("/proc/self/exe");
     if let Some(zero) = args.next() {
         command.arg0(zero);
     }
     command.args(args);
+    for (name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
     command
 }
 
@@ -487,22 +533,29 @@ mod tests {
     #[test]
     fn the_restart_runs_this_image_with_the_same_arguments() {
         let args = ["gpufill", "run", "--metrics", "127.0.0.1:9401", "-v"].map(OsString::from);
-        let command = restart_command(args);
+        let env = [("A", Some(OsString::from("1"))), ("B", None)];
+        let command = restart_command(args, &env);
         assert_eq!(command.get_program(), "/proc/self/exe");
         let got: Vec<_> = command.get_args().collect();
         assert_eq!(got, ["run", "--metrics", "127.0.0.1:9401", "-v"]);
+        let envs: Vec<_> = command.get_envs().collect();
+        assert_eq!(
+            envs,
+            [
+                (std::ffi::OsStr::new("A"), Some(std::ffi::OsStr::new("1"))),
+                (std::ffi::OsStr::new("B"), None)
+            ]
+        );
     }
 
     #[test]
-    fn only_auto_follows_the_daemon_and_the_log_says_which_way() {
+    fn only_auto_follows_the_daemon() {
         let mut settings = Settings::default();
         assert!(follows_mps(&settings), "auto is the default");
         settings.yielding.mps = MpsChoice::On;
         assert!(!follows_mps(&settings));
         settings.yielding.mps = MpsChoice::Off;
         assert!(!follows_mps(&settings));
-        assert!(mps_change(true).contains("restarting to become its client"));
-        assert!(mps_change(false).contains("the yield policy applies again"));
     }
 
     /// `gpufill run ARGS` as parsed and resolved from the command line.
@@ -665,7 +718,7 @@ mod tests {
         } else {
             std::mem::forget(agent);
         }
-        let e = restart_command(std::env::args_os())
+        let e = restart_command(std::env::args_os(), &[])
             .env(EXEC_PHASE, "after")
             .exec();
         panic!("cannot execute again: {e}");

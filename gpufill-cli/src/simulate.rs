@@ -18,8 +18,8 @@ use gpufill_runtime::{
 };
 use gpufill_sim::{
     Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, HostJitter, LongRunStats,
-    MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
-    with_launch_settings,
+    MAX_RANDOM_JOBS_PER_HOUR, MpsFollower, Period, SimConfig, SimDaemon, SimGpu, Simulation,
+    tracking, with_launch_settings,
 };
 
 use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs, TrainingSpec};
@@ -101,6 +101,9 @@ pub struct Setup {
     csv: Option<(BufWriter<File>, PathBuf)>,
     sm: bool,
     start_time: TimeOfDay,
+    /// With `--mps`: the simulated daemon, as gpufill follows it.
+    mps: Option<MpsFollower>,
+    sm_count: u32,
 }
 
 impl Setup {
@@ -115,6 +118,7 @@ impl Setup {
         crate::run::register_stop(&stop)?;
         let settings = config.to_settings();
         let sim_cfg = sim_config(args, &settings);
+        let sim_cfg_sm_count = sim_cfg.sm_count;
         let sm = settings.metric == Metric::Sm;
         let recipe = settings.loop_settings(sim_cfg.sm_count, args.mps);
         let sim = Simulation::with_gpu(SimGpu::new(sim_cfg), sm, &recipe, settings.tick());
@@ -156,6 +160,9 @@ impl Setup {
             }
             None => None,
         };
+        let mps = args
+            .mps
+            .then(|| MpsFollower::new(SimDaemon::new(args.mps_quit_at.map(Time::from_secs_f64))));
         Ok(Setup {
             sim,
             stop,
@@ -165,6 +172,8 @@ impl Setup {
             csv,
             sm,
             start_time,
+            mps,
+            sm_count: sim_cfg_sm_count,
         })
     }
 
@@ -193,6 +202,19 @@ impl Setup {
             )?;
         }
         Ok(())
+    }
+
+    /// Follows the simulated MPS daemon at `now`: once it is told to quit, our loop
+    /// leaves it and starts afresh without MPS, as `gpufill run` restarts.
+    fn follow_mps(&mut self, now: Time) {
+        let Some(follower) = self.mps.as_mut() else {
+            return;
+        };
+        if follower.leaves_at(self.sim.gpu(), now) {
+            let recipe = self.settings.loop_settings(self.sm_count, false);
+            self.sim.restart_without_mps(self.sm, &recipe);
+            self.steering.set_mps(false);
+        }
     }
 
     fn reload(&mut self) {
@@ -335,6 +357,7 @@ pub fn drive(
         }
         setup.reload();
         let now = setup.sim.now();
+        setup.follow_mps(now);
         churn.before_tick(&setup.sim);
         setup.steering.before_step(setup.sim.fill_mut(), now);
         let mut stepped = None;
@@ -400,6 +423,9 @@ pub fn report(
     args: &SimulateArgs,
 ) -> anyhow::Result<()> {
     summarize(out, &setup.sim, recorded, args, setup.sm).context(STDOUT)?;
+    if let Some(follower) = setup.mps.as_ref() {
+        write_mps(out, follower).context(STDOUT)?;
+    }
     if args.random_foreign.is_some() || args.duration > 3600.0 {
         write_long_run(out, &recorded.churn, &recorded.hours).context(STDOUT)?;
     }
@@ -407,6 +433,26 @@ pub fn report(
         bail!("the simulated loop stopped at {:.2} s", at.as_secs_f64());
     }
     Ok(())
+}
+
+/// What became of the simulated MPS daemon told to quit, and of our client.
+fn write_mps(out: &mut dyn Write, follower: &MpsFollower) -> std::io::Result<()> {
+    let Some(quit) = follower.daemon().quit_at() else {
+        return Ok(());
+    };
+    let secs = |t: Option<Time>| {
+        t.map_or_else(
+            || "not within the run".to_owned(),
+            |t| format!("at {:.2} s", t.as_secs_f64()),
+        )
+    };
+    writeln!(
+        out,
+        "MPS: daemon told to quit at {:.2} s; gpufill left it {} (then without MPS, under its yield policy); the daemon exited {}",
+        quit.as_secs_f64(),
+        secs(follower.left_at()),
+        secs(follower.daemon().gone_at()),
+    )
 }
 
 fn write_long_run(

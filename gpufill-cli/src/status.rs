@@ -79,6 +79,10 @@ fn mps_line(pipe: &Path, daemon: &Daemon) -> String {
             "MPS: a control daemon runs ({pipe}): its clients (marked) share the SMs; the other \
              processes time-slice with them"
         ),
+        Daemon::Quitting => format!(
+            "MPS: a control daemon was told to quit ({pipe}): it waits for its clients (marked) \
+             to exit; the other processes time-slice with them"
+        ),
         Daemon::Absent => format!("MPS: no control daemon ({pipe}): processes time-slice"),
         Daemon::Untrusted(why) => format!(
             "MPS: not trusted as a control daemon ({}): processes time-slice",
@@ -100,6 +104,7 @@ fn no_driver_json(error: &anyhow::Error) -> Value {
 fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[GpuInfo]) -> Value {
     let (state, reason) = match daemon {
         Daemon::Running => ("running", None),
+        Daemon::Quitting => ("quitting", None),
         Daemon::Absent => ("absent", None),
         Daemon::Untrusted(why) => ("untrusted", Some(why.as_str())),
     };
@@ -253,6 +258,7 @@ mod tests {
                 .contains("(/run/nvidia-mps): its clients (marked) share the SMs")
         );
         assert!(mps_line(pipe, &Daemon::Absent).ends_with("processes time-slice"));
+        assert!(mps_line(pipe, &Daemon::Quitting).contains("told to quit"));
         assert!(mps_line(pipe, &Daemon::Untrusted("x is a link".into())).contains("x is a link"));
     }
 

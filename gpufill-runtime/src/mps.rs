@@ -34,12 +34,48 @@
 //! in the driver API's error codes). A new context in the same process cannot change
 //! it: a gpufill that follows the daemon starts afresh ([`DaemonWatch`]; the binary
 //! executes itself again).
+//!
+//! # Leaving a daemon that quits, or whose server died
+//!
+//! `quit` makes the control daemon wait until its clients have exited; MPS offers a
+//! client no call that says a quit is pending. What the daemon does show is its control
+//! log, `control.log` in its `CUDA_MPS_LOG_DIRECTORY` (default `/var/log/nvidia-mps`):
+//! every command typed at `nvidia-cuda-mps-control` is written there as `Cmd:` and the
+//! command, on a line headed with the daemon's PID (`[date time Control PID] Cmd:quit`,
+//! the format of NVIDIA's "Control Log" appendix, where `Cmd:get_server_list` is logged
+//! the same way). So a daemon is [`Daemon::Quitting`] once its log holds `Cmd:quit` from
+//! the PID its PID file names ([`quit_pending`]); the log is trusted only as the PID
+//! file is (a regular file of root or ours), and only its last [`LOG_TAIL`] bytes are
+//! read. Its directory is the daemon's own (its `/proc/PID/environ`), else ours, else
+//! the default ([`log_directory`]).
+//!
+//! A client must leave for the quit to end, and only a new process can: gpufill then
+//! starts afresh as a process that has [`Left`] that daemon, whose CUDA finds no daemon
+//! ([`NO_DAEMON`] as its pipe directory: "If the connection attempt fails, the program
+//! continues to run as it normally would without MPS", nvidia-cuda-mps-control(1)). It
+//! fills without MPS, under its yield policy, and follows the next daemon, one of
+//! another PID, as any process that is not a client does.
+//!
+//! The MPS server (`nvidia-cuda-mps-server`) is a child of the control daemon. Killed,
+//! it takes its clients' contexts with it: the driver documents
+//! `CUDA_ERROR_MPS_CLIENT_TERMINATED` as "the process must be terminated and
+//! relaunched", and a client's calls may fail otherwise or not return. So [`DaemonWatch`]
+//! also watches the daemon's child of our user ([`server_of`]): once the server we
+//! had is gone, gpufill starts afresh and the daemon starts a new one for it; a second
+//! loss within [`SERVER_LOST_WINDOW`] leaves the daemon instead, so that a server that
+//! keeps dying cannot make a restart loop.
+
+mod quit;
+mod watch;
+
+pub use quit::{is_server, log_directory, quit_pending, server_of};
+pub use watch::{Change, DaemonWatch, Seen};
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Symbolic links followed on the way to the endpoint, at most.
 const MAX_LINKS: usize = 8;
@@ -52,23 +88,99 @@ pub const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// See [`WATCH_EVERY`].
 pub const WATCH_CONFIRM: u32 = 2;
 
+/// The daemon's log in its log directory ([`log_directory`]).
+pub const CONTROL_LOG: &str = "control.log";
+
+/// How much of the end of the control log [`quit_pending`] reads: a quit is among the
+/// last lines the daemon writes, and a long-lived daemon's log grows without bound.
+pub const LOG_TAIL: u64 = 64 * 1024;
+
+/// The pipe directory a process that has [`Left`] a daemon gives its CUDA: a path under
+/// which nothing can be created, so no daemon is ever found there.
+pub const NO_DAEMON: &str = "/dev/null";
+
+/// The variable that says this process has left an MPS daemon ([`Left`]).
+pub const LEFT_VAR: &str = "GPUFILL_MPS_LEFT";
+
+/// The variable that holds when this process's MPS server was last lost (Unix seconds).
+pub const SERVER_LOST_VAR: &str = "GPUFILL_MPS_SERVER_LOST";
+
+/// A second loss of the MPS server within this time of the first leaves the daemon
+/// instead of joining it again.
+pub const SERVER_LOST_WINDOW: Duration = Duration::from_secs(60);
+
 /// What a pipe directory shows of an MPS control daemon.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Daemon {
     /// A daemon runs: CUDA processes started now become its clients.
     Running,
+    /// A daemon runs that was told to quit: it waits for its clients to exit
+    /// ([`quit_pending`]).
+    Quitting,
     /// None: no endpoint, or one its daemon left behind when it stopped.
     Absent,
     /// Something is there that is not trusted as a daemon, and why.
     Untrusted(String),
 }
 
-/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`): where CUDA clients look.
+/// `$CUDA_MPS_PIPE_DIRECTORY` (default `/tmp/nvidia-mps`): where CUDA clients look; in
+/// a process that has [`Left`] a daemon, the directory it left, which it still watches.
 pub fn pipe_directory() -> PathBuf {
-    std::env::var_os("CUDA_MPS_PIPE_DIRECTORY")
+    let chosen = match left() {
+        Some(left) => left.pipe_directory,
+        None => std::env::var_os("CUDA_MPS_PIPE_DIRECTORY"),
+    };
+    chosen
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| "/tmp/nvidia-mps".into())
         .into()
+}
+
+/// Where this process stands, when it has left an MPS daemon: started afresh because
+/// that daemon was quitting or its server kept dying, its CUDA pointed at
+/// [`NO_DAEMON`]. Read from [`LEFT_VAR`], `PID` or `PID:DIRECTORY`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Left {
+    /// The PID of the daemon left; a daemon of another PID is followed again.
+    pub daemon: u32,
+    /// `CUDA_MPS_PIPE_DIRECTORY` as it was before (none: unset), to give back to CUDA
+    /// when a new daemon is followed.
+    pub pipe_directory: Option<OsString>,
+}
+
+impl Left {
+    /// Parses [`LEFT_VAR`]'s value.
+    pub fn parse(value: &std::ffi::OsStr) -> Option<Left> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = value.as_bytes();
+        let (pid, dir) = match bytes.iter().position(|b| *b == b':') {
+            Some(at) => (&bytes[..at], Some(&bytes[at + 1..])),
+            None => (bytes, None),
+        };
+        let daemon = std::str::from_utf8(pid).ok()?.parse().ok()?;
+        let pipe_directory = dir
+            .filter(|d| !d.is_empty())
+            .map(|d| std::ffi::OsStr::from_bytes(d).to_os_string());
+        Some(Left {
+            daemon,
+            pipe_directory,
+        })
+    }
+
+    /// [`LEFT_VAR`]'s value for this.
+    pub fn to_value(&self) -> OsString {
+        let mut value = OsString::from(self.daemon.to_string());
+        if let Some(dir) = &self.pipe_directory {
+            value.push(":");
+            value.push(dir);
+        }
+        value
+    }
+}
+
+/// This process's [`Left`], from [`LEFT_VAR`].
+pub fn left() -> Option<Left> {
+    std::env::var_os(LEFT_VAR).and_then(|v| Left::parse(&v))
 }
 
 /// What [`pipe_directory`] shows now, to the user we run as ([`daemon_in`]).
@@ -82,9 +194,18 @@ pub fn daemon() -> Daemon {
 /// Whether an MPS control daemon runs ([`daemon`]); logs why something there is not
 /// trusted.
 pub fn daemon_running() -> bool {
+    if let Some(left) = left() {
+        tracing::info!(
+            "left the MPS control daemon {} ({}): filling without MPS until another starts",
+            left.daemon,
+            pipe_directory().display()
+        );
+        return false;
+    }
     match daemon() {
         Daemon::Running => true,
-        Daemon::Absent => false,
+        // A quitting daemon takes no new clients for long: it is going.
+        Daemon::Quitting | Daemon::Absent => false,
         Daemon::Untrusted(why) => {
             tracing::warn!("not trusted as an MPS control daemon: {why}");
             false
@@ -94,98 +215,86 @@ pub fn daemon_running() -> bool {
 
 /// What `dir` shows to the user `euid`: a trusted endpoint ([`control_pipe_in`]) with
 /// its daemon's PID file beside it, naming a running `nvidia-cuda-mps-control` where
-/// `host_pids` says this process sees the host's PIDs (see the module docs).
+/// `host_pids` says this process sees the host's PIDs (see the module docs), quitting
+/// where its control log says so ([`quit_pending`]).
 pub fn daemon_in(dir: &Path, euid: u32, host_pids: bool) -> Daemon {
+    seen_in(dir, euid, host_pids, None).daemon
+}
+
+/// What [`pipe_directory`] shows now, to the user we run as ([`seen_in`]), our MPS
+/// server `known` so far.
+pub fn look(known: Option<u32>) -> Seen {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let host = gpufill_nvml::pid_view() == gpufill_core::PidView::Host;
+    seen_in(&pipe_directory(), euid, host, known)
+}
+
+/// [`daemon_in`], with the daemon's PID and, where it runs, its MPS server of `euid`
+/// (`known` if still there: [`server_of`]).
+pub fn seen_in(dir: &Path, euid: u32, host_pids: bool, known: Option<u32>) -> Seen {
+    let (daemon, pid) = match running_pid(dir, euid, host_pids) {
+        Ok(pid) => (Daemon::Running, Some(pid)),
+        Err(daemon) => (daemon, None),
+    };
+    let Some(pid) = pid else {
+        return Seen {
+            daemon,
+            pid,
+            server: None,
+        };
+    };
+    let daemon = if quit_pending(&log_directory(pid), pid, euid) {
+        Daemon::Quitting
+    } else {
+        Daemon::Running
+    };
+    Seen {
+        daemon,
+        pid: Some(pid),
+        server: server_of(pid, euid, known),
+    }
+}
+
+/// The PID of the daemon `dir` shows as running, or what it shows instead.
+fn running_pid(dir: &Path, euid: u32, host_pids: bool) -> Result<u32, Daemon> {
     let control = dir.join("control");
     if let Some(why) = untrusted_reason(&control, euid) {
         // Say why only where something is there: no MPS at all is the common case.
-        return if std::fs::symlink_metadata(&control).is_ok() {
+        return Err(if std::fs::symlink_metadata(&control).is_ok() {
             Daemon::Untrusted(why)
         } else {
             Daemon::Absent
-        };
+        });
     }
     let pid_file = dir.join(PID_FILE);
     let Ok(meta) = std::fs::symlink_metadata(&pid_file) else {
         // The endpoint of a daemon that stopped.
-        return Daemon::Absent;
+        return Err(Daemon::Absent);
     };
     if !meta.file_type().is_file() || !(meta.uid() == 0 || meta.uid() == euid) {
-        return Daemon::Untrusted(format!(
+        return Err(Daemon::Untrusted(format!(
             "{} is not a regular file of root or uid {euid}",
             pid_file.display()
-        ));
+        )));
     }
     let pid = std::fs::read_to_string(&pid_file)
         .ok()
         .and_then(|text| text.trim().parse::<u32>().ok())
         .filter(|pid| *pid > 0);
     let Some(pid) = pid else {
-        return Daemon::Untrusted(format!("{} holds no PID", pid_file.display()));
+        return Err(Daemon::Untrusted(format!(
+            "{} holds no PID",
+            pid_file.display()
+        )));
     };
     match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
         // `comm` is the executable's name cut to 15 bytes: "nvidia-cuda-mps".
-        Ok(comm) if comm.trim_end().starts_with("nvidia-cuda-mps") => Daemon::Running,
+        Ok(comm) if comm.trim_end().starts_with("nvidia-cuda-mps") => Ok(pid),
         // Its PID taken by another process: the daemon is gone.
-        Ok(_) => Daemon::Absent,
-        Err(_) if host_pids => Daemon::Absent,
-        Err(_) => Daemon::Running,
-    }
-}
-
-/// Follows the MPS control daemon while gpufill runs: says when it has started or
-/// stopped, against what this process began with (its CUDA contexts are clients of the
-/// daemon that ran then, or of none, for good: see the module docs). Looks at most
-/// every [`WATCH_EVERY`]; a change counts once [`WATCH_CONFIRM`] looks in a row agree,
-/// so a daemon caught between its endpoint and its PID file is not a change.
-#[derive(Debug)]
-pub struct DaemonWatch {
-    client: bool,
-    last: Option<Instant>,
-    differing: u32,
-    untrusted: Option<String>,
-}
-
-impl DaemonWatch {
-    /// A watch for a process whose contexts are MPS clients (`client`) or not.
-    pub fn new(client: bool) -> Self {
-        DaemonWatch {
-            client,
-            last: None,
-            differing: 0,
-            untrusted: None,
-        }
-    }
-
-    /// At `now`, looks with `look` if a look is due; returns whether a daemon runs once
-    /// that has differed from `client` (as it was made) on [`WATCH_CONFIRM`] looks in a
-    /// row (then this process should start afresh). An untrusted endpoint counts as no
-    /// daemon, and its reason is logged once.
-    pub fn poll(&mut self, now: Instant, look: impl FnOnce() -> Daemon) -> Option<bool> {
-        if self
-            .last
-            .is_some_and(|at| now.saturating_duration_since(at) < WATCH_EVERY)
-        {
-            return None;
-        }
-        self.last = Some(now);
-        let running = match look() {
-            Daemon::Running => true,
-            Daemon::Absent => false,
-            Daemon::Untrusted(why) => {
-                if self.untrusted.as_ref() != Some(&why) {
-                    tracing::warn!("not trusted as an MPS control daemon: {why}");
-                    self.untrusted = Some(why);
-                }
-                false
-            }
-        };
-        if running == self.client {
-            self.differing = 0;
-            return None;
-        }
-        self.differing += 1;
-        (self.differing >= WATCH_CONFIRM).then_some(running)
+        Ok(_) => Err(Daemon::Absent),
+        Err(_) if host_pids => Err(Daemon::Absent),
+        Err(_) => Ok(pid),
     }
 }
 
@@ -494,7 +603,11 @@ mod tests {
                 .unwrap();
             let sleep = String::from_utf8(sleep.stdout).unwrap();
             std::fs::copy(sleep.trim(), &bin).unwrap();
-            let process = Command::new(&bin).arg("60").spawn().unwrap();
+            let process = Command::new(&bin)
+                .arg("60")
+                .env("CUDA_MPS_LOG_DIRECTORY", dir)
+                .spawn()
+                .unwrap();
             wait_for_comm(process.id());
             std::fs::write(dir.join(PID_FILE), format!("{}\n", process.id())).unwrap();
             FakeDaemon {
@@ -547,6 +660,38 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_whose_control_log_has_its_quit_is_quitting_and_shows_its_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let euid = owner(dir.path());
+        let daemon = FakeDaemon::start(dir.path());
+        let pid = daemon.process.id();
+        let log = dir.path().join(CONTROL_LOG);
+        std::fs::write(&log, format!("[d t Control {pid:>5}] NEW UI\n")).unwrap();
+        let seen = seen_in(dir.path(), euid, true, None);
+        assert_eq!((seen.daemon, seen.pid), (Daemon::Running, Some(pid)));
+        // An old daemon's quit is not this one's.
+        std::fs::write(
+            &log,
+            format!("[d t Control 1] Cmd:quit\n[d t Control {pid}] NEW UI\n"),
+        )
+        .unwrap();
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Running);
+        std::fs::write(&log, format!("[d t Control {pid:>5}] Cmd:quit\n")).unwrap();
+        assert_eq!(daemon_in(dir.path(), euid, true), Daemon::Quitting);
+    }
+
+    #[test]
+    fn a_left_process_names_the_daemon_and_the_directory_it_left() {
+        let left = Left::parse(std::ffi::OsStr::new("42:/tmp/a:b")).unwrap();
+        assert_eq!(left.daemon, 42);
+        assert_eq!(left.pipe_directory, Some("/tmp/a:b".into()));
+        assert_eq!(Left::parse(&left.to_value()), Some(left));
+        let unset = Left::parse(std::ffi::OsStr::new("42")).unwrap();
+        assert_eq!(unset.pipe_directory, None);
+        assert_eq!(Left::parse(std::ffi::OsStr::new("x:/tmp")), None);
+    }
+
+    #[test]
     fn a_pid_file_naming_a_dead_or_other_process_is_no_daemon_where_host_pids_are_seen() {
         let dir = tempfile::tempdir().unwrap();
         let euid = owner(dir.path());
@@ -581,34 +726,6 @@ mod tests {
             daemon_in(dir.path(), owner(dir.path()), true),
             Daemon::Untrusted(why) if why.contains("not a FIFO or a socket")
         ));
-    }
-
-    #[test]
-    fn the_watch_reports_a_change_after_two_looks_a_second_apart_and_not_before() {
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        let mut watch = DaemonWatch::new(false);
-        assert_eq!(watch.poll(at(0), || Daemon::Absent), None);
-        // Not due yet: the look is not even taken.
-        assert_eq!(watch.poll(at(500), || panic!("looked too soon")), None);
-        assert_eq!(watch.poll(at(1000), || Daemon::Running), None, "one look");
-        assert_eq!(watch.poll(at(2000), || Daemon::Running), Some(true));
-        // A flicker resets the count.
-        let mut watch = DaemonWatch::new(false);
-        assert_eq!(watch.poll(at(0), || Daemon::Running), None);
-        assert_eq!(watch.poll(at(1000), || Daemon::Absent), None);
-        assert_eq!(watch.poll(at(2000), || Daemon::Running), None);
-        assert_eq!(watch.poll(at(3000), || Daemon::Running), Some(true));
-    }
-
-    #[test]
-    fn a_client_watch_reports_the_daemon_gone_and_an_untrusted_one_counts_as_gone() {
-        let start = Instant::now();
-        let at = |s: u64| start + Duration::from_secs(s);
-        let mut watch = DaemonWatch::new(true);
-        assert_eq!(watch.poll(at(0), || Daemon::Running), None);
-        assert_eq!(watch.poll(at(1), || Daemon::Untrusted("x".into())), None);
-        assert_eq!(watch.poll(at(2), || Daemon::Absent), Some(false));
     }
 
     #[test]

@@ -39,7 +39,7 @@ const STATES: [State; 5] = [
 ];
 
 /// The states of `gpufill_mps`, in order.
-pub(crate) const MPS_STATES: [&str; 2] = ["client", "none"];
+pub(crate) const MPS_STATES: [&str; 3] = ["client", "none", "left"];
 
 /// The PID views of `gpufill_pid_view`, in order.
 const PID_VIEWS: [PidView; 2] = [PidView::Host, PidView::Namespace];
@@ -181,6 +181,9 @@ pub struct Process {
     /// `gpufill_mps`: whether this process's CUDA contexts are clients of an MPS control
     /// daemon (one ran when it started: [`crate::mps`]).
     pub mps_client: bool,
+    /// `gpufill_mps`: whether this process has left an MPS control daemon that still
+    /// runs or quits ([`crate::mps::Left`]): it fills without MPS.
+    pub mps_left: bool,
 }
 
 impl Process {
@@ -201,6 +204,7 @@ impl Process {
             version,
             revision,
             mps_client: false,
+            mps_left: crate::mps::left().is_some(),
         }
     }
 }
@@ -416,6 +420,7 @@ mod tests {
             version: "1.2.3",
             revision: "0123456789ab",
             mps_client: false,
+            mps_left: false,
         }
     }
 
@@ -540,10 +545,17 @@ mod tests {
             mps_client: true,
             ..process()
         };
+        let left = Process {
+            mps_left: true,
+            ..process()
+        };
         for (p, series, ours, other) in [
             (process(), "gpufill_pid_view{view=", "namespace", "host"),
             (process(), "gpufill_mps{state=", "none", "client"),
-            (client, "gpufill_mps{state=", "client", "none"),
+            (client.clone(), "gpufill_mps{state=", "client", "none"),
+            (client, "gpufill_mps{state=", "client", "left"),
+            (left.clone(), "gpufill_mps{state=", "left", "none"),
+            (left, "gpufill_mps{state=", "left", "client"),
         ] {
             let text = render(&[], &p);
             let value = |v: &str| value_of(&text, &format!("{series}\"{v}\"}}"));

@@ -87,6 +87,12 @@ impl Steering {
         self.mps
     }
 
+    /// Says whether this loop's process is an MPS client now: a simulated run that
+    /// leaves its daemon goes on without MPS, as `gpufill run` does after restarting.
+    pub fn set_mps(&mut self, mps: bool) {
+        self.mps = mps;
+    }
+
     /// Takes new settings from `updates` at each tick (the newest, if several wait).
     pub fn with_updates(mut self, updates: Receiver<Arc<Settings>>) -> Self {
         self.updates = Some(updates);

@@ -213,6 +213,7 @@ fn gpus_chosen_by_index_and_uuid_carry_their_labels_into_snapshots_and_metrics()
         version: "0.1.0",
         revision: "test",
         mps_client: false,
+        mps_left: false,
     };
     let text = prometheus::render(&snapshots, &process);
     for (index, uuid) in labels {

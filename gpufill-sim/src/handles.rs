@@ -131,6 +131,26 @@ impl SimGpu {
         self.lock().shape
     }
 
+    /// How many foreign jobs listed at `t` a simulated MPS daemon counts as its clients:
+    /// all but those outside MPS (whether or not our process is still a client).
+    pub fn mps_clients(&self, t: Time) -> usize {
+        self.lock()
+            .cfg
+            .foreign
+            .iter()
+            .filter(|j| j.listed(t) && !j.outside_mps)
+            .count()
+    }
+
+    /// Our process leaves MPS: from now on its kernels take turns with every other
+    /// process's, in the bursts laid out without MPS (as `gpufill run` restarted
+    /// without MPS launches them).
+    pub fn leave_mps(&self) {
+        let mut m = self.lock();
+        m.cfg.mps = false;
+        m.cfg.mps_kernel = None;
+    }
+
     /// Adds a foreign job (for scenarios built as they go, such as long random runs).
     pub fn add_foreign(&self, job: ForeignJob) {
         self.lock().add_foreign(job);

@@ -153,6 +153,7 @@
 
 pub mod churn;
 mod config;
+mod daemon;
 mod gaps;
 mod handles;
 mod jitter;
@@ -168,6 +169,7 @@ pub use churn::{
     Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, check_random_jobs_per_hour,
 };
 pub use config::{SimConfig, SimError, SimReport};
+pub use daemon::{MpsFollower, SimDaemon};
 pub use handles::{SimGpu, SimLoad, SimProbe};
 pub use jitter::HostJitter;
 pub use job::{ForeignJob, ForeignReport};

@@ -58,6 +58,19 @@ impl Simulation {
         &mut self.fill
     }
 
+    /// Our process leaves MPS and starts afresh, as `gpufill run` does when its daemon
+    /// is told to quit: a new loop from `settings` (built for no MPS), reading SM
+    /// activity where `sm_metric` says, on the same GPU at the same time.
+    pub fn restart_without_mps(&mut self, sm_metric: bool, settings: &LoopSettings) {
+        self.gpu.leave_mps();
+        let probe = if sm_metric {
+            self.gpu.sm_probe()
+        } else {
+            self.gpu.probe()
+        };
+        self.fill = FillLoop::build(probe, self.gpu.load(), settings);
+    }
+
     /// Moves the virtual clock on to `t` without stepping the loop, so that its first
     /// step comes at `t`: what happened on the GPU before (a job that started first), it
     /// finds there. Does nothing once the clock is past `t`.

@@ -190,7 +190,7 @@ def sample(argv):
     if not m:
         print(json.dumps({"t": time.time(), "up": False}))
         return 0
-    mps = [s for s in ("client", "none") if m.get(f"gpufill_mps.{s}") == 1]
+    mps = [s for s in ("client", "none", "left") if m.get(f"gpufill_mps.{s}") == 1]
     print(json.dumps({"t": time.time(), "up": True, "mps": (mps or [None])[0],
                       "state": (state_of(m) or [None])[0],
                       "duty": m.get("gpufill_duty_ratio"),

@@ -303,7 +303,7 @@ _gpufill() {
             return 0
             ;;
         gpufill__subcmd__simulate)
-            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --beside-live --max-cost --tick-ms --period-ms --metrics --duration --foreign --service --training --csv --sample-ms --mps --pid-namespace --host-jitter --every --random-foreign --seed --realtime --start-time --verbose --quiet --log-format --help"
+            opts="-v -q -h --config --target --controller --metric --kernel --width --max-duty --grace --beside-live --max-cost --tick-ms --period-ms --metrics --duration --foreign --service --training --csv --sample-ms --mps --mps-quit-at --pid-namespace --host-jitter --every --random-foreign --seed --realtime --start-time --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -382,6 +382,10 @@ _gpufill() {
                     return 0
                     ;;
                 --sample-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --mps-quit-at)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

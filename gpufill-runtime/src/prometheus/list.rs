@@ -185,14 +185,18 @@ pub(super) const SERIES: &[Series] = &[
     Series::new(
         "gpufill_mps",
         Gauge,
-        "1 for gpufill's MPS state: client (an MPS control daemon ran when gpufill started: its kernels run beside other clients' and it does not yield to them) or none (no daemon: the yield policy applies). gpufill restarts itself when the daemon starts or stops.",
+        "1 for gpufill's MPS state: client (an MPS control daemon ran when gpufill started: its kernels run beside other clients' and it does not yield to them), none (no daemon: the yield policy applies) or left (gpufill left a daemon that was told to quit or whose server kept dying, and fills without MPS under the yield policy until another daemon starts). gpufill restarts itself when the daemon starts, stops, quits or loses its server.",
         Source::Choice {
             label: "state",
             values: || MPS_STATES.to_vec(),
-            current: |p| MPS_STATES[usize::from(!p.mps_client)],
+            current: |p| match (p.mps_client, p.mps_left) {
+                (true, _) => MPS_STATES[0],
+                (false, false) => MPS_STATES[1],
+                (false, true) => MPS_STATES[2],
+            },
         },
     )
-    .notes("0 for the other."),
+    .notes("0 for the others."),
     Series::new(
         "process_cpu_seconds_total",
         Counter,
