@@ -8,8 +8,15 @@ use std::ffi::OsString;
 use tracing::warn;
 
 /// `GPUFILL_*` variables that the project's other tools read, not a flag: the build's
-/// commit, the tests' re-blessing switch, the GPU lab's binary.
-const READ_ELSEWHERE: [&str; 3] = ["GPUFILL_REVISION", "GPUFILL_BLESS", "GPUFILL_BINARY"];
+/// commit, the tests' re-blessing switch, the GPU lab's binary; and those gpufill sets
+/// for itself when it restarts having left an MPS daemon or lost its server.
+const READ_ELSEWHERE: [&str; 5] = [
+    "GPUFILL_REVISION",
+    "GPUFILL_BLESS",
+    "GPUFILL_BINARY",
+    gpufill_runtime::mps::LEFT_VAR,
+    gpufill_runtime::mps::SERVER_LOST_VAR,
+];
 
 /// Logs a warning for each `GPUFILL_*` variable in this process's environment that no
 /// flag of `command` reads.
@@ -110,6 +117,9 @@ mod tests {
             "GPUFILL_METRIKS",
             "gpufill_target",
             "GPUFILL_REVISION",
+            // gpufill's own, set when it restarts having left an MPS daemon.
+            "GPUFILL_MPS_LEFT",
+            "GPUFILL_MPS_SERVER_LOST",
         ]);
         assert_eq!(
             unknown(vars, &known),
