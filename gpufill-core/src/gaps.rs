@@ -909,6 +909,94 @@ mod tests {
     }
 
     #[test]
+    fn a_sign_a_hold_after_the_last_is_the_same_spell_up_to_10_ms() {
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MS * 8);
+        pacer.kernel_done(t(0.0), t(0.2), KernelOutcome::Busy);
+        // Looked at again after the 8 ms hold: the job still works, the same spell.
+        let r = pacer.kernel_done(t(8.5), t(8.7), KernelOutcome::Busy);
+        assert_eq!(r.met, 1);
+        pacer.kernel_done(t(8.9), t(9.0), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(13.6), t(13.7), KernelOutcome::Clear);
+        assert_eq!(
+            r.job_time,
+            Duration::from_micros(8500),
+            "one spell, 0-8.5 ms"
+        );
+        // After a 30 ms hold a sign may be another spell's: merged up to 10 ms only.
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MS * 30);
+        pacer.kernel_done(t(0.0), t(0.2), KernelOutcome::Busy);
+        let r = pacer.kernel_done(t(30.0), t(30.2), KernelOutcome::Busy);
+        assert_eq!(
+            r.job_time,
+            Duration::ZERO,
+            "the first spell was not seen to end"
+        );
+        pacer.kernel_done(t(36.0), t(36.1), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(37.6), t(37.7), KernelOutcome::Clear);
+        assert_eq!(
+            r.job_time,
+            Duration::ZERO,
+            "a new spell at 30 ms, seen at one sign"
+        );
+    }
+
+    #[test]
+    fn after_a_look_that_cannot_say_nobody_ran_the_next_sign_is_exact() {
+        let mut pacer = GapPacer::new();
+        pacer.kernel_done(t(0.0), t(0.2), KernelOutcome::Busy);
+        // A late start 9 ms after our last kernel: the job worked somewhere in between,
+        // not seen at work, so nothing is held.
+        let mut after_wait = pacer.clone();
+        after_wait.kernel_done(t(9.1), t(9.2), KernelOutcome::AfterOthers);
+        // With a look (a probe pair) just before, it worked right then.
+        pacer.looked(t(9.0));
+        pacer.kernel_done(t(9.1), t(9.2), KernelOutcome::AfterOthers);
+        assert_eq!(pacer.next_launch(t(9.3), MS, MIN_HOLD), t(14.1));
+        assert_eq!(after_wait.next_launch(t(9.3), MS, MIN_HOLD), t(9.3));
+    }
+
+    #[test]
+    fn a_period_sample_that_does_not_fit_costs_one_sample_not_the_period() {
+        let mut pacer = GapPacer::new();
+        let spell = |pacer: &mut GapPacer, start: f64| {
+            pacer.kernel_done(t(start), t(start + 0.2), KernelOutcome::Busy);
+            pacer.kernel_done(t(start + 6.0), t(start + 6.1), KernelOutcome::Clear);
+            pacer.kernel_done(t(start + 7.6), t(start + 7.7), KernelOutcome::Clear);
+        };
+        for n in 0..6 {
+            spell(&mut pacer, 1000.0 + 37.0 * f64::from(n));
+        }
+        // A step 17 ms late (the job stalled): not a multiple of 37 ms.
+        spell(&mut pacer, 1000.0 + 37.0 * 6.0 + 17.0);
+        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        assert!((36.0..38.0).contains(&period), "{period}");
+    }
+
+    #[test]
+    fn a_job_on_a_clock_is_charged_against_its_rate() {
+        // 5 meetings in 200 ms beside a job at 20 % of the GPU.
+        let report = GapReport {
+            kernels: 10,
+            met: 5,
+            ..GapReport::default()
+        };
+        let mut latency = GapCost::new(K);
+        feed(&mut latency, 1, report, 20.0);
+        let mut rate = GapCost::new(K);
+        let on_clock = GapReport {
+            period: Some(MS * 37),
+            ..report
+        };
+        feed(&mut rate, 1, on_clock, 20.0);
+        // 5 x 186 us in 200 ms: 0.47 % of the time; of the job's busy 19.5 %, 2.4 %.
+        let (l, r) = (latency.estimate().unwrap(), rate.estimate().unwrap());
+        assert!((0.0046..0.0048).contains(&r), "{r}");
+        assert!((0.023..0.025).contains(&l), "{l}");
+    }
+
+    #[test]
     fn kernels_of_ours_launched_inside_a_spell_are_charged_at_its_next_sign() {
         let mut pacer = GapPacer::new();
         pacer.kernel_done(t(10.0), t(10.2), KernelOutcome::Busy);

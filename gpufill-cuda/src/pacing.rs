@@ -35,13 +35,17 @@
 //! - **Gaps** (beside live work, `yield.beside_live = "fill_gaps"`): kernels of
 //!   [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), a gap of at least
 //!   [`MIN_GAP`](gpufill_core::gaps::MIN_GAP) so that a job that is ready when our
-//!   kernel ends gets in before our next launch. A kernel that shows another context is
-//!   a **meeting**: it is counted in the thread's [`GapReport`] (and as held back when
-//!   it was), the thread launches nothing for the hold in force
-//!   ([`Pacing::set_hold`], from the loop's `set_gap_hold`; a new hold re-times the wait
-//!   in progress), then goes on by itself. Nothing goes to `others_seen`: the policy does
-//!   not pause while filling gaps; the loop reads the report (`gaps_seen`) and sets the
-//!   hold that keeps its cost estimate under the bound (`gpufill_core::gaps`).
+//!   kernel ends gets in before our next launch. Each kernel is also checked
+//!   [`LATE_END`] after its end was due: unfinished then, it waited for the job's context
+//!   (a second wake-up a kernel: this shape costs more CPU than the others). After a
+//!   wait (a hold, a spell the pacer predicted) a probe pair says whether the job ran
+//!   in it. What each kernel showed goes to the pacer ([`GapPacer`]), which says when
+//!   the next may go and what it charges the job; that goes to the thread's
+//!   [`GapReport`]. The hold in force comes from the loop ([`Pacing::set_hold`], from
+//!   its `set_gap_hold`; a new hold re-times the wait in progress). Nothing goes to
+//!   `others_seen`: the policy does not pause while filling gaps; the loop reads the
+//!   report (`gaps_seen`) and sets the hold that keeps its cost estimate under the bound
+//!   (`gpufill_core::gaps`).
 //!
 //! Timing: the thread keeps Linux's default timer slack of 50 us (lowering it takes
 //! `prctl`, and this crate does not depend on libc), so a sleep ends up to about that

@@ -21,9 +21,13 @@
 //!   in the middle of the job's work, costs the job two switches and our kernel (the
 //!   job's next kernel waits for it, and for the switch back);
 //! - the first kernel of ours after the work, when the work ran after our last kernel,
-//!   starts a switch late: it **meets** the job too (on its way out), at no cost to it
-//!   ([`KernelOutcome::AfterOthers`]); the first after a wait that nothing ran in is
-//!   [`KernelOutcome::Clear`].
+//!   starts a switch late: it **meets** the job too ([`KernelOutcome::AfterOthers`]); the
+//!   first after a wait that nothing ran in is [`KernelOutcome::Clear`]. The CUDA
+//!   launcher learns this from a probe pair after each wait, and from a check of each
+//!   kernel just after its due end: the model takes both as exact. Of the kernels that
+//!   run clear while filling only those after a wait are told to the pacer; the rest,
+//!   up to the next piece of work, is told as one clear stretch
+//!   ([`GapPacer::clear_until`]).
 //!
 //! # The launcher, as the CUDA pacing thread runs it
 //! A kernel is judged when the thread checks it, after its rest: a kernel's length and
