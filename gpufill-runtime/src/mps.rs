@@ -569,13 +569,19 @@ mod tests {
         let link = dir.path().join("nvidia-mps");
         std::os::unix::fs::symlink(&real, &link).unwrap();
         assert!(control_pipe_in(&link, owner));
-        // Seen by someone else, whose own or root's things only are trusted.
+        // Whose own or root's things only are trusted. Not root, the test cannot give
+        // its link or directory away: another user looks at them instead. Root's things
+        // everyone trusts: as root it hands them to another user (`nobody`). Either
+        // way, a link and a directory of another user are not followed.
         let stranger = other_uid(owner);
         if owner != 0 {
-            assert!(!control_pipe_in(&real, stranger));
+            assert!(!control_pipe_in(&link, stranger), "a link of uid {owner}");
+            assert!(
+                !control_pipe_in(&real, stranger),
+                "a directory of uid {owner}"
+            );
             return;
         }
-        // As root: hand the link, then the directory, to another user (`nobody`).
         std::os::unix::fs::lchown(&link, Some(stranger), None).unwrap();
         assert!(!control_pipe_in(&link, owner), "a link of uid {stranger}");
         assert!(control_pipe_in(&real, owner));
