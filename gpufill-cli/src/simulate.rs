@@ -26,7 +26,7 @@ use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs, Tr
 use crate::config::Config;
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
-/// are CPU-bound, about 0.4 (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
+/// are CPU-bound, about 0.4 (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps).
 const SERVICE_LOAD: f64 = 0.4;
 use crate::error::UsageError;
 use crate::reload::Reloader;

@@ -113,7 +113,7 @@ pub trait Probe {
 /// Without MPS the GPU time-slices between processes. Work of ours that is *queued* when
 /// another process's kernel arrives can make it wait a whole time slice; a *single*
 /// kernel in flight makes it wait at most that kernel's remaining length
-/// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
+/// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum LaunchShape {
     /// Each period, `duty x period` of kernels queued back to back: one wake-up and

@@ -4,7 +4,7 @@
 //! namespace of our own (a container without `hostPID`, `unshare --pid`), NVML lists only
 //! the processes of our namespace, under their namespace PIDs: everyone else on the GPU
 //! is missing, however much memory or time they take (measured:
-//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy;
 //! raw in `docs/data/ns-signals-h100.txt`). Which view we have is a [`PidView`],
 //! found once at start by comparing `/proc/self/ns/pid` with the host's.
 //!
@@ -41,7 +41,7 @@ const MIB: u64 = 1 << 20;
 /// The driver's device memory per CUDA context that NVML attributes to no process: the
 /// device used this much more than it listed with our context alone, and about twice
 /// this with a PyTorch job beside it
-/// (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy). Subtracted
+/// (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy). Subtracted
 /// once per listed context, so listed processes that come and go (a sidecar in our
 /// namespace) do not move the unexplained memory.
 pub const DRIVER_PER_CONTEXT: u64 = 8 * MIB;

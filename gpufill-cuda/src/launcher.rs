@@ -51,7 +51,7 @@ pub struct LauncherSettings {
     /// One burst per period. 50 ms divides NVML's utilization sample, as measured, into
     /// whole bursts, so every sample sees the same on-time: NVML then reads the duty
     /// exactly, where a 40 ms period read several points off depending on the phase
-    /// (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal, "The
+    /// (docs/benchmarks.md#launching-from-the-loops-thread-cpu-and-the-50-ms-defaults, "The
     /// period must suit NVML's reading").
     /// The caller's ticks should divide it (see [`Pacer`]). At most one period of our
     /// kernels is queued, so it also bounds how long a newcomer can find our work on the
@@ -69,7 +69,7 @@ pub struct LauncherSettings {
     /// kernel of that length at a time from a pacing thread, so that the holder's first
     /// request after a dormant spell waits at most `length` instead of up to a time
     /// slice, at a wake-up per kernel (`duty / length` a second; what that cost at
-    /// 500 us: docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+    /// 500 us: docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps,
     /// "CPU, and what it was traded for"). [`LaunchShape::Gaps`] does not use it: it
     /// always runs the pacing thread, with kernels of
     /// [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL).
@@ -430,7 +430,7 @@ impl CudaLoad {
     /// polling (the event has no blocking sync). Returns whether the GPU is free of our
     /// work. Bursts start only in [`LoadSource::launch_due`] and about one burst of
     /// them is queued at most (see [`Pacer`]), so this takes at most about its on-time,
-    /// `duty x period` (measured: docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal,
+    /// `duty x period` (measured: docs/benchmarks.md#launching-from-the-loops-thread-cpu-and-the-50-ms-defaults,
     /// "At the defaults").
     ///
     /// A pacing thread is stopped first (the next `launch_due` with a load starts

@@ -59,18 +59,18 @@
 //!   listed, at most the burst already queued is left, `duty x period`, inside the head
 //!   start NVML gives between listing a PyTorch process and its first kernel
 //!   (docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes and
-//!   docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal).
+//!   docs/benchmarks.md#launching-from-the-loops-thread-cpu-and-the-50-ms-defaults).
 //! - **CPU**: one wake-up per period does the process check and the launch. The wake-up,
 //!   NVML's process check (cold after each sleep, so dearer than in a tight loop) and a
 //!   burst's launch each cost tens of microseconds of CPU, however little work they do,
 //!   so the number of wake-ups, set by the period, sets the CPU; a launcher thread of its
-//!   own, as before, cost more (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal,
+//!   own, as before, cost more (docs/benchmarks.md#launching-from-the-loops-thread-cpu-and-the-50-ms-defaults,
 //!   "Where a tick's CPU goes").
 //! - **A reading that follows the duty**: NVML publishes one utilization value per
 //!   sample period (one GPU's: docs/benchmarks.md#hardware-tests-run-b). With 20, 25 and
 //!   50 ms periods it read the duty at every target; with 40 ms it read several points
 //!   off, depending on the phase between our bursts and its window, and the phase drifts
-//!   (docs/benchmarks.md#launching-from-the-loops-thread-issue-7s-cpu-goal, "The period
+//!   (docs/benchmarks.md#launching-from-the-loops-thread-cpu-and-the-50-ms-defaults, "The period
 //!   must suit NVML's reading", which also says which periods are safe on the GPU
 //!   measured).
 //!
@@ -81,7 +81,7 @@
 //! [`LaunchShape::OneInFlight`](gpufill_core::LaunchShape). Without MPS the GPU
 //! time-slices between contexts: our *queued* work makes a newly arriving foreign kernel
 //! wait up to a time slice, one short kernel of ours in flight only what is left of it
-//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps, "Launch
 //! shapes" and "Earlier notes"). So then no bursts: a pacing thread that [`CudaLoad`] owns, started by
 //! `launch_due` with a non-idle load, launches one kernel of
 //! [`LauncherSettings::beside_kernel`] (500 us) at a time, sleeps its length and the

@@ -166,7 +166,7 @@ impl OthersWatch {
         let (sign, verdict) = judge_group(&mut self.chain, &group);
         self.stalled_starts += u64::from(verdict.slow_record);
         // Every group, for the host's own start jitter
-        // (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh):
+        // (docs/benchmarks.md#start-jitter-on-an-empty-gpu-labpy-jitter-scriptsjitter_sessionsh):
         // `gpufill run -vv` or RUST_LOG=gpufill_cuda=trace.
         tracing::trace!(
             late_us = verdict.late_us,

@@ -10,7 +10,7 @@
 //! without MPS the GPU time-slices between contexts, and a foreign kernel that arrives
 //! while work of ours is *queued* can wait a whole time slice, while one that arrives
 //! beside a *single* kernel of ours waits at most what is left of it
-//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps, "Launch
 //! shapes" and "Earlier notes").
 //!
 //! The cycle: launch one kernel of the cycle's length at the load's width, record the
@@ -99,7 +99,7 @@ const MAX_POLL: Duration = Duration::from_millis(1);
 /// later than that check), never from when our own thread happened to wake, so a late
 /// wake-up cannot fake it. 300 us: above how late kernels of ours started beside
 /// ResNet-50 requests (a CPU-bound service whose requests lost nothing measurable:
-/// docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "A
+/// docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps, "A
 /// start-delay sensor"), below the time slice a busy GPU-bound job holds the GPU for
 /// (docs/benchmarks.md#what-another-contexts-work-does-to-our-kernels-the-physics-the-design-rests-on).
 pub(crate) const LATE: Duration = Duration::from_micros(300);

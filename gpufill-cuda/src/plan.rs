@@ -183,7 +183,7 @@ pub fn backoff(first: Duration, cap: Duration, attempt: u32) -> Duration {
 ///
 /// The gap is counted from when the kernel is seen to finish, so the poll's lateness
 /// and the launch overhead lower the duty a little (as measured with 500 us kernels:
-/// docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "CPU, and
+/// docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps, "CPU, and
 /// what it was traded for"); the controller makes up for it, as it does for bursts.
 pub fn one_in_flight_gap(duty: f64, kernel: Duration) -> Option<Duration> {
     if duty.is_nan() || duty <= 0.0 {

@@ -2,7 +2,7 @@
 //!
 //! On driver 580 NVML translates PIDs into the caller's PID namespace: inside a PID
 //! namespace of our own it lists us under `std::process::id()` (as measured:
-//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy;
 //! raw in docs/data/ns-signals-h100.txt), as on the host. So our own PID, when listed, is ours
 //! and only it ([`OwnProcess::pid`]): nothing to guess.
 //!

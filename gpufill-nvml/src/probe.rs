@@ -4,7 +4,7 @@
 //! With [`PidView::Namespace`] ([`NvmlProbe::with_pid_view`]) NVML lists only our
 //! namespace's processes, and the probe adds what the device shows of the others
 //! ([`gpufill_core::unlisted`] has the signals and their measured leads and lags,
-//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy
+//! docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy
 //! the figures, docs/data/ns-signals-h100.txt the data):
 //! - every tick, [`Probe::unlisted`] reads device memory (`nvmlDeviceGetMemoryInfo` v2
 //!   `used`, one more cheap NVML call) against the sizes of the list just read (always a

@@ -16,7 +16,7 @@ use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
 const TARGET: f64 = 50.0;
 
 /// A request of the sub-millisecond service of issue 21, as long as alone
-/// (docs/benchmarks.md#live-services-issue-21-labpy-live).
+/// (docs/benchmarks.md#live-services-labpy-live).
 const REQUEST: Duration = Duration::from_micros(870);
 
 /// A model with `jobs` on it.

@@ -89,7 +89,7 @@ pub struct SimConfig {
     pub own_context_bytes: u64,
     /// Device memory the driver holds per context besides its listed size (the default
     /// is the one measured:
-    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy).
+    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy).
     pub driver_per_context_bytes: u64,
     /// The driver's own memory moving, in time order: from each time on, this many bytes
     /// more (negative: fewer) than before. Empty: flat, as measured.
@@ -116,13 +116,13 @@ pub struct SimConfig {
 impl SimConfig {
     /// How late the per-process samples showed a new PID's work, in both PID views, as
     /// measured (docs/data/ns-signals-h100.txt;
-    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy).
+    /// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy).
     pub const H100_PROCESS_SAMPLE_LAG: Duration = Duration::from_millis(2600);
 
     /// How long a job's work went unseen by the per-process samples. A ResNet-50
     /// service's short bursts never made gpufill yield in `activity` mode: they ended
     /// before its per-process samples showed them
-    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps,
     /// "`activity` beside a service's bursts"); steady work made it yield within a
     /// second or two of the work beginning (docs/benchmarks.md#activity-mode-scriptsactivity_checkpy,
     /// and its first run in

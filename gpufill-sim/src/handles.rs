@@ -494,7 +494,7 @@ mod tests {
     fn a_newcomers_memory_grows_as_it_did_on_the_h100() {
         // The times below are the measured ones: listed (host view) at 6.148 s, context
         // ready 166 ms later; used_v2 minus what we held alone
-        // (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+        // (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy;
         // raw in docs/data/ns-signals-h100.txt).
         let job = ForeignJob {
             first_kernel_after: Duration::from_millis(166),

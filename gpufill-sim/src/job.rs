@@ -20,7 +20,7 @@
 //!
 //! Calibration: ResNet-50 requests (batch 1) beside one kernel of ours in flight of
 //! 250, 500 and 1000 us and beside queued bursts, at 50 % duty
-//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16, "Launch
+//! (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps, "Launch
 //! shapes beside a ResNet-50 service"). Slowdowns here are shares of progress lost: a
 //! request taking `1 + x` times as long has lost `x / (1 + x)`. The 1000 us point, the
 //! one clear of the noise, gives about 2 waits per request. The older probe beside
@@ -45,7 +45,7 @@ const MIB: u64 = 1 << 20;
 
 /// A newcomer's device memory while its context is created, as measured
 /// (docs/data/ns-signals-h100.txt;
-/// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+/// docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy;
 /// PyTorch, `torch.cuda.init`): milliseconds from the moment NVML listed it (in the
 /// host view) and MiB held, its driver share included. It held memory before it was
 /// listed; the context was complete (`CONTEXT_COMPLETE_MS` after the listing) when
@@ -126,13 +126,13 @@ impl ForeignJob {
     pub const MATMUL_ITERATION: Duration = Duration::from_micros(1660);
 
     /// A ResNet-50 request at batch 1 alone, its measured p50
-    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16).
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps).
     pub const RESNET50_REQUEST: Duration = Duration::from_micros(5590);
 
     /// How busy an isolated request keeps the GPU while it is served: a quarter (the
     /// rest is the host's work and synchronisation). NVML read 0 % beside the
     /// sub-millisecond service of issue 21 at 20 requests a second
-    /// (docs/benchmarks.md#live-services-issue-21-labpy-live),
+    /// (docs/benchmarks.md#live-services-labpy-live),
     /// which its requests, busy throughout, would have raised to about 2 %.
     pub const ISOLATED_REQUEST_LOAD: f64 = 0.25;
 
@@ -167,7 +167,7 @@ impl ForeignJob {
 
     /// An inference service that works in sparse bursts, like the ResNet-50 service
     /// (batch 1) measured beside gpufill, in bursts of 20 requests a few seconds apart
-    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16: the
+    /// (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps: the
     /// bursts' length in "Earlier notes" and in the launch-shape probe), the GPU busy
     /// roughly 0.3 to 0.5 of a burst (it is CPU-bound). It holds its context from `start_s` to `end_s`
     /// and works only in bursts of `burst` every `every`, the first at its first kernel,

@@ -87,7 +87,7 @@
 //!   time while it works, and leaves. It works from its first kernel on, or only in
 //!   `work` and `windows`: the sparse bursts of an inference service
 //!   ([`ForeignJob::service`], calibrated on ResNet-50 at batch 1:
-//!   docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16) or a notebook's cells
+//!   docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps) or a notebook's cells
 //!   ([`ForeignJob::notebook`]), merely holding its context in between.
 //! - **Time-slicing** (no MPS): while both want to run, the foreign job progresses at
 //!   `1 - loss x own_duty` of its wanted rate. Beside our bursts `loss` is the job's
@@ -115,7 +115,7 @@
 //!   (docs/benchmarks.md#graphs-of-short-kernels-under-mps-and-the-cpu-by-state-0a2bee4-to-55f8aaf-one-h100-a-host);
 //!   the model is pessimistic by under a point there. A steady load is modelled: the
 //!   costs measured beside real training and a sparse service under MPS (the earlier
-//!   figures in docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps-issue-16,
+//!   figures in docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps,
 //!   "Under MPS", none distinguishable from zero at the noise measured there) would
 //!   come from filling the dips of a job whose utilization wavers, which the model does
 //!   not have.
@@ -135,7 +135,7 @@
 //!   foreign jobs' own SM share, for the `sm` metric.
 //! - **A PID namespace of our own** ([`SimConfig::pid_view`], `gpufill simulate
 //!   --pid-namespace`), as measured (docs/data/ns-signals-h100.txt;
-//!   docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy): the
+//!   docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy): the
 //!   foreign jobs are missing from the process list, while device memory, utilization
 //!   and per-process samples (under host PIDs) still show them. Device memory is our
 //!   context ([`SimConfig::own_context_bytes`]) plus each job's, plus the driver's share

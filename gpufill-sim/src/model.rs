@@ -741,7 +741,7 @@ mod tests {
     }
 
     /// Isolated requests as long as those of the service of issue 21 alone
-    /// (docs/benchmarks.md#live-services-issue-21-labpy-live)
+    /// (docs/benchmarks.md#live-services-labpy-live)
     /// at `per_s`, evenly spaced from `from_ms` or as a Poisson process.
     fn requests(per_s: f64, from_ms: u64, spacing: Spacing) -> ForeignJob {
         ForeignJob::isolated_requests(0.0, 1000.0, per_s, Duration::from_micros(870))

@@ -6,7 +6,7 @@
 //! (and, for isolated requests, any wait behind its own previous request); beside us,
 //! that plus what our kernels made it wait. "Slowed by" compares the medians, as the
 //! runs of issue 21 did
-//! (docs/benchmarks.md#live-services-issue-21-labpy-live).
+//! (docs/benchmarks.md#live-services-labpy-live).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

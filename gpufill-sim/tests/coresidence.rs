@@ -3,7 +3,7 @@
 //! dormant, and stops at its first sign of life: a live service (a request a second or
 //! more, of any size) is never filled beside, and its requests take as long as alone.
 //! The services answer isolated requests (as long as the service of issue 21's alone:
-//! docs/benchmarks.md#live-services-issue-21-labpy-live)
+//! docs/benchmarks.md#live-services-labpy-live)
 //! or bursts of ResNet-50 requests; NVML's per-process samples never
 //! show them ([`SimConfig::MEASURED_PROCESS_SAMPLE_MIN_RUN`]). Our kernels are the
 //! defaults: one kernel a burst, bursts beside holders too. The loop ticks every 50 ms

@@ -2,7 +2,7 @@
 //! of the foreign jobs, and gpufill must see them by device memory, per-process samples
 //! and utilization (`gpufill_core::unlisted`), keeping each policy's promise as it does
 //! in the host view. The simulated namespace is the one measured
-//! (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-issue-14-scriptsns_signalspy-scriptsnamespace_benchpy;
+//! (docs/benchmarks.md#inside-a-pid-namespace-of-its-own-scriptsns_signalspy-scriptsnamespace_benchpy;
 //! raw in docs/data/ns-signals-h100.txt): a PyTorch newcomer's memory ramp, its context
 //! complete a little after the host would list it, per-process samples late
 //! ([`SimConfig::H100_PROCESS_SAMPLE_LAG`]). Ticks and bursts are the defaults (50 ms,

@@ -354,7 +354,7 @@ fn a_long_run_with_random_arrivals_neither_drifts_nor_grows() {
 fn a_simulated_week_with_a_thousand_jobs_an_hour_keeps_what_it_holds_bounded() {
     // `gpufill simulate --duration 604800 --random-foreign 1000` ran for minutes and got
     // slower by the hour
-    // (docs/benchmarks-history.md#simulations-with-many-random-jobs-before-issue-22-gpufill-simulate): the
+    // (docs/benchmarks-history.md#simulations-with-many-random-jobs-at-3133261-gpufill-simulate): the
     // model kept every PID it had seen working (read only by the `activity` policy), so
     // each sample cost more than the last. Here a week of the same arrivals, ticked and
     // sampled once a virtual second (the work per virtual second is what grew), must

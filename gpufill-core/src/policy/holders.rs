@@ -6,7 +6,7 @@
 //! kernel is the one that showed the holder's work, so the probe would see the very
 //! burst that made us hold: a holder that ran one short burst was filled beside again
 //! only after a second idle grace (in simulation:
-//! docs/benchmarks.md#holding-the-target-host-by-host-the-goals-of-issue-30). So each
+//! docs/benchmarks.md#holding-the-target-host-by-host-0-pauses-in-10-minutes). So each
 //! hold runs a **marker** probe at its midpoint, whose answer only marks the time: the
 //! probe at the end of the hold then speaks for its second half alone, and a holder
 //! quiet since the first half is filled beside one hold after its last sign. (Not once
@@ -16,7 +16,7 @@
 //! Two more probes would speak for too long a time, so each pauses only for
 //! [`CONFIRM_AFTER`] and a second probe then decides ([`Beside::Confirming`]):
 //! - a late start of ours alone ([`Evidence::Weak`]): it can be the host's own jitter
-//!   (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh);
+//!   (docs/benchmarks.md#start-jitter-on-an-empty-gpu-labpy-jitter-scriptsjitter_sessionsh);
 //! - the first probe beside newcomers that went quiet: it speaks for the time since our
 //!   last kernel before they came, their start-up included.
 //!

@@ -272,7 +272,7 @@ impl YieldPolicy {
     /// ([`Unlisted::Unknown`]). In the host's view NVML lists every compute context
     /// before its first kernel, and inside a namespace every context shows in device
     /// memory ([`crate::unlisted`]): a sign with nobody there is the host's own jitter
-    /// (docs/benchmarks.md#start-jitter-on-an-empty-gpu-issue-30-labpy-jitter-scriptsjitter_sessionsh), and the decision carries it as
+    /// (docs/benchmarks.md#start-jitter-on-an-empty-gpu-labpy-jitter-scriptsjitter_sessionsh), and the decision carries it as
     /// `unexplained`. With anyone listed, ignored ones included, now or less than
     /// [`BURST_HOLD`] ago, our kernels' timing cannot tell whose work it showed, so it
     /// does not count either: an ignored process (a monitoring agent, another gpufill)
