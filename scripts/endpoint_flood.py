@@ -8,8 +8,11 @@ meanwhile sends PROBES `GET /healthz` one after another, INTERVAL seconds apart.
 counts as answered when it gets `200` within 1 s. Exits 1 when fewer than MIN_ANSWERED
 of them were, 2 on a usage or set-up error.
 
-The defaults are the full size (10,000 connections, 600 probes, about 35 s); CI runs it
-at a size that takes a few seconds (.ci/run). docs/faults.md, "The metrics endpoint
+The defaults are the full size (10,000 connections, 600 probes, about 35 s), where 97 %
+must be answered: a wave overflows the kernel's accept queue, and a dropped SYN is resent
+after 1 s, so a few probes are answered just late (docs/benchmarks.md, "Metrics endpoint
+and SIGHUP reload"). CI runs it at a size that takes a few seconds, with a bar of 99 %
+(.ci/run). docs/faults.md, "The metrics endpoint
 under hostile clients", says what it checks. Python 3 standard library only.
 """
 
@@ -95,8 +98,11 @@ def main():
     p.add_argument("--hold", type=float, default=3.0, help="seconds each wave is held (default 3)")
     p.add_argument("--probes", type=int, default=600, help="health probes (default 600)")
     p.add_argument("--interval", type=float, default=0.05, help="seconds between probes (default 0.05)")
-    p.add_argument("--min-answered", type=float, default=0.99,
-                   help="share of probes that must get 200 within 1 s (default 0.99)")
+    p.add_argument("--min-answered", type=float, default=0.97,
+                   help="share of probes that must get 200 within 1 s (default 0.97: at the "
+                        "full size a wave overflows the kernel's accept queue, and a probe whose "
+                        "SYN was dropped is answered just after 1 s, when the SYN is resent; "
+                        "two runs on 2 cores answered 97.5 and 98.2 %%, docs/benchmarks.md)")
     args = p.parse_args()
     if args.connections < 1 or args.probes < 1 or not 0 <= args.min_answered <= 1:
         p.error("--connections and --probes must be at least 1, --min-answered within 0..1")
