@@ -6,23 +6,12 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{bin, dev_full};
+use common::{bin, build_shared, dev_full};
 
-/// Builds `tests/fake-nvml/fake_nvml.c` as `dir/libnvidia-ml.so.1` with `cc`, the
-/// linker cargo itself uses on Linux.
+/// Builds `tests/fake-nvml/fake_nvml.c` as `dir/libnvidia-ml.so.1`.
 fn build_fake_nvml(dir: &Path) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-nvml/fake_nvml.c");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(dir.join("libnvidia-ml.so.1"))
-        .arg(source)
-        .output()
-        .expect("cc, the linker cargo uses, runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    build_shared(&source, &dir.join("libnvidia-ml.so.1"), &[]);
 }
 
 #[test]

@@ -53,18 +53,7 @@ impl NoDriver {
         let preload = dir.path().join("no_driver.so");
         let source = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../gpufill-cuda/tests/no-driver/no_driver.c");
-        let out = std::process::Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(&preload)
-            .arg(source)
-            .arg("-ldl")
-            .output()
-            .expect("cc, the linker cargo uses, runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        build_shared(&source, &preload, &["-ldl"]);
         NoDriver { preload, _dir: dir }
     }
 
@@ -74,6 +63,23 @@ impl NoDriver {
         cmd.env("LD_PRELOAD", &self.preload);
         cmd
     }
+}
+
+/// Builds the C file `source` into the shared library `out` with `cc`, the linker cargo
+/// itself uses on Linux, linking `libs`.
+pub fn build_shared(source: &Path, out: &Path, libs: &[&str]) {
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(out)
+        .arg(source)
+        .args(libs)
+        .output()
+        .expect("cc, the linker cargo uses, runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
 }
 
 /// `/dev/full` opened for writing: every write fails with ENOSPC.
