@@ -382,8 +382,7 @@ mod tests {
     use super::*;
     use crate::config::Overrides;
     use crate::logging::capture::logged;
-    use gpufill_runtime::{GpuLabels, stall_after};
-    use gpufill_sim::SimOpener;
+    use gpufill_runtime::{GpuLabels, SimOpener, stall_after};
     use std::path::PathBuf;
 
     /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a

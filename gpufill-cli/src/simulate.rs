@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use gpufill_core::{Event, Tick, Utilization};
+use gpufill_runtime::mps::{MpsFollower, SimDaemon};
 use gpufill_runtime::{
     DayClock, GpuLabels, Metric, PidView, Registry, Settings, State, Steering, Time, TimeOfDay,
+    with_launch_settings,
 };
 use gpufill_sim::{
     Arrivals, Churn, ChurnReport, ForeignJob, ForeignReport, HostJitter, LongRunStats,
-    MAX_RANDOM_JOBS_PER_HOUR, MpsFollower, Period, SimConfig, SimDaemon, SimGpu, Simulation,
-    tracking, with_launch_settings,
+    MAX_RANDOM_JOBS_PER_HOUR, Period, SimConfig, SimGpu, Simulation, tracking,
 };
 
 use crate::cli::{MAX_SIMULATED_S, ServiceRequests, ServiceSpec, SimulateArgs, TrainingSpec};

@@ -2,7 +2,7 @@
 //! updated, watched and stopped from the caller's thread.
 //!
 //! Each worker opens its GPU through an [`Opener`] (the real one, [`NvmlCuda`], or the
-//! simulated GPU's, `gpufill_sim::SimOpener`), then ticks its fill loop on the system
+//! simulated GPU's, [`crate::SimOpener`]), then ticks its fill loop on the system
 //! clock under a supervisor that reopens a lost GPU with backoff. Around each step a
 //! [`Steering`] takes in new settings, sets the scheduled target and publishes a
 //! [`GpuSnapshot`]. A worker that ends, by a stop, an error or a panic, says so in its

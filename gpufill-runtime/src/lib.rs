@@ -36,8 +36,10 @@
 //!   (here rather than in the binary so an embedder serves the same series from its
 //!   own HTTP server). The types of the lower crates these name are re-exported here, so
 //!   an embedder of the agent needs no other crate.
-//! - The simulated GPU as an [`Opener`] (`SimOpener`), for an agent on a machine with no
-//!   GPU, is in the crate `gpufill-sim`, which builds on this one.
+//! - [`SimOpener`]: the simulated GPU as an [`Opener`], for an agent on a machine with no
+//!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
+//!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
+//!   [`mps::MpsFollower`], a simulated run's MPS daemon followed by the real watch.
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
@@ -86,7 +88,7 @@ pub use gpm::GpmError;
 pub use gpufill_core::Loop;
 pub use gpus::{GpuId, GpuSelector};
 pub use open::{OpenError, open_gpu};
-pub use opener::{NvmlCuda, Opener};
+pub use opener::{NvmlCuda, Opener, SimOpener, with_launch_settings};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
     LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,

@@ -64,11 +64,16 @@
 //! had is gone, gpufill starts afresh and the daemon starts a new one for it; a second
 //! loss within [`SERVER_LOST_WINDOW`] leaves the daemon instead, so that a server that
 //! keeps dying cannot make a restart loop.
+//!
+//! A simulated run's daemon ([`SimDaemon`]) is followed by this same watch
+//! ([`MpsFollower`]), on the virtual clock.
 
 mod quit;
+mod sim;
 mod watch;
 
 pub use quit::{is_server, log_directory, quit_pending, server_of};
+pub use sim::{MpsFollower, SimDaemon};
 pub use watch::{Change, DaemonWatch, Seen};
 
 use std::collections::VecDeque;

@@ -1,5 +1,9 @@
-//! How an [`crate::Agent`] opens its GPUs ([`Opener`]), and the real GPUs' opener
-//! ([`NvmlCuda`]); the simulated GPU's is `gpufill_sim::SimOpener`, in its own crate.
+//! How an [`crate::Agent`] opens its GPUs ([`Opener`]): the real GPUs' opener
+//! ([`NvmlCuda`]), and the simulated GPU's ([`SimOpener`], over `gpufill-sim`'s model).
+
+mod sim;
+
+pub use sim::{SimOpener, with_launch_settings};
 
 use std::time::Duration;
 

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use common::{between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
 use gpufill_runtime::{
-    Agent, AgentError, AgentOptions, Gpu, Loop, Metric, Opener, Settings, State, Time, WorkerError,
+    Agent, AgentError, AgentOptions, Gpu, Loop, Metric, Opener, Settings, SimOpener, State, Time,
+    WorkerError,
 };
-use gpufill_sim::{ForeignJob, SimConfig, SimError, SimLoad, SimOpener, SimProbe};
+use gpufill_sim::{ForeignJob, SimConfig, SimError, SimLoad, SimProbe};
 
 /// Long enough for a worker to open its GPU, settle and hold its target (about a
 /// second on the simulated GPU's 200 ms samples), with room for a busy machine.

@@ -5,8 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use gpufill_runtime::{Agent, AgentError, AgentOptions, State};
-use gpufill_sim::SimOpener;
+use gpufill_runtime::{Agent, AgentError, AgentOptions, SimOpener, State};
 
 fn claiming(dir: &std::path::Path) -> AgentOptions {
     AgentOptions {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{Seen, between, busy_in_the_next_second, holds, quick, started, wait_for, watch};
 use gpufill_runtime::prometheus::{self, Process};
-use gpufill_runtime::{Agent, AgentOptions, GpuSelector, PidView, State};
-use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
+use gpufill_runtime::{Agent, AgentOptions, GpuSelector, PidView, SimOpener, State};
+use gpufill_sim::{ForeignJob, SimConfig};
 
 const TARGET: f64 = 50.0;
 

@@ -2,9 +2,11 @@
 //! GPU, built on [`gpufill_core`]'s public API alone: its handles implement the core's
 //! [`Probe`](gpufill_core::Probe) and [`LoadSource`](gpufill_core::LoadSource), and
 //! [`Simulation`] runs the core's [`FillLoop`](gpufill_core::FillLoop) on it in virtual
-//! time. [`SimOpener`] opens it for a [`gpufill_runtime::Agent`], so an agent runs with
-//! no GPU. The `gpufill` binary ships it too (`gpufill simulate`, `gpufill bench --sim`),
-//! which is why it is a crate of its own and not test support.
+//! time. It depends on core alone, no GPU crate: gpufill-runtime builds on it, whose
+//! `SimOpener` opens it for the runtime's agent, so an agent runs with no GPU, and whose
+//! `mps::MpsFollower` follows a simulated MPS daemon. The `gpufill` binary ships it too
+//! (`gpufill simulate`, `gpufill bench --sim`), which is why it is a crate of its own and
+//! not test support.
 //!
 //! It models what the real one does, as measured (the measurements are in
 //! docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes unless another
@@ -153,14 +155,12 @@
 
 pub mod churn;
 mod config;
-mod daemon;
 mod gaps;
 mod handles;
 mod jitter;
 mod job;
 mod kernels;
 mod model;
-pub mod opener;
 mod requests;
 mod rng;
 mod run;
@@ -169,11 +169,9 @@ pub use churn::{
     Arrivals, LongRunStats, MAX_RANDOM_JOBS_PER_HOUR, Period, RateError, check_random_jobs_per_hour,
 };
 pub use config::{SimConfig, SimError, SimReport};
-pub use daemon::{MpsFollower, SimDaemon};
 pub use handles::{SimGpu, SimLoad, SimProbe};
 pub use jitter::HostJitter;
 pub use job::{ForeignJob, ForeignReport};
-pub use opener::{SimOpener, with_launch_settings};
 pub use requests::MAX_WAITS_KEPT;
 pub use requests::{RequestReport, Requests, Spacing};
 pub use rng::Rng;

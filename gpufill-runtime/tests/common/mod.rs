@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpufill_runtime::{Agent, AgentOptions, GpuSnapshot, Settings, State};
-use gpufill_sim::SimOpener;
+use gpufill_runtime::{Agent, AgentOptions, GpuSnapshot, Settings, SimOpener, State};
 
 /// The product's defaults, with waits short enough for a test: a newcomer is yielded to
 /// for 1 s of quiet (`yield.idle_grace_s`), and for 0.5 s after it leaves.

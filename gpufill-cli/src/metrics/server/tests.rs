@@ -312,7 +312,7 @@ fn a_port_in_use_is_an_error() {
 /// The simulated GPU, opened only once `gate` says so: a first CUDA or NVML call that
 /// takes its time (or hangs).
 struct GatedOpener {
-    inner: gpufill_sim::SimOpener,
+    inner: gpufill_runtime::SimOpener,
     gate: Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
 }
 
@@ -339,7 +339,7 @@ impl gpufill_runtime::Opener for GatedOpener {
 
 #[test]
 fn healthz_and_worker_up_say_healthy_only_after_the_first_tick() {
-    let inner = gpufill_sim::SimOpener::default();
+    let inner = gpufill_runtime::SimOpener::default();
     let gpus = inner.gpus(1);
     let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
     let opener = GatedOpener {

@@ -1,13 +1,18 @@
-//! The simulated GPU as a [`gpufill_runtime::Opener`], so a [`gpufill_runtime::Agent`]
-//! runs on a machine with no GPU: in tests, in CI, and in the `simulated_agent` example.
-//! [`SimOpener`] builds each GPU from the model [`SimConfig`]; each opened GPU is a
-//! [`SimGpu`] (add a [`ForeignJob`](crate::ForeignJob) while the agent runs, read the
-//! [`SimReport`](crate::SimReport)).
+//! The simulated GPU as an [`Opener`], so an [`Agent`](crate::Agent) runs on a machine
+//! with no GPU: in tests, in CI, and in the `simulated_agent` example. [`SimOpener`]
+//! builds each GPU from the model [`SimConfig`]; each opened GPU is a [`SimGpu`] (add a
+//! [`ForeignJob`](gpufill_sim::ForeignJob) while the agent runs, read the
+//! [`SimReport`](gpufill_sim::SimReport)).
+//!
+//! It lives here, beside [`Opener`], [`Gpu`] and [`Settings`], rather than in
+//! `gpufill-sim`: the simulated GPU is a model on core's traits alone, so the simulator
+//! and the benches need no GPU crate (`cargo tree -p gpufill-sim -e normal` lists
+//! neither cudarc nor nvml-wrapper), and the agent it runs is this crate's own.
 //!
 //! ```
 //! use std::time::Duration;
-//! use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
-//! use gpufill_runtime::{Agent, AgentOptions, Settings};
+//! use gpufill_runtime::{Agent, AgentOptions, Settings, SimOpener};
+//! use gpufill_sim::{ForeignJob, SimConfig};
 //!
 //! let opener = SimOpener::new(SimConfig::default());
 //! let agent = Agent::start(opener.clone(), opener.gpus(1), Settings::default(), AgentOptions::default())?;
@@ -25,12 +30,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gpufill_core::{FillLoop, Time};
-use gpufill_runtime::GpuInfo;
-use gpufill_runtime::{Gpu, GpuSelector, Loop, Metric, Opener, SelectError, Settings, choose};
+use gpufill_core::{FillLoop, Loop, Time};
+use gpufill_nvml::GpuInfo;
+use gpufill_sim::{SimConfig, SimError, SimGpu, SimLoad, SimProbe};
 
-use super::config::{SimConfig, SimError};
-use super::handles::{SimGpu, SimLoad, SimProbe};
+use super::Opener;
+use crate::gpus::GpuSelector;
+use crate::select::{Gpu, SelectError, choose};
+use crate::settings::{Metric, Settings};
 
 /// Opens simulated GPUs, each a [`SimGpu`] built from its [`SimConfig`] (one for every
 /// GPU, or one of its own: [`SimOpener::with_gpu`]) with our kernels laid out as the
@@ -68,7 +75,7 @@ impl SimOpener {
         self.per_gpu.get(&index).unwrap_or(&self.config)
     }
 
-    /// `n` simulated GPUs to give [`gpufill_runtime::Agent::start`], indexed from 0, with UUIDs
+    /// `n` simulated GPUs to give [`Agent::start`](crate::Agent::start), indexed from 0, with UUIDs
     /// `GPU-00000000-0000-0000-0000-00000000000N`.
     pub fn gpus(&self, n: u32) -> Vec<Gpu> {
         (0..n)
@@ -84,7 +91,7 @@ impl SimOpener {
     }
 
     /// The GPUs of a machine of `n` simulated GPUs that `selector` picks, by the rules
-    /// [`gpufill_runtime::select()`] applies to real ones (indices and UUIDs, in the order given).
+    /// [`select()`](crate::select()) applies to real ones (indices and UUIDs, in the order given).
     ///
     /// # Errors
     /// [`SelectError::NoSuchGpu`] for a GPU the machine does not have.

@@ -2,8 +2,8 @@
 //! time: [`SimDaemon`], and [`MpsFollower`], which watches it with the runtime's own
 //! [`DaemonWatch`] on the virtual clock and says when our process leaves it.
 //!
-//! What the model takes from the real daemon (gpufill-runtime's `mps` module docs say
-//! where each comes from): told to quit, it waits until its last client has gone; its
+//! What the model takes from the real daemon (this module's parent docs say where each
+//! comes from): told to quit, it waits until its last client has gone; its
 //! control log shows the quit at once, which the watch reads as [`Daemon::Quitting`] at
 //! its next look. Which clients remain: ours until it leaves, and the foreign jobs
 //! listed as clients ([`SimGpu::mps_clients`]).
@@ -11,9 +11,9 @@
 use std::time::Instant;
 
 use gpufill_core::time::Time;
-use gpufill_runtime::mps::{Change, Daemon, DaemonWatch, Seen};
+use gpufill_sim::SimGpu;
 
-use super::handles::SimGpu;
+use super::{Change, Daemon, DaemonWatch, Seen};
 
 /// The PID the simulated daemon runs as.
 const PID: u32 = 4242;
@@ -123,9 +123,9 @@ impl MpsFollower {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ForeignJob, SimConfig, Simulation};
+    use crate::settings::Settings;
     use gpufill_core::fill::State;
-    use gpufill_runtime::Settings;
+    use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 
     #[test]
     fn a_client_leaves_a_quitting_daemon_within_two_seconds_and_it_exits_with_its_last_client() {

@@ -1,11 +1,11 @@
 //! An agent on two simulated GPUs, for four seconds of wall time, with nothing but
-//! `gpufill_runtime` and `gpufill_sim`'s GPUs: it fills both at 40 %, takes 60 % live,
+//! `gpufill_runtime`'s `SimOpener` and `gpufill_sim`'s model: it fills both at 40 %, takes 60 % live,
 //! and yields on GPU 0 alone when a foreign job arrives there. Runs anywhere (CI runs
-//! it): `cargo run -p gpufill-sim --example simulated_agent`
+//! it): `cargo run -p gpufill-runtime --example simulated_agent`
 use std::time::{Duration, Instant};
 
-use gpufill_runtime::{Agent, AgentOptions, DayClock, Settings, State, TimeOfDay};
-use gpufill_sim::{ForeignJob, SimConfig, SimOpener};
+use gpufill_runtime::{Agent, AgentOptions, DayClock, Settings, SimOpener, State, TimeOfDay};
+use gpufill_sim::{ForeignJob, SimConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opener = SimOpener::new(SimConfig::default());
