@@ -27,10 +27,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpufill_runtime::for_the_binary::down_of;
 use gpufill_runtime::mps::{Change, DaemonWatch};
 use gpufill_runtime::{
-    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings,
+    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings, down_of,
 };
 use tracing::{info, warn};
 

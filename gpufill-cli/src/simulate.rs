@@ -126,7 +126,7 @@ impl Setup {
         // Virtual time of day: the start plus virtual time (at --realtime, the wall clock).
         let start_time = args
             .start_time
-            .or_else(gpufill_runtime::for_the_binary::local_time_of_day)
+            .or_else(gpufill_runtime::local_time_of_day)
             .unwrap_or(TimeOfDay::MIDNIGHT);
         let (registry, mut publishers) = Registry::new(vec![sim_labels()]);
         let view = if args.pid_namespace {

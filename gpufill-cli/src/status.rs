@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Context;
 use gpufill_nvml::{GpuInfo, Nvml};
 use gpufill_runtime::PidView;
-use gpufill_runtime::for_the_binary::is_gpufill;
+use gpufill_runtime::is_gpufill;
 use gpufill_runtime::mps::Daemon;
 use serde_json::{Value, json};
 
@@ -204,7 +204,7 @@ fn view_line(view: PidView) -> &'static str {
 
 /// `s` safe for a terminal: a process name comes from its argv, which any user sets.
 fn printable(s: &str) -> String {
-    gpufill_runtime::for_the_binary::escape_controls(s)
+    gpufill_runtime::escape_controls(s)
 }
 
 #[cfg(test)]

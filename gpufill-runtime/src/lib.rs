@@ -59,9 +59,13 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported at this root and the
-//! public modules `mps`, `prometheus` and `file` are the API. What only the `gpufill`
-//! binary needs (each key's flag, the bench's real loop, the missing-driver message ...)
-//! is in the hidden module `for_the_binary`, which may change in any release. Nothing
+//! public modules `mps`, `prometheus` and `file` are the API. There is no hidden
+//! module: what the `gpufill` binary uses beyond the agent is public here because an
+//! embedder's own front end or loop needs it too (each key's name, restart need and
+//! flag as data: [`Settings::every_key`], [`Key`], [`Flag`], [`FlagValue`]; the real
+//! loop [`open_gpu`] returns, [`RealLoop`], with its [`DeviceOpenHint`]; the local clock
+//! of schedules, [`local_time_of_day`]; the claim's rule for a gpufill process,
+//! [`is_gpufill`], and [`escape_controls`] for text another process sets). Nothing
 //! here reads a configuration file, installs a signal handler or a log subscriber, or
 //! exits the process. Logging goes through `tracing`.
 
@@ -76,6 +80,7 @@ pub mod mps;
 mod open;
 mod opener;
 pub mod prometheus;
+pub mod reload;
 mod select;
 mod settings;
 mod snapshot;
@@ -83,53 +88,24 @@ mod steering;
 mod worker;
 
 pub use agent::{Agent, AgentError, AgentOptions};
-pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all};
+pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, escape_controls, is_gpufill};
+pub use device_hint::DeviceOpenHint;
 pub use gpm::GpmError;
 pub use gpufill_core::Loop;
 pub use gpus::{GpuId, GpuSelector};
-pub use open::{OpenError, open_gpu};
+pub use localtime::now as local_time_of_day;
+pub use open::{OpenError, RealLoad, RealLoop, open_gpu};
 pub use opener::{NvmlCuda, Opener, SimOpener, with_launch_settings};
 pub use select::{Gpu, SelectError, Selection, choose, select};
 pub use settings::{
-    LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS, ScheduleSettings, Settings,
-    SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings,
+    Chosen, Flag, FlagValue, Key, LoadSettings, Metric, MpsChoice, ProbeSettings, RESTART_KEYS,
+    ScheduleSettings, Settings, SettingsError, WindowSettings, YieldPolicyChoice, YieldingSettings,
 };
 pub use snapshot::{
-    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, stall_after,
+    GpuLabels, GpuSnapshot, Liveness, Publisher, Registry, STARTUP_ALLOWANCE, down_of, stall_after,
 };
 pub use steering::{DayClock, DeviceReadings, Steering};
 pub use worker::WorkerError;
-
-#[doc(hidden)]
-pub mod for_the_binary {
-    //! For the `gpufill` binary, **not** for embedders: these may change or go in any
-    //! release, and are hidden from the docs. They are what the binary needs beyond an
-    //! embedder's API: the command line's view of the settings (each key's flag), the
-    //! bench's real loop and newcomer watch, `simulate`'s local clock, `status`'s
-    //! escaping and its rule for a gpufill process (the one the claim uses), the
-    //! watchdog's summary, and the missing-driver message
-    //! ([`crate::OpenError::NoDriver`] is the embedder's).
-    //!
-    //! The boundary holds by code: none of these is reachable from the crate's root.
-    //! ```compile_fail
-    //! use gpufill_runtime::RealLoop;
-    //! ```
-    //! ```compile_fail
-    //! use gpufill_runtime::NO_DRIVER;
-    //! ```
-    //! ```compile_fail
-    //! use gpufill_runtime::Flag;
-    //! ```
-    //! ```compile_fail
-    //! use gpufill_runtime::device_hint::DeviceOpenHint;
-    //! ```
-    pub use crate::claim::{escape_controls, is_gpufill};
-    pub use crate::device_hint::DeviceOpenHint;
-    pub use crate::localtime::now as local_time_of_day;
-    pub use crate::open::{NO_DRIVER, RealLoad, RealLoop};
-    pub use crate::settings::{Chosen, Flag, FlagValue, Key};
-    pub use crate::snapshot::down_of;
-}
 
 /// The types of the lower crates that the items above name, so that an embedder needs
 /// no other dependency: what a snapshot's state is, the controller and kernel a

@@ -12,7 +12,7 @@ use crate::select::Gpu;
 use crate::settings::{Metric, Settings};
 
 /// The message for a machine without the NVIDIA driver.
-pub const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver; `gpufill simulate` runs without one)";
+pub(crate) const NO_DRIVER: &str = "no NVIDIA driver: libcuda.so.1 was not found (install the NVIDIA driver; `gpufill simulate` runs without one)";
 
 /// Why a GPU could not be opened for filling.
 #[derive(Debug, thiserror::Error)]

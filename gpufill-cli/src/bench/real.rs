@@ -1,7 +1,6 @@
 //! The bench on a real GPU: the fill loop `gpufill run` builds, on the real clock, and
 //! a foreign CUDA process (`gpufill bench-foreign`) watched through NVML every 1 ms.
 
-use gpufill_runtime::for_the_binary::DeviceOpenHint;
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +13,7 @@ use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
 use gpufill_nvml::Nvml;
 
 use super::{ForeignSeen, Rig};
-use gpufill_runtime::for_the_binary::{NO_DRIVER, RealLoop};
-use gpufill_runtime::{GpuSelector, Settings};
+use gpufill_runtime::{DeviceOpenHint, GpuSelector, OpenError, RealLoop, Settings};
 
 use crate::cli::BenchArgs;
 use crate::error::UsageError;
@@ -60,7 +58,10 @@ impl RealRig {
     /// (a usage error), another process is on it (without `--force`), or opening fails.
     pub(crate) fn open(args: &BenchArgs, settings: &Settings) -> anyhow::Result<RealRig> {
         if !gpufill_cuda::driver_present() {
-            bail!("{NO_DRIVER}; `gpufill bench --sim` measures the simulated GPU");
+            bail!(
+                "{}; `gpufill bench --sim` measures the simulated GPU",
+                OpenError::NoDriver
+            );
         }
         let nvml = Nvml::init().context("cannot start NVML")?;
         let selector = args

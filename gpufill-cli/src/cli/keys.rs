@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
-use gpufill_runtime::for_the_binary::FlagValue;
+use gpufill_runtime::FlagValue;
 
 use super::{Number, parse_gpus};
 use crate::config::{Config, MetricsConfig, Overrides};

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use gpufill_runtime::for_the_binary::Flag;
+use gpufill_runtime::Flag;
 use serde::{Deserialize, Serialize};
 
 /// The `[metrics]` table: the Prometheus endpoint.

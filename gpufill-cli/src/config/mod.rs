@@ -40,7 +40,7 @@ use std::sync::LazyLock;
 
 use gpufill_runtime::Settings;
 use gpufill_runtime::file::{KeyOf, Table, TableOf};
-use gpufill_runtime::for_the_binary::{Flag, FlagValue};
+use gpufill_runtime::{Flag, FlagValue};
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeStruct;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -2,7 +2,7 @@
 //! which key is said once, on the key's line ([`Config::flag_of`]); the flags themselves
 //! are built from those lines (`cli::KeyFlags`).
 
-use gpufill_runtime::for_the_binary::Flag;
+use gpufill_runtime::Flag;
 
 use super::Config;
 

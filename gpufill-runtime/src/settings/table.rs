@@ -64,8 +64,8 @@ macro_rules! settings_table {
             ];
 
             /// Every key of this table and of the tables in it, as its line defines it,
-            /// in the order they are listed.
-            #[doc(hidden)] // for the binary (`for_the_binary`): may change
+            /// in the order they are listed: its name, restart need and flag, for a
+            /// front end that lists the keys or builds flags from them.
             pub fn every_key() -> Vec<$crate::settings::Key> {
                 #[allow(unused_mut)]
                 let mut keys = vec![$(
@@ -81,7 +81,6 @@ macro_rules! settings_table {
 
             /// Sets `key` (as [`Self::every_key`] names it) to its value in `from`, and
             /// says whether that changed it.
-            #[doc(hidden)] // for the binary (`for_the_binary`): may change
             #[allow(clippy::clone_on_copy)]
             pub fn copy_key(&mut self, from: &Self, key: &str) -> bool {
                 $(
@@ -94,8 +93,8 @@ macro_rules! settings_table {
                 false $($(|| self.$table.copy_key(&from.$table, key))+)?
             }
 
-            /// Where the value of `key`, a key with a flag, lives, by what its flag reads.
-            #[doc(hidden)] // for the binary (`for_the_binary`): may change
+            /// Where the value of `key`, a key with a flag, lives, by what its flag reads:
+            /// a front end parses the flag's text by the variant and writes it there.
             #[allow(unused_variables)] // by a table without flags
             pub fn flag_value(&mut self, key: &str) -> Option<$crate::settings::FlagValue<'_>> {
                 $(
