@@ -4,6 +4,10 @@
 //! A file that fails to load or validate is refused with one `error` line naming
 //! `file:line:col: key: reason`, and the settings in force stay.
 //!
+//! The logic, when the file is complete and the two phases, is the runtime's
+//! ([`gpufill_runtime::reload`], tested there); this module is its wiring: the signal,
+//! the watch, the file, TOML, the logs and the metrics.
+//!
 //! A reload can race an editor or a script that is writing the file, and an empty or
 //! cut-short file is valid TOML: taken as it is, it would put the built-in defaults in
 //! place of every setting it lacks. So a reload reads only a complete file. An inotify
@@ -42,11 +46,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
+#[cfg(test)]
+use gpufill_runtime::reload::Settle;
+use gpufill_runtime::reload::{Next, Reload, Watch as _};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
 use crate::metrics::ReloadStatus;
 use watch::Watch;
+
+/// New settings from the config file, not yet in force: hand them to the workers,
+/// then [`Reloader::commit`] or [`Reloader::refuse`] them.
+pub type Proposal = gpufill_runtime::reload::Proposal<Config>;
 
 /// What a reload would do: the config to apply, with the keys that need a restart
 /// kept at their old values, and the names of those that the new file changed: the
@@ -73,25 +84,6 @@ pub(crate) fn load(path: &Path, flags: &Overrides) -> Result<Config, ConfigError
     config.apply(flags);
     config.validate(Some(path))?;
     Ok(config)
-}
-
-/// How a reload waits for a file that is being written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Settle {
-    /// Without inotify: how long the file must stay unchanged, and the least time
-    /// between the two reads that must agree.
-    pub quiet: Duration,
-    /// How long to wait for the writer before refusing the reload.
-    pub limit: Duration,
-}
-
-impl Default for Settle {
-    fn default() -> Self {
-        Settle {
-            quiet: Duration::from_millis(100),
-            limit: Duration::from_secs(2),
-        }
-    }
 }
 
 /// Why a reload was refused.
@@ -143,93 +135,6 @@ fn load_text(path: &Path, text: &str, flags: &Overrides) -> Result<Config, Refus
     Ok(config)
 }
 
-/// A read of the file: its text and modification time.
-type Read = (String, Option<SystemTime>);
-
-/// What a waiting reload does next.
-#[derive(Debug, PartialEq, Eq)]
-enum Step {
-    /// Load this text.
-    Load(String),
-    /// Look again at the next call.
-    Wait,
-    /// The writer did not finish within the limit.
-    GiveUp,
-}
-
-/// A reload that waits for its file: since when, and, without inotify, the settle rule
-/// of the module docs, one read per call.
-#[derive(Debug)]
-struct Settling {
-    /// When the reload was asked for: the limit counts from here.
-    since: Instant,
-    last: Option<(Read, Instant)>,
-}
-
-impl Settling {
-    fn new(now: Instant) -> Self {
-        Settling {
-            since: now,
-            last: None,
-        }
-    }
-
-    /// Takes `read`, made at `now`: the text once it agrees with a read at least
-    /// `settle.quiet` older and its modification time is that old (a time in the future,
-    /// after a clock step, counts as old).
-    fn next(&mut self, read: Read, now: Instant, settle: Settle) -> Step {
-        let quiet = read
-            .1
-            .and_then(|at| SystemTime::now().duration_since(at).ok())
-            .is_none_or(|age| age >= settle.quiet);
-        match &self.last {
-            Some((last, at)) if quiet && *last == read => {
-                if now.duration_since(*at) >= settle.quiet {
-                    return Step::Load(read.0);
-                }
-            }
-            _ => self.last = Some((read, now)),
-        }
-        self.wait(now, settle)
-    }
-
-    /// Waits on at `now`, or gives up once `settle.limit` has passed since the reload
-    /// was asked for.
-    fn wait(&self, now: Instant, settle: Settle) -> Step {
-        if now.duration_since(self.since) >= settle.limit {
-            Step::GiveUp
-        } else {
-            Step::Wait
-        }
-    }
-}
-
-/// A reload asked for and not yet answered.
-#[derive(Debug)]
-struct Pending {
-    /// Since when it waits, and without inotify the reads so far.
-    settling: Settling,
-    /// Whether the wait for the writer has been logged.
-    told: bool,
-}
-
-/// New settings from the config file, not yet in force: hand them to the workers,
-/// then [`Reloader::commit`] or [`Reloader::refuse`] them.
-#[derive(Debug)]
-#[must_use = "a proposal is committed or refused"]
-pub struct Proposal {
-    config: Config,
-    kept: Vec<&'static str>,
-}
-
-impl Proposal {
-    /// The settings proposed: the file's, the flags over them, and the keys that need
-    /// a restart at their values in force.
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-}
-
 /// The process's SIGHUP flag, set by the handler [`catch_hangups`] installs.
 static HANGUP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -254,11 +159,10 @@ pub fn catch_hangups() -> anyhow::Result<Arc<AtomicBool>> {
 pub struct Reloader {
     path: Option<PathBuf>,
     flags: Overrides,
-    current: Config,
-    settle: Settle,
+    /// The settings in force and the reload asked for.
+    reload: Reload<Config>,
     hangup: Arc<AtomicBool>,
     watch: Option<Watch>,
-    pending: Option<Pending>,
     /// Where each reload's final outcome is recorded ([`crate::metrics::RELOADS`]).
     status: &'static ReloadStatus,
 }
@@ -282,11 +186,9 @@ impl Reloader {
         Ok(Reloader {
             path,
             flags,
-            current,
-            settle: Settle::default(),
+            reload: Reload::new(current),
             hangup,
             watch,
-            pending: None,
             status,
         })
     }
@@ -301,7 +203,7 @@ impl Reloader {
     /// Waits for a file being written as `settle` says (tests shorten it).
     #[cfg(test)]
     pub(crate) fn with_settle(mut self, settle: Settle) -> Self {
-        self.settle = settle;
+        self.reload = self.reload.with_settle(settle);
         self
     }
 
@@ -322,29 +224,30 @@ impl Reloader {
         if self.hangup.swap(false, Ordering::Relaxed) {
             self.request();
         }
-        let pending = self.pending.as_mut()?;
         let path = self.path.as_deref()?;
         // The watch and what it saw: both or neither.
         let watched = self.watch.as_mut().zip(seen);
-        let loaded = match next_step(path, pending, watched, self.settle) {
-            Ok(Step::Wait) => {
-                if !std::mem::replace(&mut pending.told, true) {
+        let next = self
+            .reload
+            .next(Instant::now(), watched, || crate::config::read_text(path))?;
+        let loaded = match next {
+            Next::Waiting { first } => {
+                if first {
                     debug!(file = %path.display(), "reload: waiting for the file's writer");
                 }
                 return None;
             }
-            Ok(Step::Load(text)) => load_text(path, &text, &self.flags),
-            Ok(Step::GiveUp) => Err(Refused::Unsettled {
+            Next::Text(text) => load_text(path, &text, &self.flags),
+            Next::Unsettled(limit) => Err(Refused::Unsettled {
                 path: path.to_path_buf(),
-                limit: self.settle.limit,
+                limit,
             }),
-            Err(e) => Err(e),
+            Next::Failed(e) => Err(Refused::Config(e)),
         };
-        self.pending = None;
         match loaded {
             Ok(new) => {
-                let (config, kept) = diff(&self.current, new);
-                Some(Proposal { config, kept })
+                let (config, kept) = diff(self.reload.current(), new);
+                Some(self.reload.propose(config, kept))
             }
             Err(why) => {
                 self.refused(why);
@@ -357,11 +260,8 @@ impl Reloader {
     pub fn request(&mut self) {
         if self.path.is_none() {
             warn!("SIGHUP: no --config file, nothing to reload");
-        } else if self.pending.is_none() {
-            self.pending = Some(Pending {
-                settling: Settling::new(Instant::now()),
-                told: false,
-            });
+        } else {
+            self.reload.request(Instant::now());
         }
     }
 
@@ -370,12 +270,12 @@ impl Reloader {
     #[cfg(test)]
     pub(crate) fn reload(&mut self) -> Option<Arc<Config>> {
         self.request();
-        while self.pending.is_some() {
+        while self.reload.pending() {
             if let Some(new) = self.poll() {
                 return Some(new);
             }
-            if self.pending.is_some() {
-                std::thread::sleep(self.settle.quiet / 4);
+            if self.reload.pending() {
+                std::thread::sleep(self.reload.settle().quiet / 4);
             }
         }
         None
@@ -384,18 +284,17 @@ impl Reloader {
     /// Makes `proposal` the settings in force, once its receiver has taken them, and
     /// logs `config reloaded` (and each key kept for a restart). Returns them.
     pub fn commit(&mut self, proposal: Proposal) -> Arc<Config> {
-        let Proposal { config, kept } = proposal;
         let file = self.path.as_deref().unwrap_or(Path::new("")).display();
-        for key in kept {
+        for key in self.reload.commit(proposal) {
             warn!(
                 key,
                 "reload: {key} changed but needs a restart; old value kept"
             );
         }
+        let config = self.reload.current();
         info!(target = config.target_percent, file = %file, "config reloaded");
-        self.current = config;
         self.status.succeeded(SystemTime::now());
-        Arc::new(self.current.clone())
+        Arc::new(config.clone())
     }
 
     /// Drops `proposal`, which its receiver refused for `why`, keeping the settings in
@@ -413,51 +312,8 @@ impl Reloader {
 
     /// The settings in force.
     pub fn current(&self) -> &Config {
-        &self.current
+        self.reload.current()
     }
-}
-
-/// What a waiting reload does next: with an active watch, wait while the file is being
-/// written ([`read_complete`] once it is not); without, the settle rule ([`Settling`]).
-fn next_step(
-    path: &Path,
-    pending: &mut Pending,
-    watched: Option<(&mut Watch, watch::Seen)>,
-    settle: Settle,
-) -> Result<Step, Refused> {
-    let now = Instant::now();
-    match watched {
-        Some((watch, seen)) if watch.active() => {
-            if seen.writing {
-                Ok(pending.settling.wait(now, settle))
-            } else {
-                Ok(read_complete(path, watch)?)
-            }
-        }
-        _ => {
-            let read = crate::config::read_text(path)?;
-            Ok(pending.settling.next(read, now, settle))
-        }
-    }
-}
-
-/// With the watch: the file's text when a read met no event on it, or wait for a
-/// writer that began writing during the read. A file replaced whole (or removed) during
-/// the read is read again, a few times; the last complete one read wins.
-fn read_complete(path: &Path, watch: &mut Watch) -> Result<Step, ConfigError> {
-    let mut last = None;
-    for _ in 0..3 {
-        let read = crate::config::read_text(path);
-        let seen = watch.update();
-        if seen.writing {
-            return Ok(Step::Wait);
-        }
-        if !seen.changed {
-            return read.map(|(text, _)| Step::Load(text));
-        }
-        last = read.ok();
-    }
-    Ok(last.map_or(Step::Wait, |(text, _)| Step::Load(text)))
 }
 
 #[cfg(test)]
@@ -591,47 +447,6 @@ mod tests {
         let (reloaded, log) = crate::logging::capture::logged(|| r.reload());
         assert_eq!(reloaded.unwrap().target_percent, 75.0);
         assert!(!log.contains("newline"), "{log}");
-    }
-
-    /// The reads a [`Settling`] takes, `QUICK.quiet / 2` apart from a start in virtual
-    /// time, each of them `read(n)`; its steps.
-    fn settle_steps(mut read: impl FnMut(u32) -> Read) -> Vec<Step> {
-        let start = Instant::now();
-        let mut settling = Settling::new(start);
-        let mut steps = Vec::new();
-        for n in 0..100 {
-            let now = start + QUICK.quiet / 2 * n;
-            let step = settling.next(read(n), now, QUICK);
-            let done = step != Step::Wait;
-            steps.push(step);
-            if done {
-                break;
-            }
-        }
-        steps
-    }
-
-    #[test]
-    fn without_inotify_a_file_still_being_written_is_refused_once_the_limit_passes() {
-        // Every read finds new text, just written: a writer that never stops.
-        let steps = settle_steps(|n| (format!("{FULL}# {n}\n"), Some(SystemTime::now())));
-        assert_eq!(steps.last(), Some(&Step::GiveUp));
-        // Reads QUICK.quiet / 2 apart: the limit passes at the 21st.
-        assert_eq!(steps.len(), 21);
-    }
-
-    #[test]
-    fn without_inotify_the_same_text_read_twice_a_quiet_apart_is_settled() {
-        let old = SystemTime::now() - Duration::from_secs(1);
-        let steps = settle_steps(|_| (FULL.to_string(), Some(old)));
-        // The first read, one half a quiet later, then a whole quiet after the first.
-        assert_eq!(
-            steps,
-            [Step::Wait, Step::Wait, Step::Load(FULL.to_string())]
-        );
-        // A modification time less than a quiet old is not settled yet.
-        let steps = settle_steps(|_| (FULL.to_string(), Some(SystemTime::now())));
-        assert_eq!(steps.last(), Some(&Step::GiveUp));
     }
 
     #[test]

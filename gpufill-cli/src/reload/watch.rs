@@ -19,15 +19,7 @@
 
 use std::path::Path;
 
-/// What the watch saw since the last [`Watch::update`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Seen {
-    /// A writer has written to the file in place and not closed it yet.
-    pub writing: bool,
-    /// Something happened to the file since the last update (a write, a close after a
-    /// write, a rename onto it, its removal), or events were lost.
-    pub changed: bool,
-}
+use gpufill_runtime::reload::Seen;
 
 /// An inotify watch on the directories of a config file.
 #[derive(Debug)]
@@ -39,7 +31,7 @@ pub(super) struct Watch {
 
 impl Watch {
     /// A watch on `path`'s directory and on that of the file it resolves to; one that
-    /// is not [`Watch::active`] where inotify cannot watch the first (the reason is
+    /// is not active ([`gpufill_runtime::reload::Watch::active`]) where inotify cannot watch the first (the reason is
     /// logged).
     pub fn on(path: &Path) -> Watch {
         #[cfg(target_os = "linux")]
@@ -64,10 +56,12 @@ impl Watch {
             Watch { writing: false }
         }
     }
+}
 
+impl gpufill_runtime::reload::Watch for Watch {
     /// Whether the watch follows the file (else the reloader must wait for the file to
     /// settle).
-    pub fn active(&self) -> bool {
+    fn active(&self) -> bool {
         #[cfg(target_os = "linux")]
         {
             self.inner.is_some()
@@ -79,7 +73,7 @@ impl Watch {
     }
 
     /// Takes in the events queued since the last call (without waiting).
-    pub fn update(&mut self) -> Seen {
+    fn update(&mut self) -> Seen {
         let mut seen = Seen {
             writing: self.writing,
             changed: false,
@@ -260,6 +254,7 @@ mod linux {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+    use gpufill_runtime::reload::Watch as _;
     use std::io::Write;
 
     fn watched() -> (tempfile::TempDir, std::path::PathBuf, Watch) {
