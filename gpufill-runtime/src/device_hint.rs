@@ -26,7 +26,8 @@ pub struct DeviceOpenHint {
 }
 
 impl DeviceOpenHint {
-    /// A watch on [`DEVICE_FILES`] (those that exist); one that never fires when none
+    /// A watch on the device files every CUDA process opens, `/dev/nvidiactl` and
+    /// `/dev/nvidia-uvm` (those that exist); one that never fires when none
     /// can be watched.
     pub fn on_device_files() -> Self {
         Self::on(&DEVICE_FILES)

@@ -36,6 +36,8 @@
 //!   (here rather than in the binary so an embedder serves the same series from its
 //!   own HTTP server). The types of the lower crates these name are re-exported here, so
 //!   an embedder of the agent needs no other crate.
+//! - [`reload::Reload`]: a settings file's reload without its I/O: when a file being
+//!   written is complete, then propose and commit (the binary's SIGHUP reload).
 //! - [`SimOpener`]: the simulated GPU as an [`Opener`], for an agent on a machine with no
 //!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
@@ -59,7 +61,7 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported at this root and the
-//! public modules `mps`, `prometheus` and `file` are the API. There is no hidden
+//! public modules `mps`, `prometheus`, `reload` and `file` are the API. There is no hidden
 //! module: what the `gpufill` binary uses beyond the agent is public here because an
 //! embedder's own front end or loop needs it too (each key's name, restart need and
 //! flag as data: [`Settings::every_key`], [`Key`], [`Flag`], [`FlagValue`]; the real

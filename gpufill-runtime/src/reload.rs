@@ -1,6 +1,7 @@
 //! A reload's logic, without its I/O: when a config file being written is complete, and
 //! the two phases of putting new settings in force. The caller reads the file, watches
-//! its writers, parses it and logs; [`Reload`] decides. The `gpufill` binary drives it
+//! its writers, parses it and logs; [`Reload`] decides, given the time (it reads the
+//! wall clock only to age a modification time). The `gpufill` binary drives it
 //! from SIGHUP with an inotify watch and its TOML file; an embedder that reloads its own
 //! settings file can drive it the same way.
 //!
