@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
+pub use gpufill_runtime::simulate::{ForeignSpec, ServiceRequests, ServiceSpec};
 use gpufill_runtime::{GpuId, GpuSelector, TimeOfDay};
 
 use crate::config::Overrides;
@@ -332,17 +333,6 @@ pub struct SimulateArgs {
 /// The longest simulation, and so the latest time a `--foreign` job may name: 30 days.
 pub const MAX_SIMULATED_S: f64 = 30.0 * 86400.0;
 
-/// One `--foreign START-END:LOAD`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ForeignSpec {
-    /// When it appears, in seconds.
-    pub start_s: f64,
-    /// When it leaves, in seconds.
-    pub end_s: f64,
-    /// Share of time it wants the GPU, percent.
-    pub load_percent: f64,
-}
-
 /// Parses `START-END:LOAD`, e.g. `5-12:30`.
 ///
 /// # Errors
@@ -422,39 +412,6 @@ fn parse_gpu(s: &str) -> Result<GpuId, String> {
         Ok(index) => GpuId::from_index(index),
         Err(_) => GpuId::from_uuid(s.trim()),
     }
-}
-
-/// One `--service`: when the service is there and how its requests come.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ServiceSpec {
-    /// When it appears, in seconds.
-    pub start_s: f64,
-    /// When it leaves, in seconds.
-    pub end_s: f64,
-    /// How its requests come.
-    pub requests: ServiceRequests,
-}
-
-/// How a `--service`'s requests come.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ServiceRequests {
-    /// `EVERY:BURST`: a burst of requests lasting `burst_s` every `every_s` seconds.
-    Bursts {
-        /// Seconds from one burst to the next.
-        every_s: f64,
-        /// Seconds each burst lasts.
-        burst_s: f64,
-    },
-    /// `RATE/s:LENGTHms[:gpu]`: isolated requests, `per_s` a second, each `request_ms`
-    /// alone.
-    Rate {
-        /// Requests a second (Poisson).
-        per_s: f64,
-        /// Milliseconds each takes alone.
-        request_ms: f64,
-        /// `:gpu`: their kernels fill every SM in a few waves (`ForeignJob::filling_every_sm`).
-        fills_every_sm: bool,
-    },
 }
 
 /// The most isolated requests a second `--service` takes: the simulated GPU serves each

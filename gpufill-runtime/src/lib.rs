@@ -85,6 +85,7 @@ pub mod prometheus;
 pub mod reload;
 mod select;
 mod settings;
+pub mod simulate;
 mod snapshot;
 mod steering;
 mod worker;

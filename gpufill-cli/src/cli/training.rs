@@ -1,21 +1,9 @@
 //! `simulate --training START-END:STEP_MS:WAIT_MS`: a training job that waits on its
 //! input, beside which gpufill fills gaps or holds off.
 
-use super::parse_foreign;
+pub use gpufill_runtime::simulate::TrainingSpec;
 
-/// One `--training`: when the job is there, how long each step keeps the GPU busy, and
-/// how long it then waits on its input.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TrainingSpec {
-    /// When it appears, in seconds.
-    pub start_s: f64,
-    /// When it leaves, in seconds.
-    pub end_s: f64,
-    /// Milliseconds each step keeps the GPU busy alone.
-    pub step_ms: f64,
-    /// Milliseconds it waits on its input after each step.
-    pub wait_ms: f64,
-}
+use super::parse_foreign;
 
 /// The longest step or wait `--training` takes, in milliseconds.
 pub const MAX_STEP_MS: f64 = 10_000.0;
