@@ -72,6 +72,7 @@
 //! exits the process. Logging goes through `tracing`.
 
 mod agent;
+pub mod bench;
 mod claim;
 mod device_hint;
 mod faultlog;

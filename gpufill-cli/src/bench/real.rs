@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
 use gpufill_nvml::Nvml;
 
-use super::{ForeignSeen, Rig};
+use gpufill_runtime::bench::{ForeignSeen, Rig, RigError};
 use gpufill_runtime::{DeviceOpenHint, GpuSelector, OpenError, RealLoop, Settings};
 
 use crate::cli::BenchArgs;
@@ -161,6 +161,41 @@ fn settled(readings: &[f64], window: usize, spread: f64) -> bool {
     hi - lo <= spread
 }
 
+impl RealRig {
+    /// Starts `gpufill bench-foreign` for `run`, and the thread that watches it.
+    fn start_watched(&mut self, run: Duration) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("cannot find the gpufill binary")?;
+        let child = Command::new(exe)
+            .args(["-q", "bench-foreign", "--ordinal"])
+            .arg(self.target.ordinal.to_string())
+            .arg("--seconds")
+            .arg(run.as_secs_f64().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start the foreign process (gpufill bench-foreign)")?;
+        let mut known = self.fill.probe().own().pids.clone();
+        known.extend(&self.present);
+        let seen = Arc::new(Mutex::new(ForeignSeen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch = Watch {
+            nvml: self.nvml,
+            uuid: self.target.uuid.clone(),
+            known,
+            clock: self.clock,
+            seen: Arc::clone(&seen),
+            stop: Arc::clone(&stop),
+        };
+        let handle = thread::Builder::new()
+            .name("gpufill-bench-watch".into())
+            .spawn(move || watch.run(child))
+            .context("cannot start the watcher thread")?;
+        self.watcher = Some(Watcher { seen, stop, handle });
+        Ok(())
+    }
+}
+
 impl Rig for RealRig {
     fn name(&self) -> String {
         format!("{} (GPU {})", self.target.name, self.target.index)
@@ -170,7 +205,7 @@ impl Rig for RealRig {
         self.clock.now()
     }
 
-    fn step(&mut self, target: Utilization) -> anyhow::Result<Tick> {
+    fn step(&mut self, target: Utilization) -> Result<Tick, RigError> {
         self.fill.set_target(target);
         Ok(self.fill.step(self.clock.now()))
     }
@@ -208,36 +243,8 @@ impl Rig for RealRig {
         })
     }
 
-    fn start_foreign(&mut self, run: Duration) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("cannot find the gpufill binary")?;
-        let child = Command::new(exe)
-            .args(["-q", "bench-foreign", "--ordinal"])
-            .arg(self.target.ordinal.to_string())
-            .arg("--seconds")
-            .arg(run.as_secs_f64().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot start the foreign process (gpufill bench-foreign)")?;
-        let mut known = self.fill.probe().own().pids.clone();
-        known.extend(&self.present);
-        let seen = Arc::new(Mutex::new(ForeignSeen::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let watch = Watch {
-            nvml: self.nvml,
-            uuid: self.target.uuid.clone(),
-            known,
-            clock: self.clock,
-            seen: Arc::clone(&seen),
-            stop: Arc::clone(&stop),
-        };
-        let handle = thread::Builder::new()
-            .name("gpufill-bench-watch".into())
-            .spawn(move || watch.run(child))
-            .context("cannot start the watcher thread")?;
-        self.watcher = Some(Watcher { seen, stop, handle });
-        Ok(())
+    fn start_foreign(&mut self, run: Duration) -> Result<(), RigError> {
+        self.start_watched(run).map_err(RigError::from)
     }
 
     fn foreign(&mut self) -> ForeignSeen {

@@ -2,20 +2,21 @@
 //! what it cost; for the yield test, how fast gpufill stood aside and came back.
 //! Pure functions over the recorded ticks, so they are tested without a GPU.
 
-use std::io::{self, Write};
 use std::time::Duration;
 
 use gpufill_core::{Event, Tick, Utilization};
-use gpufill_runtime::{State, Time};
 use gpufill_sim::tracking;
-use serde::Serialize;
+
+use super::{Plan, Recording, Rig};
+use crate::{Settings, State, Time};
 
 /// Tolerance for "settled", in percentage points (as `scripts/gpulab/track.py`, `lab.py
 /// track`, and docs/benchmarks.md#how-to-reproduce define it).
 pub const SETTLE_POINTS: f64 = 2.0;
 
 /// How one target went.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TargetSummary {
     /// The target, percent.
     pub target_percent: f64,
@@ -105,7 +106,8 @@ pub struct YieldObservation {
 }
 
 /// The yield test's result.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct YieldSummary {
     /// The target held before the foreign process came, percent.
     pub target_percent: f64,
@@ -174,8 +176,9 @@ pub fn summarize_yield(
     }
 }
 
-/// Everything `bench.json` holds.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Everything `bench.json` holds (its serde form, feature `serde`).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BenchSummary {
     /// The GPU, e.g. `NVIDIA H200 (GPU 0)`, or `simulated GPU`.
     pub gpu: String,
@@ -195,11 +198,38 @@ pub struct BenchSummary {
     pub yield_skipped: Option<String>,
 }
 
-fn opt(value: Option<f64>, decimals: usize) -> String {
-    value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
-}
-
 impl BenchSummary {
+    /// The summary of `rec`, measured by [`super::measure`] on `rig` after `plan`
+    /// with the loop of `settings`; `yield_skipped` as `measure` returned it.
+    pub fn new(
+        rig: &dyn Rig,
+        plan: &Plan,
+        simulated: bool,
+        settings: &Settings,
+        rec: &Recording,
+        yield_skipped: Option<String>,
+    ) -> BenchSummary {
+        BenchSummary {
+            gpu: rig.name(),
+            simulated,
+            seconds_per_target: plan.seconds_per_target,
+            tick_ms: settings.tick_ms,
+            idle_power_w: rig.idle_power_watts(),
+            targets: rec
+                .windows
+                .iter()
+                .map(|&(target, from, to, memory)| {
+                    summarize_target(&rec.ticks, from, to, target, &rec.power, memory)
+                })
+                .collect(),
+            yield_test: rec
+                .yield_test
+                .as_ref()
+                .map(|(target, obs, _, _)| summarize_yield(&rec.ticks, *target, obs)),
+            yield_skipped,
+        }
+    }
+
     /// How often gpufill paused or yielded in the targets' windows, where nobody else
     /// was on the GPU.
     pub fn pauses(&self) -> usize {
@@ -218,113 +248,6 @@ impl BenchSummary {
                 .any(|p| p < idle)
         })
     }
-
-    /// Prints the table: one row per target, then the yield test.
-    ///
-    /// # Errors
-    /// I/O errors of `out`.
-    pub fn write_table(&self, out: &mut dyn Write) -> io::Result<()> {
-        writeln!(
-            out,
-            "gpufill bench on {}: {} s per target, tick {} ms, idle power {} W",
-            self.gpu,
-            self.seconds_per_target,
-            self.tick_ms,
-            opt(self.idle_power_w, 0)
-        )?;
-        writeln!(
-            out,
-            "{:>8} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9} {:>7}",
-            "target_%",
-            "settle_s",
-            "mae_pts",
-            "util_%",
-            "samples",
-            "memory_MiB",
-            "power_W",
-            "+idle_W",
-            "pauses"
-        )?;
-        for t in &self.targets {
-            let extra = t.mean_power_w.zip(self.idle_power_w).map(|(p, i)| p - i);
-            let settle = if t.pauses > 0 {
-                "paused".to_owned()
-            } else {
-                opt(t.settle_s, 2)
-            };
-            writeln!(
-                out,
-                "{:>8.1} {:>9} {:>8} {:>9} {:>8} {:>11} {:>8} {:>9} {:>7}",
-                t.target_percent,
-                settle,
-                opt(t.mean_abs_error_points, 2),
-                opt(t.mean_util_percent, 1),
-                t.samples,
-                opt(t.own_memory_mib, 0),
-                opt(t.mean_power_w, 0),
-                opt(extra, 0),
-                t.pauses
-            )?;
-        }
-        let pauses = self.pauses();
-        if pauses > 0 {
-            writeln!(
-                out,
-                "gpufill paused or yielded {pauses} times in the targets with nobody else on the \
-                 GPU: it took the host for another process, so the targets marked \"paused\" \
-                 have no settle time (run with -v to see the evidence it logged)"
-            )?;
-        }
-        if self.idle_power_suspect() {
-            writeln!(
-                out,
-                "note: the idle power read above the power while filling: the GPU was still \
-                 clocked up from earlier work, so +idle_W is not meaningful (let it rest a \
-                 minute before the bench)"
-            )?;
-        }
-        match (&self.yield_test, &self.yield_skipped) {
-            (Some(y), _) => write_yield(out, y),
-            (None, Some(why)) => writeln!(out, "yield test skipped: {why}"),
-            (None, None) => Ok(()),
-        }
-    }
-}
-
-fn write_yield(out: &mut dyn Write, y: &YieldSummary) -> io::Result<()> {
-    writeln!(out, "yield test at {:.0}%:", y.target_percent)?;
-    writeln!(
-        out,
-        "  foreign process listed by NVML {} s after it started",
-        opt(y.listed_after_start_s, 3)
-    )?;
-    writeln!(
-        out,
-        "  yielding {} ms after it was listed; our launcher idle after {} ms",
-        opt(y.yielding_after_ms, 1),
-        opt(y.launcher_idle_after_ms, 1)
-    )?;
-    if let Some(k) = y.own_kernels_while_yielding {
-        writeln!(out, "  our kernels launched while yielding: {k}")?;
-    }
-    if let Some(ms) = y.overlap_ms {
-        writeln!(out, "  our kernels resident beside its kernels: {ms:.1} ms")?;
-    }
-    writeln!(
-        out,
-        "  filling again {} s after it exited (grace {} s)",
-        opt(y.filling_again_after_exit_s, 2),
-        y.grace_s
-    )?;
-    writeln!(
-        out,
-        "  {}",
-        if y.passed() {
-            "ok: yielded, stayed idle and came back"
-        } else {
-            "FAILED: see the lines above"
-        }
-    )
 }
 
 #[cfg(test)]
@@ -422,8 +345,7 @@ mod tests {
         );
         assert_eq!(s.mean_util_percent, None);
         assert_eq!(s.mean_power_w, None);
-        let json = serde_json::to_string(&s).unwrap();
-        assert!(!json.contains("NaN"), "{json}");
+        assert_eq!(s.mean_abs_error_points, None);
     }
 
     fn yield_ticks() -> Vec<Tick> {
@@ -496,70 +418,38 @@ mod tests {
         assert!(!y.passed());
     }
 
-    #[test]
-    fn the_table_shows_every_target_and_the_yield_verdict() {
-        let summary = BenchSummary {
-            gpu: "simulated GPU".into(),
-            simulated: true,
-            seconds_per_target: 5.0,
-            tick_ms: 10,
-            idle_power_w: Some(80.0),
-            targets: vec![summarize_target(
-                &samples(0, &[50.0, 50.0]),
-                Time::ZERO,
-                Time::from_millis(1000),
-                pct(50.0),
-                &[(Time::ZERO, 120.0)],
-                None,
-            )],
-            yield_test: None,
-            yield_skipped: Some("--no-yield".into()),
-        };
-        let mut out = Vec::new();
-        summary.write_table(&mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let row = text.lines().nth(2).unwrap();
-        let cells: Vec<_> = row.split_whitespace().collect();
-        assert_eq!(
-            cells,
-            ["50.0", "0.00", "0.00", "50.0", "2", "-", "120", "40", "0"]
-        );
-        assert!(text.contains("yield test skipped: --no-yield"));
-        assert!(!summary.idle_power_suspect());
-        assert!(!text.contains("not meaningful"));
-    }
-
-    #[test]
-    fn an_idle_power_above_the_filling_power_is_flagged() {
-        let summary = BenchSummary {
+    fn summary(idle_power_w: Option<f64>, targets: Vec<TargetSummary>) -> BenchSummary {
+        BenchSummary {
             gpu: "GPU".into(),
             simulated: false,
             seconds_per_target: 5.0,
             tick_ms: 10,
-            idle_power_w: Some(127.0),
-            targets: vec![summarize_target(
+            idle_power_w,
+            targets,
+            yield_test: None,
+            yield_skipped: None,
+        }
+    }
+
+    #[test]
+    fn an_idle_power_above_the_filling_power_is_suspect() {
+        let at = |watts| {
+            summarize_target(
                 &samples(0, &[50.0, 50.0]),
                 Time::ZERO,
                 Time::from_millis(1000),
                 pct(50.0),
-                &[(Time::ZERO, 123.0)],
+                &[(Time::ZERO, watts)],
                 None,
-            )],
-            yield_test: None,
-            yield_skipped: None,
+            )
         };
-        assert!(summary.idle_power_suspect());
-        let mut out = Vec::new();
-        summary.write_table(&mut out).unwrap();
-        assert!(
-            String::from_utf8(out)
-                .unwrap()
-                .contains("+idle_W is not meaningful")
-        );
+        assert!(summary(Some(127.0), vec![at(123.0)]).idle_power_suspect());
+        assert!(!summary(Some(80.0), vec![at(120.0)]).idle_power_suspect());
+        assert!(!summary(None, vec![at(120.0)]).idle_power_suspect());
     }
 
     #[test]
-    fn a_target_in_which_gpufill_paused_has_no_settle_time_and_says_so() {
+    fn a_target_in_which_gpufill_paused_has_no_settle_time() {
         // Settled at 0.4 s, then a pause with nobody there (a misjudged host) and back.
         let mut ticks = samples(0, &[20.0, 40.0, 50.0, 50.0, 0.0, 0.0, 50.0, 50.0, 50.0]);
         ticks[4].events.push(Event::Paused {
@@ -585,22 +475,6 @@ mod tests {
             None,
         );
         assert_eq!((clean.settle_s, clean.pauses), (Some(0.4), 0));
-        let summary = BenchSummary {
-            gpu: "simulated GPU".into(),
-            simulated: true,
-            seconds_per_target: 2.0,
-            tick_ms: 10,
-            idle_power_w: None,
-            targets: vec![t, clean],
-            yield_test: None,
-            yield_skipped: None,
-        };
-        assert_eq!(summary.pauses(), 1);
-        let mut out = Vec::new();
-        summary.write_table(&mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let row: Vec<_> = text.lines().nth(2).unwrap().split_whitespace().collect();
-        assert_eq!((row[1], row[8]), ("paused", "1"), "{text}");
-        assert!(text.contains("paused or yielded 1 times in the targets with nobody else"));
+        assert_eq!(summary(None, vec![t, clean]).pauses(), 1);
     }
 }

@@ -3,19 +3,17 @@
 
 use std::time::Duration;
 
-use anyhow::anyhow;
 use gpufill_core::{Tick, Utilization};
-use gpufill_runtime::Time;
 use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 
-use super::{ForeignSeen, Rig};
-use gpufill_runtime::Settings;
+use super::{ForeignSeen, Rig, RigError};
+use crate::{Settings, Time};
 
 /// Share of time the simulated foreign job wants the GPU.
 const FOREIGN_LOAD: f64 = 0.5;
 
 /// The simulated GPU under the fill loop built from `config`.
-pub(crate) struct SimRig {
+pub struct SimRig {
     sim: Simulation,
     tick: Duration,
     stop_tail: Duration,
@@ -25,7 +23,7 @@ pub(crate) struct SimRig {
 
 impl SimRig {
     /// A fresh simulated GPU (the H200 model) at time zero.
-    pub(crate) fn new(config: &Settings) -> Self {
+    pub fn new(config: &Settings) -> Self {
         let cfg = SimConfig::default();
         let (stop_tail, recipe) = (cfg.stop_tail, config.loop_settings(cfg.sm_count, false));
         SimRig {
@@ -47,12 +45,12 @@ impl Rig for SimRig {
         self.sim.now()
     }
 
-    fn step(&mut self, target: Utilization) -> anyhow::Result<Tick> {
+    fn step(&mut self, target: Utilization) -> Result<Tick, RigError> {
         self.sim.fill_mut().set_target(target);
         let mut stepped = None;
         let until = self.sim.now() + self.tick;
         self.sim.run_until(until, |t| stepped = Some(t.clone()));
-        let tick = stepped.ok_or_else(|| anyhow!("the simulated loop made no step"))?;
+        let tick = stepped.ok_or("the simulated loop made no step")?;
         self.last_step = tick.at;
         Ok(tick)
     }
@@ -76,7 +74,7 @@ impl Rig for SimRig {
         None
     }
 
-    fn start_foreign(&mut self, run: Duration) -> anyhow::Result<()> {
+    fn start_foreign(&mut self, run: Duration) -> Result<(), RigError> {
         let start = self.sim.now().as_secs_f64();
         let job = ForeignJob::compute_bound(start, start + run.as_secs_f64(), FOREIGN_LOAD);
         self.sim.gpu().add_foreign(job.clone());
