@@ -5,8 +5,8 @@
 //! time. It depends on core alone, no GPU crate: gpufill-runtime builds on it, whose
 //! `SimOpener` opens it for the runtime's agent, so an agent runs with no GPU, and whose
 //! `mps::MpsFollower` follows a simulated MPS daemon. The `gpufill` binary ships it too
-//! (`gpufill simulate`, `gpufill bench --sim`), which is why it is a crate of its own and
-//! not test support.
+//! (`gpufill simulate`, `gpufill bench --sim`: the runtime's modules `simulate` and
+//! `bench` run it), which is why it is a crate of its own and not test support.
 //!
 //! It models what the real one does, as measured (the measurements are in
 //! docs/benchmarks.md#the-gpu-itself-measured-before-gpufill-probes unless another
