@@ -42,6 +42,9 @@
 //!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
 //!   [`mps::MpsFollower`], a simulated run's MPS daemon followed by the real watch.
+//! - [`simulate::SimRun`]: a simulated run in virtual time and its [`simulate::Report`]
+//!   (`gpufill simulate`); [`bench::measure`]: a bench over any [`bench::Rig`] (or
+//!   [`bench::SimRig`]) and its [`bench::BenchSummary`] (`gpufill bench`).
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
@@ -61,15 +64,15 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported at this root and the
-//! public modules `mps`, `prometheus`, `reload` and `file` are the API. There is no hidden
-//! module: what the `gpufill` binary uses beyond the agent is public here because an
-//! embedder's own front end or loop needs it too (each key's name, restart need and
-//! flag as data: [`Settings::every_key`], [`Key`], [`Flag`], [`FlagValue`]; the real
-//! loop [`open_gpu`] returns, [`RealLoop`], with its [`DeviceOpenHint`]; the local clock
-//! of schedules, [`local_time_of_day`]; the claim's rule for a gpufill process,
-//! [`is_gpufill`], and [`escape_controls`] for text another process sets). Nothing
-//! here reads a configuration file, installs a signal handler or a log subscriber, or
-//! exits the process. Logging goes through `tracing`.
+//! public modules `mps`, `prometheus`, `reload`, `simulate`, `bench` and `file` are the
+//! API. There is no hidden module: what the `gpufill` binary uses beyond the agent is
+//! public here because an embedder's own front end or loop needs it too (each key's name,
+//! restart need and flag as data: [`Settings::every_key`], [`Key`], [`Flag`],
+//! [`FlagValue`]; the real loop [`open_gpu`] returns, [`RealLoop`], with its
+//! [`DeviceOpenHint`]; the local clock of schedules, [`local_time_of_day`]; the claim's
+//! rule for a gpufill process, [`is_gpufill`], and [`escape_controls`] for text another
+//! process sets). Nothing here reads a configuration file, installs a signal handler or a
+//! log subscriber, or exits the process. Logging goes through `tracing`.
 
 mod agent;
 pub mod bench;
