@@ -88,12 +88,10 @@ fn run_with(
     let settings = config.to_settings();
     let mut systemd = Notifier::from_env();
     // The GPUs are claimed before the metrics port is bound: a second gpufill is refused
-    // naming the first, whichever port it asks for, and never holds a port meanwhile.
-    let start_agent = || start(settings.clone(), options.clone());
-    let Some(agent) = start_claimed(start_agent, &stop, &mut systemd, CLAIM_RETRY)? else {
-        info!("stopped while waiting for a GPU's lock; no GPU was filled");
-        return Ok(());
-    };
+    // naming the first, whichever port it asks for, and never holds a port meanwhile. A
+    // GPU whose lock something other than a gpufill holds waits for it in its worker,
+    // while the others fill; the start, and its log, happen once.
+    let agent = start(settings, options).map_err(startup_error)?;
     register_stop(&agent.stop_flag())?;
     // A port that is taken does not stop the fill (the endpoint keeps trying); any
     // other failure to bind stops it, leaving every GPU idle.
@@ -123,9 +121,14 @@ fn run_with(
         if stop.load(Ordering::Relaxed) {
             agent.stop();
         }
-        // READY=1 once every worker has ticked; the watchdog only while all tick.
+        // READY=1 once every worker has ticked; the watchdog only while all tick. A GPU
+        // waiting for its lock is no failed start: waiting is what it should do.
         let lives = health.look(Instant::now(), &registry.snapshots());
-        systemd.keep_alive(lives.iter().all(|(_, l)| *l == Liveness::Ticking));
+        systemd.keep_alive(
+            lives
+                .iter()
+                .all(|(_, l)| matches!(l, Liveness::Ticking | Liveness::Waiting)),
+        );
         log_health_changes(&mut known_sick, down_of(lives));
         reload_step(&mut reloader, &agent);
         if restart.is_none()
@@ -173,71 +176,6 @@ fn run_with(
     joined?;
     info!("stopped; every GPU left idle");
     Ok(())
-}
-
-/// How often a GPU whose lock something other than a gpufill holds is tried again.
-const CLAIM_RETRY: Duration = Duration::from_secs(5);
-
-/// Starts the agent with `start`, and while a GPU's lock is held by something that is
-/// not a gpufill ([`gpufill_runtime::ClaimError::by_gpufill`] false: a process that is
-/// not gpufill, a link or FIFO planted at the lock's path), says who holds it and tries
-/// again every `retry`, so that nothing but a gpufill keeps gpufill off a GPU for good.
-/// Meanwhile systemd hears that the service is up and alive (`READY=1`, the watchdog):
-/// waiting is not a failed start. The agent, or none when stopped while waiting.
-///
-/// # Errors
-/// Any other start error, as [`startup_error`] classifies it: another gpufill's claim
-/// is a usage error (exit 2).
-fn start_claimed(
-    mut start: impl FnMut() -> Result<Agent, AgentError>,
-    stop: &AtomicBool,
-    systemd: &mut Notifier,
-    retry: Duration,
-) -> anyhow::Result<Option<Agent>> {
-    let mut waiting_for: Option<(u32, String)> = None;
-    loop {
-        match start() {
-            Ok(agent) => {
-                if waiting_for.is_some() {
-                    info!("the GPUs' locks are free: claimed, filling");
-                }
-                return Ok(Some(agent));
-            }
-            Err(AgentError::Claimed(e)) if !e.by_gpufill => {
-                // Who, without the record's age, which changes with every try.
-                let who = (
-                    e.index,
-                    e.other
-                        .split(", started ")
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned(),
-                );
-                if waiting_for.as_ref() != Some(&who) {
-                    warn!(
-                        gpu = e.index,
-                        "{e}; waiting until it is free, trying again every {} s \
-                         (docs/operations.md, \"One gpufill per GPU\")",
-                        retry.as_secs_f64()
-                    );
-                    waiting_for = Some(who);
-                }
-            }
-            Err(e) => return Err(startup_error(e)),
-        }
-        let until = Instant::now() + retry;
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(None);
-            }
-            systemd.keep_alive(true);
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            thread::sleep(left.min(POLL));
-        }
-    }
 }
 
 /// Whether `run` follows the MPS daemon: only where `yield.mps = "auto"` leaves it to
@@ -617,66 +555,71 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_held_by_something_else_is_waited_for_and_filled_once_free() {
+    fn a_held_gpu_waits_beside_the_filled_one_and_the_start_happens_once() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = plant_fifo(dir.path());
-        let options = AgentOptions {
-            claim_dir: Some(dir.path().into()),
-            ..AgentOptions::default()
+        let opener = SimOpener::default();
+        let starts = std::sync::atomic::AtomicUsize::new(0);
+        let start = |settings, options| {
+            starts.fetch_add(1, Ordering::Relaxed);
+            let quickly = AgentOptions {
+                claim_retry: Duration::from_millis(20),
+                ..options
+            };
+            Agent::start(opener.clone(), opener.gpus(2), settings, quickly)
         };
-        let mut tries = 0;
-        let start = || {
-            tries += 1;
-            if tries == 3 {
+        // GPU 1 is opened, GPU 0 not, until the FIFO at its lock's path is gone.
+        let watcher = {
+            let opener = opener.clone();
+            thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(10);
+                while opener.gpu(1).is_none() && Instant::now() < until {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                thread::sleep(Duration::from_millis(200));
+                let alone = opener.gpu(1).is_some() && opener.gpu(0).is_none();
                 std::fs::remove_file(&fifo).unwrap();
-            }
-            simulated(Settings::default(), options.clone())
+                alone
+            })
         };
-        let stop = AtomicBool::new(false);
-        let retry = Duration::from_millis(20);
-        let (agent, log) = logged(|| start_claimed(start, &stop, &mut Notifier::default(), retry));
-        let agent = agent.unwrap().expect("an agent once the lock is free");
-        assert_eq!(tries, 3);
-        // Said once who holds it (not at every try), then that it fills.
+        let (args, config) = run_args(&["--duration", "3"]);
+        let (result, log) = logged(|| run_with(&args, &config, dir.path(), start));
+        result.unwrap();
+        assert!(watcher.join().unwrap(), "GPU 1 filled while GPU 0 waited");
+        assert!(
+            opener.gpu(0).is_some(),
+            "GPU 0 filled once its lock was free"
+        );
+        // One start: nothing of it was logged again while GPU 0 waited.
+        assert_eq!(starts.load(Ordering::Relaxed), 1);
         assert_eq!(
-            log.matches("is held by something that is not a gpufill")
-                .count(),
+            log.matches("stopped; every GPU left idle").count(),
             1,
             "{log}"
         );
-        assert!(
-            log.contains("is a FIFO, not a regular file: remove it"),
-            "{log}"
-        );
-        assert!(
-            log.contains("waiting until it is free, trying again every 0.02 s"),
-            "{log}"
-        );
-        assert!(
-            log.contains("the GPUs' locks are free: claimed, filling"),
-            "{log}"
-        );
-        agent.stop();
-        agent.join().unwrap();
     }
 
     #[test]
-    fn a_stop_while_waiting_for_a_lock_ends_the_wait_and_fills_nothing() {
+    fn a_gpu_another_gpufill_holds_refuses_the_start_though_others_are_free() {
         let dir = tempfile::tempdir().unwrap();
-        plant_fifo(dir.path());
-        let options = AgentOptions {
+        let claiming = AgentOptions {
             claim_dir: Some(dir.path().into()),
             ..AgentOptions::default()
         };
-        let stop = AtomicBool::new(true);
-        let start = || simulated(Settings::default(), options.clone());
-        let waited = start_claimed(
-            start,
-            &stop,
-            &mut Notifier::default(),
-            Duration::from_secs(60),
+        let first = simulated(Settings::default(), claiming).unwrap();
+        let opener = SimOpener::default();
+        let both =
+            |settings, options| Agent::start(opener.clone(), opener.gpus(2), settings, options);
+        let (args, config) = run_args(&[]);
+        let e = run_with(&args, &config, dir.path(), both).unwrap_err();
+        assert!(e.is::<UsageError>(), "exit 2: {e:#}");
+        assert!(
+            format!("{e:#}").contains("is already filled by another gpufill"),
+            "{e:#}"
         );
-        assert!(waited.unwrap().is_none());
+        assert!(opener.gpu(1).is_none(), "nothing filled");
+        first.stop();
+        first.join().unwrap();
     }
 
     /// What the copy of this test binary that [`a_re_executed_image_claims_the_gpu_its_old_image_held`]

@@ -21,14 +21,14 @@ use gpufill_core::{Clock, SystemClock};
 use gpufill_nvml::Nvml;
 use tracing::{error, info};
 
-use crate::claim::{Claim, ClaimError, claim_all, listed_gpufill};
+use crate::claim::{Claim, ClaimError, Claimed, claim_all, listed_gpufill};
 use crate::open::OpenError;
 use crate::opener::{NvmlCuda, Opener};
 use crate::select::{Gpu, SelectError, select_listed};
 use crate::settings::{Metric, Settings, SettingsError};
 use crate::snapshot::{GpuLabels, GpuSnapshot, Registry};
 use crate::steering::{DayClock, Steering};
-use crate::worker::{Job, WorkerError};
+use crate::worker::{Job, Wait, WorkerError};
 
 /// How an agent runs, besides its [`Settings`].
 #[derive(Clone, Debug)]
@@ -46,7 +46,11 @@ pub struct AgentOptions {
     /// Where to claim each GPU, so that a second gpufill on it is refused: a lock file
     /// per GPU ([`crate::claim_all`]; `gpufill run` uses [`crate::CLAIM_DIR`]). `None`
     /// claims nothing (the default: tests, and embedders that coordinate otherwise).
+    /// A GPU whose lock something other than a gpufill holds waits for it, alone
+    /// ([`crate::Claimed::Waiting`]); another gpufill's lock refuses the start.
     pub claim_dir: Option<PathBuf>,
+    /// How often a GPU that waits for its lock tries again (5 s by default).
+    pub claim_retry: Duration,
 }
 
 impl Default for AgentOptions {
@@ -57,6 +61,7 @@ impl Default for AgentOptions {
             device_readings: false,
             duration: None,
             claim_dir: None,
+            claim_retry: Duration::from_secs(5),
         }
     }
 }
@@ -80,7 +85,7 @@ pub enum AgentError {
     /// this machine has no NVIDIA driver ([`OpenError::NoDriver`]).
     #[error(transparent)]
     Open(#[from] OpenError),
-    /// Another gpufill fills one of the GPUs.
+    /// Another gpufill fills one of the GPUs ([`ClaimError::by_gpufill`]).
     #[error(transparent)]
     Claimed(#[from] ClaimError),
     /// A worker thread could not be started.
@@ -149,8 +154,9 @@ pub struct Agent {
     gpus: Vec<Gpu>,
     /// Whether an MPS control daemon ran when the agent started.
     mps: bool,
-    /// Each GPU's claim ([`AgentOptions::claim_dir`]), held while the agent lives.
-    _claims: Vec<Claim>,
+    /// Each GPU's claim ([`AgentOptions::claim_dir`]), held while the agent lives; a
+    /// GPU that waited for its lock adds its claim once taken.
+    _claims: Arc<Mutex<Vec<Claim>>>,
 }
 
 /// Whether `settings` fit every GPU in `gpus`: with the `util` metric, a grid of
@@ -201,12 +207,15 @@ impl Agent {
     }
 
     /// Starts one worker per GPU in `gpus`, each opening its GPU through `opener`, once
-    /// each GPU is claimed in `options.claim_dir` (if any).
+    /// each GPU is claimed in `options.claim_dir` (if any). A GPU whose lock something
+    /// other than a gpufill holds does not hold up the others: its worker says who
+    /// holds it, waits for it (trying again every `options.claim_retry`), and then
+    /// fills; meanwhile its snapshot says so ([`GpuSnapshot::waiting_for`]).
     ///
     /// # Errors
     /// [`AgentError::Settings`] for invalid settings, [`AgentError::Open`] for settings a
     /// GPU cannot meet (a grid wider than it holds at once), [`AgentError::Claimed`] when
-    /// another gpufill holds a GPU's claim, all before any worker starts;
+    /// another gpufill holds any GPU's claim, all before any worker starts;
     /// [`AgentError::Thread`] when a thread cannot start (the workers already started
     /// are stopped).
     pub fn start<O: Opener>(
@@ -218,10 +227,11 @@ impl Agent {
         settings.validate()?;
         // Up front, as a settings error (exit 2 in the binary).
         check_fits(&gpus, &settings).map_err(OpenError::Width)?;
-        let claims = match &options.claim_dir {
+        let claimed = match &options.claim_dir {
             Some(dir) => claim_all(dir, &gpus)?,
-            None => Vec::new(),
+            None => gpus.iter().map(|_| Claimed::Unclaimed).collect(),
         };
+        let claims = Arc::new(Mutex::new(Vec::new()));
         let labels = gpus.iter().map(labels_of).collect();
         let (registry, publishers) = Registry::new(labels);
         let stop = Arc::new(AtomicBool::new(false));
@@ -235,9 +245,28 @@ impl Agent {
             settings: Mutex::new(settings.clone()),
             gpus: gpus.clone(),
             mps: options.mps,
-            _claims: claims,
+            _claims: Arc::clone(&claims),
         };
-        for (slot, (gpu, publisher)) in gpus.into_iter().zip(publishers).enumerate() {
+        let each = gpus.into_iter().zip(publishers).zip(claimed);
+        for (slot, ((gpu, publisher), claimed)) in each.enumerate() {
+            let wait = match (claimed, &options.claim_dir) {
+                (Claimed::Held(claim), _) => {
+                    claims
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(claim);
+                    None
+                }
+                (Claimed::Waiting(held), Some(dir)) => Some(Wait {
+                    dir: dir.clone(),
+                    held,
+                    retry: options.claim_retry,
+                    claims: Arc::clone(&claims),
+                    registry: Arc::clone(&registry),
+                    slot,
+                }),
+                _ => None,
+            };
             let (tx, rx) = crossbeam_channel::unbounded();
             let steering = Steering::new(&settings, options.mps, options.day_clock)
                 .with_updates(rx)
@@ -253,6 +282,7 @@ impl Agent {
                 readings: options.device_readings,
                 deadline: options.duration.map(|d| clock.now() + d),
                 clock,
+                wait,
             };
             let (opener, stop, registry) = (
                 Arc::clone(&opener),

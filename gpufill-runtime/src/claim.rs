@@ -1,7 +1,8 @@
 //! One gpufill per GPU. Two would each see the other as a foreign process and yield to
 //! it, or fill beside it, and neither would hold the target. So an agent claims each of
 //! its GPUs before it starts a worker, and refuses to start ([`ClaimError`]) when
-//! another gpufill has one, naming it:
+//! another gpufill has one, naming it (one GPU is enough: two gpufills whose selections
+//! overlap are a configuration to fix, not to fill around):
 //!
 //! - **A lock per GPU** ([`claim_all`]): an exclusive `flock` on `DIR/UUID.lock`, held
 //!   until the agent is dropped or the process ends, however it ends (the kernel drops
@@ -22,8 +23,10 @@
 //! its command line decides whether it is a gpufill ([`is_gpufill`]), and where it is not
 //! (another PID namespace), the record it wrote does. A lock that something else holds,
 //! or a lock path that is not a lock file gpufill can trust, is [`ClaimError::by_gpufill`]
-//! false: the caller waits and tries again (`gpufill run` does, every few seconds), so
-//! that nothing but a gpufill ever stops a gpufill for good.
+//! false: that GPU alone waits ([`Claimed::Waiting`]). The agent starts on the GPUs it
+//! claimed, and the waiting GPU's worker says who holds the lock, tries again every few
+//! seconds ([`claim_gpu`]) and starts filling once it is free, so that nothing but a
+//! gpufill ever stops a gpufill for good, and nothing at all stops its other GPUs.
 //!
 //! **Who may lock**: only the users who may run gpufill. A directory that gpufill
 //! creates is mode 2770 (its owner and group; set-group-ID, so that every lock file takes
@@ -37,6 +40,7 @@
 //! removed, and is never written to.
 
 mod holder;
+mod wait;
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
@@ -52,6 +56,7 @@ use crate::select::Gpu;
 
 pub use holder::is_gpufill;
 use holder::{Holder, holder};
+pub(crate) use wait::wait_for_claim;
 
 /// Where `gpufill run` claims its GPUs: on tmpfs, so the locks never outlive a boot.
 pub const CLAIM_DIR: &str = "/run/gpufill";
@@ -103,39 +108,57 @@ impl ClaimError {
     }
 }
 
-/// Claims every GPU in `gpus` in `dir` ([`CLAIM_DIR`] for the binary): the claims, to
-/// hold while filling; none (and one warning) where the directory cannot be used.
+/// What claiming one GPU gave ([`claim_all`]).
+#[derive(Debug)]
+pub enum Claimed {
+    /// Its lock, held until this is dropped.
+    Held(Claim),
+    /// Nothing to hold: the claim directory or the GPU's lock file cannot be used (one
+    /// warning logged); the GPU is filled unclaimed.
+    Unclaimed,
+    /// Something that is not a gpufill holds its lock ([`ClaimError::by_gpufill`]
+    /// false): the GPU waits, and [`claim_gpu`] tries again later.
+    Waiting(ClaimError),
+}
+
+impl Claimed {
+    /// The claim held, if any.
+    pub fn held(&self) -> Option<&Claim> {
+        match self {
+            Claimed::Held(claim) => Some(claim),
+            _ => None,
+        }
+    }
+}
+
+/// Claims every GPU in `gpus` in `dir` ([`CLAIM_DIR`] for the binary): what each gave,
+/// in the order of `gpus`. Where the directory cannot be used, every GPU is
+/// [`Claimed::Unclaimed`] (and one warning logged).
 ///
 /// # Errors
-/// [`ClaimError`] naming the holder of the first GPU that another gpufill holds, or
-/// else of the first whose lock something else holds ([`ClaimError::by_gpufill`]
-/// false: try again later). Every claim taken is released then.
-pub fn claim_all(dir: &Path, gpus: &[Gpu]) -> Result<Vec<Claim>, ClaimError> {
+/// [`ClaimError`] naming the holder of the first GPU that another gpufill holds
+/// ([`ClaimError::by_gpufill`] true), whatever the others gave: every claim taken is
+/// released then.
+pub fn claim_all(dir: &Path, gpus: &[Gpu]) -> Result<Vec<Claimed>, ClaimError> {
     if let Err(e) = make_dir(dir) {
         warn!(
             dir = %dir.display(),
             "cannot claim the GPUs ({e}): a second gpufill on them is found only if NVML \
              lists it (docs/operations.md, \"One gpufill per GPU\")"
         );
-        return Ok(Vec::new());
+        return Ok(gpus.iter().map(|_| Claimed::Unclaimed).collect());
     }
-    let mut claims = Vec::new();
-    let mut held = None;
+    let mut claimed = Vec::with_capacity(gpus.len());
     for gpu in gpus {
-        match claim(dir, gpu) {
-            Ok(Some(claim)) => claims.push(claim),
-            Ok(None) => {}
-            // A gpufill's refusal is final: report it before any other holder.
+        claimed.push(match claim_gpu(dir, gpu) {
+            Ok(Some(claim)) => Claimed::Held(claim),
+            Ok(None) => Claimed::Unclaimed,
+            // A gpufill's refusal is final, for every GPU.
             Err(e) if e.by_gpufill => return Err(e),
-            Err(e) => {
-                held.get_or_insert(e);
-            }
-        }
+            Err(e) => Claimed::Waiting(e),
+        });
     }
-    match held {
-        Some(e) => Err(e),
-        None => Ok(claims),
-    }
+    Ok(claimed)
 }
 
 /// Creates `dir` (mode [`DIR_MODE`]) unless it is there; one that any user may write is
@@ -168,9 +191,12 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// Claims `gpu` in `dir`: its claim, or none (with a warning) where its lock file
-/// cannot be used.
-fn claim(dir: &Path, gpu: &Gpu) -> Result<Option<Claim>, ClaimError> {
+/// Claims `gpu` in `dir` (a directory [`claim_all`] made): its claim, or none (with a
+/// warning) where its lock file cannot be used.
+///
+/// # Errors
+/// [`ClaimError`] naming what holds the GPU's lock, or lies at its path.
+pub fn claim_gpu(dir: &Path, gpu: &Gpu) -> Result<Option<Claim>, ClaimError> {
     let path = dir.join(format!("{}.lock", file_stem(&gpu.uuid)));
     let cannot = |e: io::Error| {
         warn!(
@@ -448,11 +474,30 @@ mod tests {
         ))
     }
 
+    /// How many of `claimed` hold their GPU's lock.
+    fn held(claimed: &[Claimed]) -> usize {
+        claimed.iter().filter(|c| c.held().is_some()).count()
+    }
+
+    /// What holds the lock of the one GPU in `gpus` that waits (none held by a gpufill).
+    fn waiting(dir: &Path, gpus: &[Gpu]) -> ClaimError {
+        let mut waiting = claim_all(dir, gpus)
+            .unwrap()
+            .into_iter()
+            .filter_map(|c| match c {
+                Claimed::Waiting(e) => Some(e),
+                _ => None,
+            });
+        let e = waiting.next().expect("a GPU that waits");
+        assert!(waiting.next().is_none(), "one GPU waits");
+        e
+    }
+
     #[test]
     fn a_second_claim_of_a_gpu_is_refused_naming_the_first_until_it_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let first = claim_all(dir.path(), &[gpu(0), gpu(1)]).unwrap();
-        assert_eq!(first.len(), 2);
+        assert_eq!(held(&first), 2);
         let e = claim_all(dir.path(), &[gpu(1)]).unwrap_err();
         assert!(e.by_gpufill);
         let text = e.to_string();
@@ -474,9 +519,12 @@ mod tests {
             "{text}"
         );
         // Another GPU is free.
-        assert_eq!(claim_all(dir.path(), &[gpu(2)]).unwrap().len(), 1);
+        assert_eq!(held(&claim_all(dir.path(), &[gpu(2)]).unwrap()), 1);
+        // Beside it a GPU another gpufill holds: refused for all, the free one released.
+        claim_all(dir.path(), &[gpu(3), gpu(1)]).unwrap_err();
+        assert_eq!(held(&claim_all(dir.path(), &[gpu(3)]).unwrap()), 1);
         drop(first);
-        assert_eq!(claim_all(dir.path(), &[gpu(1)]).unwrap().len(), 1);
+        assert_eq!(held(&claim_all(dir.path(), &[gpu(1)]).unwrap()), 1);
     }
 
     const HOLD: &str = "GPUFILL_TEST_HOLD";
@@ -540,7 +588,12 @@ mod tests {
         // good. The claim names it and may be tried again, and succeeds once it is gone.
         let forged = "pid=77\nhost=node-a\nstarted_unix_s=1\n";
         let squatter = holder_process(&path, false, forged);
-        let e = claim_all(dir.path(), &[gpu(0)]).unwrap_err();
+        // Only that GPU waits: the other one beside it is claimed.
+        let claimed = claim_all(dir.path(), &[gpu(1), gpu(0)]).unwrap();
+        assert!(claimed[0].held().is_some());
+        assert!(matches!(&claimed[1], Claimed::Waiting(e) if !e.by_gpufill));
+        drop(claimed);
+        let e = claim_gpu(dir.path(), &gpu(0)).unwrap_err();
         assert!(!e.by_gpufill, "{e}");
         let exe = std::env::current_exe().unwrap();
         let text = e.to_string();
@@ -558,11 +611,12 @@ mod tests {
             "{text}"
         );
         release(squatter);
-        drop(claim_all(dir.path(), &[gpu(0)]).unwrap());
+        assert_eq!(held(&claim_all(dir.path(), &[gpu(0)]).unwrap()), 1);
         // A gpufill (its program is named gpufill): refused for good, named by its record.
         let other = holder_process(&path, true, "pid={pid}\nhost=node-b\nstarted_unix_s=1\n");
         let e = claim_all(dir.path(), &[gpu(0)]).unwrap_err();
         assert!(e.by_gpufill, "{e}");
+        assert!(claim_gpu(dir.path(), &gpu(0)).unwrap_err().by_gpufill);
         assert!(
             e.other
                 .starts_with(&format!("pid {} on host node-b, started ", other.id())),
@@ -583,7 +637,7 @@ mod tests {
         std::fs::write(&victim, "precious").unwrap();
         let path = lock_path(dir.path(), 0);
         plant(&path, &victim);
-        let e = claim_all(dir.path(), &[gpu(0)]).unwrap_err();
+        let e = waiting(dir.path(), &[gpu(0)]);
         assert!(!e.by_gpufill, "{what}: {e}");
         assert_eq!(
             e.other,
@@ -596,7 +650,11 @@ mod tests {
         } else {
             std::fs::remove_file(&path).unwrap();
         }
-        assert_eq!(claim_all(dir.path(), &[gpu(0)]).unwrap().len(), 1, "{what}");
+        assert_eq!(
+            held(&claim_all(dir.path(), &[gpu(0)]).unwrap()),
+            1,
+            "{what}"
+        );
     }
 
     #[test]
@@ -634,12 +692,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let not_a_dir = dir.path().join("file");
         std::fs::write(&not_a_dir, "").unwrap();
-        assert!(claim_all(&not_a_dir, &[gpu(0)]).unwrap().is_empty());
-        assert!(
-            claim_all(&not_a_dir.join("sub"), &[gpu(0)])
-                .unwrap()
-                .is_empty()
-        );
+        for dir in [not_a_dir.clone(), not_a_dir.join("sub")] {
+            let claimed = claim_all(&dir, &[gpu(0), gpu(1)]).unwrap();
+            assert!(claimed.iter().all(|c| matches!(c, Claimed::Unclaimed)));
+        }
     }
 
     #[test]

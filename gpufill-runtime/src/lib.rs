@@ -29,7 +29,8 @@
 //!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
 //!   each worker that failed ([`WorkerError`]). With [`AgentOptions::claim_dir`] it
 //!   claims its GPUs first ([`claim_all`]), so a second gpufill on one is refused
-//!   ([`ClaimError`]).
+//!   ([`ClaimError`]); a GPU whose lock something else holds waits for it alone
+//!   ([`Claimed::Waiting`]) while the others fill.
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
 //! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
@@ -95,7 +96,9 @@ mod steering;
 mod worker;
 
 pub use agent::{Agent, AgentError, AgentOptions};
-pub use claim::{CLAIM_DIR, Claim, ClaimError, claim_all, escape_controls, is_gpufill};
+pub use claim::{
+    CLAIM_DIR, Claim, ClaimError, Claimed, claim_all, claim_gpu, escape_controls, is_gpufill,
+};
 pub use device_hint::DeviceOpenHint;
 pub use gpm::GpmError;
 pub use gpufill_core::Loop;

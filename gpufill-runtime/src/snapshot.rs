@@ -78,6 +78,10 @@ pub struct GpuSnapshot {
     /// How long the worker may go without a tick before it counts as stalled
     /// ([`stall_after`] of its tick).
     pub stall_after: Duration,
+    /// While the worker waits for the GPU's lock, which something other than a gpufill
+    /// holds ([`crate::Claimed::Waiting`]): who holds it, in words. `None` once claimed
+    /// (its [`STARTUP_ALLOWANCE`] runs from then), and for a GPU that never waited.
+    pub waiting_for: Option<String>,
 }
 
 /// How long a worker may take to its first tick (opening NVML and a CUDA context)
@@ -95,6 +99,10 @@ pub enum Liveness {
     Ticking,
     /// It runs but has not ticked yet, within its [`STARTUP_ALLOWANCE`]: not yet healthy.
     Starting,
+    /// It waits for its GPU's lock, which something other than a gpufill holds
+    /// ([`GpuSnapshot::waiting_for`]): not filling, but not failing either (a restart
+    /// would not free the lock), so healthy.
+    Waiting,
     /// Not healthy, and why: it ended, stopped ticking, or never ticked within its
     /// allowance (a first CUDA or NVML call that hangs).
     Down(String),
@@ -127,6 +135,7 @@ impl GpuSnapshot {
             started: Instant::now(),
             worker_running: true,
             stall_after: stall_after(Duration::ZERO),
+            waiting_for: None,
         }
     }
 }
@@ -139,6 +148,9 @@ impl GpuSnapshot {
     pub fn liveness(&self, now: Instant) -> Liveness {
         if !self.worker_running {
             return Liveness::Down("worker ended".to_owned());
+        }
+        if self.waiting_for.is_some() {
+            return Liveness::Waiting;
         }
         match self.last_tick_at {
             None => {
@@ -162,10 +174,10 @@ impl GpuSnapshot {
 
     /// Why this GPU's worker is not healthy at `now`, or `None` when it is: healthy
     /// means running and ticking ([`GpuSnapshot::liveness`]); a worker that has not
-    /// ticked yet is not (`starting: no tick yet`).
+    /// ticked yet is not (`starting: no tick yet`); one that waits for its GPU's lock is.
     pub fn unhealthy(&self, now: Instant) -> Option<String> {
         match self.liveness(now) {
-            Liveness::Ticking => None,
+            Liveness::Ticking | Liveness::Waiting => None,
             Liveness::Starting => Some("starting: no tick yet".to_owned()),
             Liveness::Down(why) => Some(why),
         }
@@ -222,6 +234,20 @@ impl Registry {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .worker_running = false;
+        }
+    }
+
+    /// Says that the worker of the GPU at `slot` waits for the GPU's lock, which `holder`
+    /// holds; or, with `None`, that it has it, and starts now (its
+    /// [`STARTUP_ALLOWANCE`] runs from here). Waits for the snapshot's lock: this is no
+    /// fill loop's tick.
+    pub(crate) fn set_waiting(&self, slot: usize, holder: Option<String>) {
+        if let Some(shared) = self.gpus.get(slot) {
+            let mut snapshot = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            if holder.is_none() {
+                snapshot.started = Instant::now();
+            }
+            snapshot.waiting_for = holder;
         }
     }
 

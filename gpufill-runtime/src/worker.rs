@@ -3,17 +3,21 @@
 //! the GPU idle when it stops. Why a worker failed is a [`WorkerError`].
 
 use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use gpufill_core::{Clock, State, Supervisor, SystemClock, Time};
 use tracing::{info, info_span, warn};
 
+use crate::claim::{Claim, ClaimError, wait_for_claim};
 use crate::device_hint::DeviceOpenHint;
 use crate::faultlog::{FaultLog, log_tick};
 use crate::opener::Opener;
 use crate::select::Gpu;
 use crate::settings::Settings;
+use crate::snapshot::Registry;
 use crate::steering::Steering;
 
 /// Why one GPU's worker failed.
@@ -39,6 +43,22 @@ pub(crate) struct Job {
     pub(crate) readings: bool,
     pub(crate) deadline: Option<Time>,
     pub(crate) clock: SystemClock,
+    /// The GPU's lock, to wait for before opening the GPU, when something other than a
+    /// gpufill held it as the agent started.
+    pub(crate) wait: Option<Wait>,
+}
+
+/// A GPU's lock to wait for ([`wait_for_claim`]), and where what is waited for goes.
+pub(crate) struct Wait {
+    pub(crate) dir: PathBuf,
+    /// What held the lock as the agent started.
+    pub(crate) held: ClaimError,
+    pub(crate) retry: Duration,
+    /// The agent's claims, which the claim joins once taken, to be held while it lives.
+    pub(crate) claims: Arc<Mutex<Vec<Claim>>>,
+    /// Where the GPU's snapshot says that it waits: the registry and the GPU's slot.
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) slot: usize,
 }
 
 impl Job {
@@ -51,6 +71,12 @@ impl Job {
     ) -> Result<(), WorkerError> {
         let span = info_span!("gpu", gpu = self.gpu.index);
         let _entered = span.enter();
+        if let Some(wait) = &self.wait
+            && !self.claim(wait, stop)
+        {
+            // Stopped while waiting: nothing was opened, nothing to leave idle.
+            return Ok(());
+        }
         let (gpu, mps, clock) = (&self.gpu, self.mps, &self.clock);
         // A GPU that cannot be opened at start is an error; one lost later is reopened
         // with backoff by the supervisor (docs/faults.md), leaving other GPUs alone.
@@ -115,5 +141,23 @@ impl Job {
             return Err(WorkerError::Lost);
         }
         Ok(())
+    }
+
+    /// Waits for the GPU's lock (`wait`) until it is free: true then, false when
+    /// stopped first (by `stop` or the deadline).
+    fn claim(&self, wait: &Wait, stop: &AtomicBool) -> bool {
+        let stopped =
+            || stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| self.clock.now() >= d);
+        let waiting = |holder| wait.registry.set_waiting(wait.slot, holder);
+        match wait_for_claim(
+            &wait.dir, &self.gpu, &wait.held, wait.retry, waiting, stopped,
+        ) {
+            Ok(claim) => {
+                let mut claims = wait.claims.lock().unwrap_or_else(PoisonError::into_inner);
+                claims.extend(claim);
+                true
+            }
+            Err(_stopped) => false,
+        }
     }
 }
