@@ -190,7 +190,7 @@ const PAGES: &[Page] = &[
     },
     Page {
         name: "gpufill-run",
-        description: "Fills the selected GPUs until SIGINT or SIGTERM (or --duration): one worker thread per GPU holds its utilization at the target and stands aside whenever another process is on it (yield.policy). SIGHUP re-reads the config file. With --metrics it serves Prometheus metrics at /metrics, and /healthz and /health, which answer 200 while every GPU's worker ticks.\n\nUnder systemd (Type=notify) it reports READY=1 once every worker has ticked and pings the watchdog only while all tick.\n\nWith yield.mps = \"auto\" it follows the MPS control daemon: when one starts or stops it leaves every GPU idle and executes itself again with the same arguments, since the CUDA driver decides once per process whether it is an MPS client.",
+        description: "Fills the selected GPUs until SIGINT or SIGTERM (or --duration): one worker thread per GPU holds its utilization at the target and stands aside whenever another process is on it (yield.policy). SIGHUP re-reads the config file. With --metrics it serves Prometheus metrics at /metrics, and /healthz and /health, which answer 200 while every GPU's worker ticks or waits for its GPU's lock.\n\nUnder systemd (Type=notify) it reports READY=1 once every worker has ticked (or waits for its GPU's lock) and pings the watchdog only while all do.\n\nWith yield.mps = \"auto\" it follows the MPS control daemon: when one starts or stops it leaves every GPU idle and executes itself again with the same arguments, since the CUDA driver decides once per process whether it is an MPS client.",
         exit_status: EXIT_STATUS,
         signals: true,
         files: &[CONFIG_FILE, CLAIM_FILES, MPS_FILES],

@@ -21,7 +21,9 @@ pub(super) const SERIES: &[Series] = &[
             Some(f64::from(u8::from(ticking)))
         }),
     )
-    .notes("Ended: failed or panicked. `/healthz` follows the same rule."),
+    .notes(
+        "Ended: failed or panicked. `/healthz` follows the same rule, but for a GPU that waits for its lock, which a process other than a gpufill holds: 0 here, healthy there (docs/operations.md, \"One gpufill per GPU\").",
+    ),
     Series::new(
         "gpufill_last_tick_timestamp_seconds",
         Gauge,
