@@ -1,8 +1,9 @@
 //! `gpufill bench`'s measurement: one fill loop driven through a [`Rig`] (a real GPU,
-//! the binary's; or the simulated one, [`SimRig`]), the ticks, power and memory it
-//! records, and the summary maths ([`BenchSummary`]). The binary adds the flags, the
-//! progress bar, the table and the files (`bench.svg`, `bench.csv`, `bench.json`: this
-//! summary's serde form, feature `serde`).
+//! [`RealRig`], with a foreign process the caller starts; or the simulated one,
+//! [`SimRig`]), the ticks, power and memory it records, and the summary maths
+//! ([`BenchSummary`]). The binary adds the flags, the foreign process (itself, as
+//! `gpufill bench-foreign`), the progress bar, the table and the files (`bench.svg`,
+//! `bench.csv`, `bench.json`: this summary's serde form, feature `serde`).
 //!
 //! Phases, all on one time axis:
 //! 1. each target for its seconds, one after the other without stopping;
@@ -16,9 +17,11 @@ use gpufill_core::{Tick, Utilization};
 
 use crate::{Settings, State, Time};
 
+mod real;
 mod sim;
 mod summary;
 
+pub use real::{RealRig, RealRigError, SpawnForeign};
 pub use sim::SimRig;
 pub use summary::{
     BenchSummary, SETTLE_POINTS, TargetSummary, YieldObservation, YieldSummary, summarize_target,

@@ -44,8 +44,9 @@
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
 //!   [`mps::MpsFollower`], a simulated run's MPS daemon followed by the real watch.
 //! - [`simulate::SimRun`]: a simulated run in virtual time and its [`simulate::Report`]
-//!   (`gpufill simulate`); [`bench::measure`]: a bench over any [`bench::Rig`] (or
-//!   [`bench::SimRig`]) and its [`bench::BenchSummary`] (`gpufill bench`).
+//!   (`gpufill simulate`); [`bench::measure`]: a bench over any [`bench::Rig`] (the
+//!   real [`bench::RealRig`] or the simulated [`bench::SimRig`]) and its
+//!   [`bench::BenchSummary`] (`gpufill bench`).
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with

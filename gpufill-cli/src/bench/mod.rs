@@ -2,26 +2,28 @@
 //! (or on the simulated GPU with `--sim`), with a progress bar, a table and files.
 //!
 //! The measurement and its summary are the runtime's (`gpufill_runtime::bench`: the
-//! phases, the `Rig` it drives, the simulated `SimRig`, the maths). This module adds
-//! the flags, the real rig (`real`: NVML and CUDA on the real clock, with a foreign
-//! CUDA process, `gpufill bench-foreign`, started from this binary), the progress bar,
+//! phases, the `Rig` it drives, the real `RealRig` and the simulated `SimRig`, the
+//! maths). This module adds the flags, the real rig's foreign CUDA process (this binary
+//! as `gpufill bench-foreign`, [`foreign`]), the progress bar,
 //! the table ([`table`]), the plot ([`svg`]), the CSV and the JSON; all of it is the
 //! same for both rigs, so `--sim` tests the whole command in CI.
 
 pub mod foreign;
-mod real;
 pub mod svg;
 mod table;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use gpufill_core::Utilization;
-use gpufill_runtime::bench::{self, BenchSummary, Plan, Progress, Recording, Rig, SimRig};
-use gpufill_runtime::{Metric, Settings, Time};
+use gpufill_runtime::bench::{
+    self, BenchSummary, Plan, Progress, RealRig, RealRigError, Recording, Rig, RigError, SimRig,
+};
+use gpufill_runtime::{Metric, OpenError, Settings, Time};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::BenchArgs;
@@ -42,7 +44,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         Box::new(SimRig::new(&config))
     } else {
-        Box::new(real::RealRig::open(args, &config)?)
+        Box::new(open_real(args, &config)?)
     };
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
@@ -78,6 +80,41 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         Some(y) if !y.passed() => bail!("the yield test failed"),
         _ => Ok(()),
     }
+}
+
+/// The real GPU of `--gpu` (else the settings' first), with this binary as the yield
+/// test's foreign process.
+fn open_real(args: &BenchArgs, config: &Settings) -> anyhow::Result<RealRig> {
+    match RealRig::open(
+        config,
+        args.gpu.clone(),
+        args.force,
+        Box::new(spawn_foreign),
+    ) {
+        Ok(rig) => Ok(rig),
+        Err(RealRigError::Open(OpenError::NoDriver)) => bail!(
+            "{}; `gpufill bench --sim` measures the simulated GPU",
+            OpenError::NoDriver
+        ),
+        Err(e) if e.is_settings_error() => Err(UsageError(e.into()).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts `gpufill bench-foreign` on CUDA device `ordinal` for `run`.
+fn spawn_foreign(ordinal: usize, run: Duration) -> Result<Child, RigError> {
+    let exe = std::env::current_exe().context("cannot find the gpufill binary")?;
+    let child = Command::new(exe)
+        .args(["-q", "bench-foreign", "--ordinal"])
+        .arg(ordinal.to_string())
+        .arg("--seconds")
+        .arg(run.as_secs_f64().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start the foreign process (gpufill bench-foreign)")?;
+    Ok(child)
 }
 
 /// The settings measured: the file's (`--config`), else the defaults. Only the `util`

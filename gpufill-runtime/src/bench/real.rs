@@ -1,22 +1,21 @@
-//! The bench on a real GPU: the fill loop `gpufill run` builds, on the real clock, and
-//! a foreign CUDA process (`gpufill bench-foreign`) watched through NVML every 1 ms.
+//! The bench on a real GPU: the fill loop `gpufill run` builds ([`open_gpu`]), on the
+//! real clock, and a foreign CUDA process, started by the caller, watched through NVML
+//! every 1 ms.
 
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use gpufill_core::{Clock, SystemClock, Tick, Time, Utilization};
-use gpufill_nvml::Nvml;
+use gpufill_nvml::{Nvml, ProbeError};
 
-use gpufill_runtime::bench::{ForeignSeen, Rig, RigError};
-use gpufill_runtime::{DeviceOpenHint, GpuSelector, OpenError, RealLoop, Settings};
-
-use crate::cli::BenchArgs;
-use crate::error::UsageError;
+use super::{ForeignSeen, Rig, RigError};
+use crate::{
+    DeviceOpenHint, Gpu, GpuId, GpuSelector, OpenError, RealLoop, SelectError, Settings, open_gpu,
+};
 
 /// How often the watcher reads NVML's process list (microseconds a call:
 /// docs/benchmarks.md#hardware-tests-run-b).
@@ -24,18 +23,62 @@ const WATCH_EVERY: Duration = Duration::from_millis(1);
 /// The watcher gives up on a foreign process that has not left after this long.
 const WATCH_LIMIT: Duration = Duration::from_secs(60);
 
+/// Starts the yield test's foreign process on the CUDA device of this ordinal, to run
+/// for this long, with its stderr piped (its message when it fails). The `gpufill`
+/// binary starts itself as `gpufill bench-foreign`.
+pub type SpawnForeign = Box<dyn Fn(usize, Duration) -> Result<Child, RigError>>;
+
+/// Why a real GPU could not be opened for the bench.
+#[derive(Debug, thiserror::Error)]
+pub enum RealRigError {
+    /// Opening failed, or there is no driver ([`OpenError::NoDriver`]).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// NVML could not start.
+    #[error("cannot start NVML")]
+    Nvml(#[source] ProbeError),
+    /// NVML could not list the GPU's processes.
+    #[error(transparent)]
+    Processes(ProbeError),
+    /// The GPU could not be selected.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// Nothing was selected.
+    #[error("no GPU to bench")]
+    NoGpu,
+    /// Other compute processes are on the GPU (and `force` was not given).
+    #[error(
+        "GPU {index} is in use by compute processes {pids:?}: the numbers would be wrong \
+         (stop them, or pass --force to measure anyway, ignoring them)"
+    )]
+    InUse {
+        /// NVML index.
+        index: u32,
+        /// Their PIDs.
+        pids: Vec<u32>,
+    },
+}
+
+impl RealRigError {
+    /// Whether the settings are at fault (a GPU named that is not there).
+    pub fn is_settings_error(&self) -> bool {
+        matches!(self, RealRigError::Select(e) if e.is_settings_error())
+    }
+}
+
 /// One real GPU under the fill loop.
-pub(crate) struct RealRig {
+pub struct RealRig {
     fill: RealLoop,
     clock: SystemClock,
     tick: Duration,
     next: Time,
     nvml: Nvml,
-    target: gpufill_runtime::Gpu,
+    target: Gpu,
     idle_power: Option<f64>,
     mps: bool,
-    /// Compute PIDs present before we started (only with `--force`).
+    /// Compute PIDs present before we started (only with `force`).
     present: Vec<u32>,
+    spawn: SpawnForeign,
     watcher: Option<Watcher>,
     /// The newcomer hint `gpufill run` uses: the yield test measures the same path.
     hint: DeviceOpenHint,
@@ -50,47 +93,43 @@ struct Watcher {
 }
 
 impl RealRig {
-    /// Finds the GPU, checks that it is free, measures its idle power and opens the
-    /// fill loop on it.
+    /// Finds the GPU (`gpu`, else the settings' first), checks that it is free (unless
+    /// `force`: then the processes on it are ignored), measures its idle power and opens
+    /// the fill loop on it. `spawn` starts the yield test's foreign process.
     ///
     /// # Errors
-    /// The driver is missing (the message of `gpufill run`), the GPU does not exist
-    /// (a usage error), another process is on it (without `--force`), or opening fails.
-    pub(crate) fn open(args: &BenchArgs, settings: &Settings) -> anyhow::Result<RealRig> {
+    /// The driver is missing ([`OpenError::NoDriver`]), the GPU does not exist
+    /// ([`RealRigError::is_settings_error`]), another process is on it (without
+    /// `force`), or opening fails.
+    pub fn open(
+        settings: &Settings,
+        gpu: Option<GpuId>,
+        force: bool,
+        spawn: SpawnForeign,
+    ) -> Result<RealRig, RealRigError> {
         if !gpufill_cuda::driver_present() {
-            bail!(
-                "{}; `gpufill bench --sim` measures the simulated GPU",
-                OpenError::NoDriver
-            );
+            return Err(OpenError::NoDriver.into());
         }
-        let nvml = Nvml::init().context("cannot start NVML")?;
-        let selector = args
-            .gpu
-            .clone()
-            .map_or_else(|| settings.gpus.clone(), |id| GpuSelector::List(vec![id]));
-        let gpus = gpufill_runtime::select(nvml, &selector).map_err(|e| {
-            if e.is_settings_error() {
-                UsageError(e.into()).into()
-            } else {
-                anyhow::Error::new(e)
-            }
-        })?;
+        let nvml = Nvml::init().map_err(RealRigError::Nvml)?;
+        let selector = gpu.map_or_else(|| settings.gpus.clone(), |id| GpuSelector::List(vec![id]));
+        let gpus = crate::select(nvml, &selector)?;
         let Some(target) = gpus.into_iter().next() else {
-            bail!("no GPU to bench");
+            return Err(RealRigError::NoGpu);
         };
-        let present = nvml.compute_pids(&target.uuid)?;
-        if !present.is_empty() && !args.force {
-            bail!(
-                "GPU {} is in use by compute processes {present:?}: the numbers would be wrong \
-                 (stop them, or pass --force to measure anyway, ignoring them)",
-                target.index
-            );
+        let present = nvml
+            .compute_pids(&target.uuid)
+            .map_err(RealRigError::Processes)?;
+        if !present.is_empty() && !force {
+            return Err(RealRigError::InUse {
+                index: target.index,
+                pids: present,
+            });
         }
         let mut settings = settings.clone();
         settings.yielding.ignore_pids.extend(&present);
         let idle_power = idle_power(&nvml, &target.uuid);
-        let mps = gpufill_runtime::mps::daemon_running();
-        let fill = gpufill_runtime::open_gpu(nvml, &target, &settings, mps)?;
+        let mps = crate::mps::daemon_running();
+        let fill = open_gpu(nvml, &target, &settings, mps)?;
         let clock = SystemClock::new();
         Ok(RealRig {
             fill,
@@ -104,6 +143,7 @@ impl RealRig {
             idle_power,
             mps,
             present,
+            spawn,
             watcher: None,
         })
     }
@@ -119,6 +159,29 @@ impl RealRig {
                 tracing::warn!("the bench's process watcher panicked");
             }
         }
+    }
+
+    /// Starts the foreign process for `run`, and the thread that watches it.
+    fn start_watched(&mut self, run: Duration) -> Result<(), RigError> {
+        let child = (self.spawn)(self.target.ordinal, run)?;
+        let mut known = self.fill.probe().own().pids.clone();
+        known.extend(&self.present);
+        let seen = Arc::new(Mutex::new(ForeignSeen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let watch = Watch {
+            nvml: self.nvml,
+            uuid: self.target.uuid.clone(),
+            known,
+            clock: self.clock,
+            seen: Arc::clone(&seen),
+            stop: Arc::clone(&stop),
+        };
+        let handle = thread::Builder::new()
+            .name("gpufill-bench-watch".into())
+            .spawn(move || watch.run(child))
+            .map_err(|e| format!("cannot start the watcher thread: {e}"))?;
+        self.watcher = Some(Watcher { seen, stop, handle });
+        Ok(())
     }
 }
 
@@ -159,41 +222,6 @@ fn settled(readings: &[f64], window: usize, spread: f64) -> bool {
             (lo.min(w), hi.max(w))
         });
     hi - lo <= spread
-}
-
-impl RealRig {
-    /// Starts `gpufill bench-foreign` for `run`, and the thread that watches it.
-    fn start_watched(&mut self, run: Duration) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("cannot find the gpufill binary")?;
-        let child = Command::new(exe)
-            .args(["-q", "bench-foreign", "--ordinal"])
-            .arg(self.target.ordinal.to_string())
-            .arg("--seconds")
-            .arg(run.as_secs_f64().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot start the foreign process (gpufill bench-foreign)")?;
-        let mut known = self.fill.probe().own().pids.clone();
-        known.extend(&self.present);
-        let seen = Arc::new(Mutex::new(ForeignSeen::default()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let watch = Watch {
-            nvml: self.nvml,
-            uuid: self.target.uuid.clone(),
-            known,
-            clock: self.clock,
-            seen: Arc::clone(&seen),
-            stop: Arc::clone(&stop),
-        };
-        let handle = thread::Builder::new()
-            .name("gpufill-bench-watch".into())
-            .spawn(move || watch.run(child))
-            .context("cannot start the watcher thread")?;
-        self.watcher = Some(Watcher { seen, stop, handle });
-        Ok(())
-    }
 }
 
 impl Rig for RealRig {
@@ -244,7 +272,7 @@ impl Rig for RealRig {
     }
 
     fn start_foreign(&mut self, run: Duration) -> Result<(), RigError> {
-        self.start_watched(run).map_err(RigError::from)
+        self.start_watched(run)
     }
 
     fn foreign(&mut self) -> ForeignSeen {
@@ -389,6 +417,7 @@ fn stderr_of(child: &mut Child) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn idle_power_waits_for_readings_that_have_stopped_falling() {
@@ -403,8 +432,6 @@ mod tests {
             "fewer readings than the window"
         );
     }
-
-    use super::*;
 
     #[test]
     fn the_watcher_keeps_the_first_listing_leaving_and_exit() {
@@ -426,5 +453,29 @@ mod tests {
         let mut s = ForeignSeen::default();
         assert!(observe(&mut s, Time::from_millis(7), false, true));
         assert_eq!(s.listed, None);
+    }
+
+    #[test]
+    fn only_a_gpu_that_is_not_there_is_the_settings_fault() {
+        let missing = RealRigError::Select(SelectError::NoSuchGpu {
+            id: GpuId::Index(7),
+            found: 1,
+        });
+        assert!(missing.is_settings_error());
+        assert!(!RealRigError::NoGpu.is_settings_error());
+        assert!(!RealRigError::from(OpenError::NoDriver).is_settings_error());
+    }
+
+    #[test]
+    fn a_busy_gpu_names_its_processes_and_the_way_out() {
+        let e = RealRigError::InUse {
+            index: 1,
+            pids: vec![42, 43],
+        };
+        assert_eq!(
+            e.to_string(),
+            "GPU 1 is in use by compute processes [42, 43]: the numbers would be wrong \
+             (stop them, or pass --force to measure anyway, ignoring them)"
+        );
     }
 }
