@@ -2,17 +2,18 @@
 //! whether an MPS control daemon runs: its clients (marked) share the SMs, the other
 //! processes time-slice with them. `--json` prints the same as one JSON object.
 //!
-//! It reads NVML only, never CUDA: it works where the driver's libcuda is missing,
-//! such as a container given only the `utility` driver capability.
+//! What it shows is the runtime's `status::MachineStatus`, read from NVML only, never
+//! CUDA: it works where the driver's libcuda is missing, such as a container given only
+//! the `utility` driver capability. This module prints it.
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use gpufill_nvml::{GpuInfo, Nvml};
+use gpufill_nvml::GpuInfo;
 use gpufill_runtime::PidView;
-use gpufill_runtime::is_gpufill;
 use gpufill_runtime::mps::Daemon;
+use gpufill_runtime::status::{MachineStatus, daemon_state, is_ours};
 use serde_json::{Value, json};
 
 use crate::cli::StatusArgs;
@@ -25,28 +26,31 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// NVML missing (no driver: "libnvidia-ml.so.1 not found") or failing; `out` that
 /// cannot be written ("cannot write to standard output").
 pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let nvml = match Nvml::init().context("cannot start NVML") {
-        Ok(nvml) => nvml,
+    let status = match MachineStatus::read() {
+        Ok(status) => status,
         // A reader of the JSON gets JSON that says so; the error follows as ever.
-        Err(e) if args.json => {
+        Err(e) if args.json && matches!(e, gpufill_runtime::status::StatusError::Start(_)) => {
+            let e = anyhow::Error::new(e);
             let text = serde_json::to_string_pretty(&no_driver_json(&e))?;
             writeln!(out, "{text}")
                 .and_then(|()| out.flush())
                 .context("cannot write to standard output")?;
             return Err(e);
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
-    let driver = nvml.driver_version().unwrap_or_else(|_| "?".into());
-    let gpus = nvml.gpus().context("cannot list GPUs through NVML")?;
-    let view = gpufill_runtime::pid_view();
-    let pipe = gpufill_runtime::mps::pipe_directory();
-    let daemon = gpufill_runtime::mps::daemon();
+    let MachineStatus {
+        driver,
+        pid_view: view,
+        mps_pipe: pipe,
+        mps: daemon,
+        gpus,
+    } = &status;
     let written = if args.json {
-        let text = serde_json::to_string_pretty(&to_json(&driver, view, &pipe, &daemon, &gpus))?;
+        let text = serde_json::to_string_pretty(&to_json(driver, *view, pipe, daemon, gpus))?;
         writeln!(out, "{text}")
     } else {
-        write_all(out, &driver, view, &pipe, &daemon, &gpus)
+        write_all(out, driver, *view, pipe, daemon, gpus)
     };
     written
         .and_then(|()| out.flush())
@@ -91,7 +95,6 @@ fn mps_line(pipe: &Path, daemon: &Daemon) -> String {
     }
 }
 
-/// The whole status as one JSON value.
 /// The JSON status of a machine where NVML cannot start (no driver): no GPUs, and why.
 fn no_driver_json(error: &anyhow::Error) -> Value {
     json!({
@@ -101,13 +104,9 @@ fn no_driver_json(error: &anyhow::Error) -> Value {
     })
 }
 
+/// The whole status as one JSON value.
 fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[GpuInfo]) -> Value {
-    let (state, reason) = match daemon {
-        Daemon::Running => ("running", None),
-        Daemon::Quitting => ("quitting", None),
-        Daemon::Absent => ("absent", None),
-        Daemon::Untrusted(why) => ("untrusted", Some(why.as_str())),
-    };
+    let (state, reason) = daemon_state(daemon);
     let gpus: Vec<Value> = gpus
         .iter()
         .map(|gpu| {
@@ -120,7 +119,7 @@ fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[Gp
                         "name": p.name,
                         "used_memory_bytes": p.used_memory_bytes,
                         "mps_client": p.mps_client,
-                        "gpufill": p.name.as_deref().is_some_and(is_gpufill),
+                        "gpufill": is_ours(p),
                     })
                 })
                 .collect();
@@ -172,12 +171,7 @@ fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
     }
     for p in &gpu.processes {
         let name = printable(p.name.as_deref().unwrap_or("?"));
-        // The rule by which `run` refuses a GPU another gpufill fills.
-        let ours = if p.name.as_deref().is_some_and(is_gpufill) {
-            "  (gpufill)"
-        } else {
-            ""
-        };
+        let ours = if is_ours(p) { "  (gpufill)" } else { "" };
         let client = if p.mps_client { "  (MPS client)" } else { "" };
         writeln!(
             out,

@@ -46,7 +46,8 @@
 //! - [`simulate::SimRun`]: a simulated run in virtual time and its [`simulate::Report`]
 //!   (`gpufill simulate`); [`bench::measure`]: a bench over any [`bench::Rig`] (the
 //!   real [`bench::RealRig`] or the simulated [`bench::SimRig`]) and its
-//!   [`bench::BenchSummary`] (`gpufill bench`).
+//!   [`bench::BenchSummary`] (`gpufill bench`); [`status::MachineStatus`]: the GPUs,
+//!   their processes and MPS as NVML alone shows them (`gpufill status`).
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with
@@ -66,7 +67,7 @@
 //!
 //! # What an embedder may rely on
 //! See `docs/ARCHITECTURE.md`, "API boundary": the items re-exported at this root and the
-//! public modules `mps`, `prometheus`, `reload`, `simulate`, `bench` and `file` are the
+//! public modules `mps`, `prometheus`, `reload`, `simulate`, `bench`, `status` and `file` are the
 //! API. There is no hidden module: what the `gpufill` binary uses beyond the agent is
 //! public here because an embedder's own front end or loop needs it too (each key's name,
 //! restart need and flag as data: [`Settings::every_key`], [`Key`], [`Flag`],
@@ -93,6 +94,7 @@ mod select;
 mod settings;
 pub mod simulate;
 mod snapshot;
+pub mod status;
 mod steering;
 mod worker;
 
