@@ -11,8 +11,8 @@
 //!
 //! It leaves a daemon that was told to quit (its clients keep it waiting), or whose
 //! server died twice within a minute, the same way, running again without MPS
-//! ([`follow`]); and starts afresh as a client when its MPS server died once. A worker
-//! that does not stop within [`RESTART_WAIT`] (a CUDA call that its dead server never
+//! (`run::follow`); and starts afresh as a client when its MPS server died once. A worker
+//! that does not stop within `RESTART_WAIT` (a CUDA call that its dead server never
 //! answers) does not hold that up: the exec ends it.
 
 mod follow;

@@ -208,7 +208,7 @@ pub struct MemoryInfo {
 /// [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), gaps of at least
 /// [`MIN_GAP`](gpufill_core::gaps::MIN_GAP), and after each kernel that met another
 /// context the hold of [`LoadSource::set_gap_hold`]; what they met is taken with
-/// [`LoadSource::gaps_seen`] ([`crate::pacing`] has the cycle).
+/// [`LoadSource::gaps_seen`] (the `pacing` module has the cycle).
 ///
 /// Dropping it stops the thread, waits for our queued kernels and releases the context.
 pub struct CudaLoad {

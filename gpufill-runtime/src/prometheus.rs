@@ -9,7 +9,7 @@
 //! The process's own series have the names and help texts of Prometheus's client
 //! libraries (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
 //! `process_open_fds`, `process_max_fds`, `process_start_time_seconds`), read from
-//! `/proc` by the `procfs` crate at each scrape ([`ProcessStats`]). The crate
+//! `/proc` by the `procfs` crate at each scrape (`ProcessStats`). The crate
 //! `prometheus-client` was weighed for the rendering and left: it writes OpenMetrics
 //! text only, which would change the content type and the form of every series that
 //! scrapers, `promtool check metrics` and the rules here are written against.

@@ -5,7 +5,7 @@
 //! phases, the `Rig` it drives, the real `RealRig` and the simulated `SimRig`, the
 //! maths). This module adds the flags, the real rig's foreign CUDA process (this binary
 //! as `gpufill bench-foreign`, [`foreign`]), the progress bar,
-//! the table ([`table`]), the plot ([`svg`]), the CSV and the JSON; all of it is the
+//! the table (`table`), the plot (`svg`), the CSV and the JSON; all of it is the
 //! same for both rigs, so `--sim` tests the whole command in CI.
 
 pub mod foreign;
