@@ -21,78 +21,11 @@
 # clock or MIG setting. About 2 minutes; every wait is bounded.
 # Usage, from the repository root: bash scripts/mps_follow_check.sh [carry/gpufill]
 set -u
-g=${1:-carry/gpufill}
-# MPS_CHECK_GPU=N runs it all on NVML GPU N of a host of several (the daemon, gpufill and
-# the jobs see that GPU alone), leaving the others to other runs.
-gpus=${MPS_CHECK_GPU:-0}
-if [ -n "${MPS_CHECK_GPU:-}" ]; then
-  CUDA_VISIBLE_DEVICES=$(nvidia-smi -i "$MPS_CHECK_GPU" --query-gpu=uuid --format=csv,noheader)
-  export CUDA_VISIBLE_DEVICES
-fi
-out=${OUT:-/tmp/mps-follow-out}
-mkdir -p "$out"
-work=/tmp/gpufill-mps-follow
-rm -rf "$work"
-mkdir -p "$work/pipe" "$work/log"
-chmod 755 "$work" "$work/pipe" "$work/log"
-export CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log
-export NO_COLOR=1
-port=19433
-url=http://127.0.0.1:$port
-gp=""
+NAME=follow PORT=19433 STOP_CMD=quit STOP_TIMEOUT=5
 job=""
-daemon_pid=""
-results=()
-
-say() { echo "$(date +%T.%3N) $*" | tee -a "$out/marks.txt"; }
-result() { # CHECK VERDICT DETAIL
-  results+=("$(printf '%-44s %-5s %s' "$1" "$2" "$3")")
-  say "$1: $2 $3"
-}
-
-stop_daemon() {
-  [ -e "$work/pipe/control" ] || return 0
-  echo quit | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1 || true
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    for child in $(pgrep -P "$daemon_pid" 2>/dev/null); do kill "$child" 2>/dev/null; done
-    kill "$daemon_pid" 2>/dev/null
-  fi
-}
-cleanup() {
-  [ -n "$job" ] && kill "$job" 2>/dev/null
-  if [ -n "$gp" ] && kill -0 "$gp" 2>/dev/null; then
-    kill -TERM "$gp" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$gp" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$gp" 2>/dev/null
-  fi
-  stop_daemon
-  cp -r "$work/log" "$out/mps-log" 2>/dev/null
-  ls -la "$work/pipe" >"$out/pipe-at-exit.txt" 2>&1
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# One sample of the metrics as JSON: mps state, gpufill's state on GPU 0, duty, util,
-# yields, foreign, worker_up ({"up": false} when the endpoint does not answer).
-lab="python3 $(dirname "$0")/lab.py"
-sample() { $lab sample "$url" | tee -a "$out/samples.jsonl"; }
-field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"; }
-# wait_for SECONDS PYTHON-CONDITION-ON-s: samples every 0.25 s; prints the seconds taken
-# or "timeout".
-wait_for() {
-  local start=$SECONDS deadline=$((SECONDS + $1)) t0 s
-  t0=$(date +%s.%N)
-  while [ $SECONDS -lt $deadline ]; do
-    s=$(sample)
-    if python3 -c "import json,sys; s=json.loads(sys.argv[1]); sys.exit(0 if ($2) else 1)" "$s" 2>/dev/null; then
-      python3 -c "import time,sys; print('%.2f' % (time.time() - float(sys.argv[1])))" "$t0"
-      return 0
-    fi
-    sleep 0.25
-  done
-  echo timeout
-  return 1
-}
+cleanup_extra() { [ -n "$job" ] && kill "$job" 2>/dev/null; }
+# shellcheck source=scripts/mps_check_lib.sh
+. "$(dirname "$0")/mps_check_lib.sh"
 
 cat >"$work/job.py" <<'EOF'
 import sys, time, torch

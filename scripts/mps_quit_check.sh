@@ -20,33 +20,9 @@
 # compute mode, clock or MIG setting. About 3 minutes; every wait is bounded.
 # Usage, from the repository root: bash scripts/mps_quit_check.sh [carry/gpufill]
 set -u
-g=${1:-carry/gpufill}
-gpus=${MPS_CHECK_GPU:-0}
-if [ -n "${MPS_CHECK_GPU:-}" ]; then
-  CUDA_VISIBLE_DEVICES=$(nvidia-smi -i "$MPS_CHECK_GPU" --query-gpu=uuid --format=csv,noheader)
-  export CUDA_VISIBLE_DEVICES
-fi
-out=${OUT:-/tmp/mps-quit-out}
-mkdir -p "$out"
-work=/tmp/gpufill-mps-quit
-rm -rf "$work"
-mkdir -p "$work/pipe" "$work/log"
-chmod 755 "$work" "$work/pipe" "$work/log"
-export CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log
-export NO_COLOR=1
-port=19434
-url=http://127.0.0.1:$port
-gp=""
-daemon_pid=""
-results=()
-
-say() { echo "$(date +%T.%3N) $*" | tee -a "$out/marks.txt"; }
-result() { # CHECK VERDICT DETAIL
-  results+=("$(printf '%-44s %-5s %s' "$1" "$2" "$3")")
-  say "$1: $2 $3"
-}
-now() { date +%s.%N; }
-since() { python3 -c 'import sys,time; print("%.2f" % (time.time() - float(sys.argv[1])))' "$1"; }
+NAME=quit PORT=19434
+# shellcheck source=scripts/mps_check_lib.sh
+. "$(dirname "$0")/mps_check_lib.sh"
 
 daemon_up() {
   nvidia-cuda-mps-control -d
@@ -55,43 +31,6 @@ daemon_up() {
   say "daemon pid ${daemon_pid:-unknown}"
 }
 servers() { [ -n "$daemon_pid" ] && pgrep -P "$daemon_pid" -x nvidia-cuda-mps 2>/dev/null | tr '\n' ' '; }
-stop_daemon() {
-  [ -e "$work/pipe/control" ] || return 0
-  echo "quit -t 3" | timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    for child in $(pgrep -P "$daemon_pid" 2>/dev/null); do kill "$child" 2>/dev/null; done
-    kill "$daemon_pid" 2>/dev/null
-  fi
-}
-cleanup() {
-  if [ -n "$gp" ] && kill -0 "$gp" 2>/dev/null; then
-    kill -TERM "$gp" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$gp" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$gp" 2>/dev/null
-  fi
-  stop_daemon
-  cp -r "$work/log" "$out/mps-log" 2>/dev/null
-  ls -la "$work/pipe" >"$out/pipe-at-exit.txt" 2>&1
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-lab="python3 $(dirname "$0")/lab.py"
-sample() { $lab sample "$url" | tee -a "$out/samples.jsonl"; }
-field() { python3 -c 'import json,sys; v=json.loads(sys.argv[1]).get(sys.argv[2]); print("" if v is None else v)' "$1" "$2"; }
-# wait_for SECONDS PYTHON-CONDITION-ON-s: samples every 0.25 s; prints seconds or "timeout".
-wait_for() {
-  local deadline=$((SECONDS + $1)) t0 s
-  t0=$(now)
-  while [ $SECONDS -lt $deadline ]; do
-    s=$(sample)
-    if python3 -c "import json,sys; s=json.loads(sys.argv[1]); sys.exit(0 if ($2) else 1)" "$s" 2>/dev/null; then
-      since "$t0"; return 0
-    fi
-    sleep 0.25
-  done
-  echo timeout; return 1
-}
 alive() { kill -0 "$gp" 2>/dev/null && echo "pid $gp alive" || echo "pid $gp GONE"; }
 lines() { grep -c "$1" "$out/gpufill.log" 2>/dev/null || true; }
 
