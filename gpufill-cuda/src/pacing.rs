@@ -554,8 +554,7 @@ impl Worker {
         if let Some(sign) = sign {
             tracing::trace!(%sign, "filling gaps: met another context");
         }
-        self.report(launched, outcome);
-        let ended = Instant::now();
+        let ended = self.report(launched, outcome);
         !slowed || sign.is_some() || self.rest(ended)
     }
 
@@ -622,15 +621,17 @@ impl Worker {
     }
 
     /// Tells the pacer that a kernel (or probe pair) launched at `launched` has ended now
-    /// with `outcome`, and adds what it charges to the report.
-    fn report(&mut self, launched: Instant, outcome: KernelOutcome) {
+    /// with `outcome`, and adds what it charges to the report (one lock of the shared
+    /// state); returns when it ended.
+    fn report(&mut self, launched: Instant, outcome: KernelOutcome) -> Instant {
         let ended = Instant::now();
         self.last_end = Some(ended);
         let (launched_at, ended_at) = (self.time(launched), self.time(ended));
-        let hold = self.shared.lock().hold;
-        self.pacer.set_hold(hold);
+        let mut state = self.shared.lock();
+        self.pacer.set_hold(state.hold);
         let report = self.pacer.kernel_done(launched_at, ended_at, outcome);
-        self.shared.lock().gaps += report;
+        state.gaps += report;
+        drop(state);
         // One line a kernel, for `scripts/gap_trace.py` (RUST_LOG=gpufill_cuda::pacing=trace):
         // when it was launched (Unix us) and ended, what it met and what the pacer learned.
         if tracing::enabled!(tracing::Level::TRACE) {
@@ -649,6 +650,7 @@ impl Worker {
                 "gap kernel"
             );
         }
+        ended
     }
 
     /// `at` on the pacer's clock.
