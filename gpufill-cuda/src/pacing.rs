@@ -78,8 +78,9 @@ const PROBE_AFTER_IDLE: Duration = Duration::from_millis(1);
 /// launch plus its length) waited for the job's context: for a switch back to ours
 /// (136 us on H200s), or for the job's kernel. The kernel's own start-event chain misses
 /// most of those beside a launch-bound job (a ResNet-18 step's ~400 short kernels showed
-/// one late start a step, `scripts/gap_trace.py`); this check sees each switch. A late
-/// wake-up of ours only makes a kernel look earlier, never later.
+/// one late start a step, `scripts/gap_trace.py`); this check sees a switch that delays
+/// our kernel 60 us or more (how many it still misses is not measured). A late wake-up
+/// of ours only makes a kernel look earlier, never later.
 const LATE_END: Duration = Duration::from_micros(60);
 
 /// Filling gaps: a probe pair after a wait that took longer than this waited for the
