@@ -217,7 +217,6 @@ def main():
     out = os.environ.get("OUT") or "/tmp/gap-trace"
     os.makedirs(out, exist_ok=True)
     os.environ["CUDA_VISIBLE_DEVICES"] = str(a.gpu)
-    a.gpu_cuda = 0
     dev = "cuda:0"
     for kind in a.jobs.split(","):
         if "profile" in a.parts:
