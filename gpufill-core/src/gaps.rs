@@ -66,6 +66,13 @@ pub const MIN_GAP: Duration = Duration::from_micros(150);
 /// during one waits little (half of it on average).
 pub const GAP_KERNEL: Duration = Duration::from_micros(100);
 
+/// The length of each kernel of ours while the job is, as the pacer predicts, idle for a
+/// while yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before
+/// the next predicted one. Short kernels and their gaps hold at most 40 % of the GPU; a
+/// job that comes early anyway waits what is left of this one (charged as half of it,
+/// [`GapReport::met_long`]).
+pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
+
 /// The shortest hold after a meeting.
 pub const MIN_HOLD: Duration = Duration::from_millis(5);
 
@@ -97,6 +104,9 @@ pub struct GapReport {
     /// Of the kernels that met it, those held back behind its queued work: they got in
     /// at the end of its time slice or kernel, in the middle of its work.
     pub held_back: u32,
+    /// Of the meetings, those of a stretched kernel of ours ([`STRETCH_KERNEL`]): the job
+    /// came earlier than the pacer predicted, and waited more of our kernel.
+    pub met_long: u32,
     /// The job's time at work, as our kernels saw its spells (from each spell's first
     /// sign to its last), counted when a spell ends.
     pub job_time: Duration,
@@ -115,6 +125,7 @@ impl std::ops::Add for GapReport {
             kernels: self.kernels + other.kernels,
             met: self.met + other.met,
             held_back: self.held_back + other.held_back,
+            met_long: self.met_long + other.met_long,
             job_time: self.job_time + other.job_time,
             period: other.period.or(self.period),
         }
@@ -178,7 +189,8 @@ impl GapCost {
     pub fn charge(&self, report: GapReport) -> Duration {
         let meeting = CONTEXT_SWITCH + self.kernel / 2;
         let preemption = CONTEXT_SWITCH * 2 + self.kernel;
-        meeting * report.met + preemption * report.held_back
+        let longer = STRETCH_KERNEL.saturating_sub(self.kernel) / 2;
+        meeting * report.met + preemption * report.held_back + longer * report.met_long
     }
 
     /// Takes in what our kernels saw up to `now`, and, at a new NVML `sample`, updates
@@ -279,7 +291,7 @@ const CENSOR_SLACK: Duration = Duration::from_millis(1);
 /// A spell ends when our kernels have run clear this long (and a shortest hold after its
 /// last sign): one clear kernel may have fallen in a gap inside it (a launch-bound step
 /// leaves gaps of 0.5-2.7 ms, a few a step).
-const CLEAR_FOR: Duration = Duration::from_micros(1500);
+const CLEAR_FOR: Duration = Duration::from_micros(3500);
 
 /// A sign this long after the spell's last one, or less, is taken as the same spell's
 /// when the hold in force put our look off that long (a trainer's step lasted 10-20 ms on
@@ -355,6 +367,8 @@ pub struct GapPacer {
     hold: Duration,
     /// The last spell's anchor.
     last_anchor: Option<Time>,
+    /// Our last kernel ran clear (the job idle since the one before).
+    last_clear: bool,
     /// Learned: a spell's length, the period between spells, and how many periods.
     spell_len: Option<Duration>,
     period: Option<Duration>,
@@ -379,6 +393,7 @@ impl GapPacer {
     /// the next kernel's timing, judged against it, is exact.
     pub fn looked(&mut self, ended: Time) {
         self.prev_end = Some(ended);
+        self.last_clear = false;
     }
 
     /// The learned spell length and period, when known.
@@ -394,10 +409,15 @@ impl GapPacer {
         ended: Time,
         outcome: KernelOutcome,
     ) -> GapReport {
+        // The job came while a stretched kernel of ours ran, or queued behind it.
+        let long = matches!(outcome, KernelOutcome::Busy | KernelOutcome::HeldBack)
+            && self.kernel_for(launched) > GAP_KERNEL;
+        self.last_clear = outcome == KernelOutcome::Clear;
         let prev_end = self.prev_end.replace(ended);
         let mut report = GapReport {
             kernels: 1,
             held_back: u32::from(outcome == KernelOutcome::HeldBack),
+            met_long: u32::from(long),
             period: self.prediction().map(|(_, period, _)| period),
             ..GapReport::default()
         };
@@ -491,7 +511,16 @@ impl GapPacer {
     /// time of the spell it ended).
     pub fn clear_until(&mut self, t: Time) -> GapReport {
         let mut report = GapReport::default();
-        if let Some(spell) = self.spell.filter(|s| t >= s.last + MIN_HOLD) {
+        let clear_from = self.prev_end;
+        if clear_from.is_some_and(|p| p < t) {
+            self.prev_end = Some(t);
+            self.last_clear = true;
+        }
+        if let Some(spell) = self.spell.filter(|s| {
+            // Clear long enough: a host gap inside the job's work lasts up to ~3 ms.
+            let clear_since = s.clear_since.or(clear_from).unwrap_or(t);
+            t >= s.last + MIN_HOLD && t >= clear_since + CLEAR_FOR
+        }) {
             report.job_time = self.close(spell, true);
         }
         report
@@ -550,11 +579,14 @@ impl GapPacer {
                 self.period = Some(ewma(Some(known), sample.div_f64(k)));
                 self.periods = self.periods.saturating_add(1);
             }
-            // The period known spanned several: the common one is it.
-            Some((_, p)) => {
+            // The period known spanned several: the common one is it, once the one
+            // known has lost its samples (a single shorter sample is as likely a
+            // piece of the job's work seen as two).
+            Some((_, p)) if self.periods <= 1 => {
                 self.period = Some(p);
                 self.periods = 2;
             }
+            Some(_) => self.periods -= 1,
             // Another job's, or a sample the job's jitter put out: a period known from
             // several samples loses one, and gives way only once none are left.
             None if self.periods > 1 => self.periods -= 1,
@@ -563,6 +595,55 @@ impl GapPacer {
                 self.periods = 1;
             }
         }
+    }
+
+    /// The length of a kernel of ours launched at `at`: [`STRETCH_KERNEL`] where the
+    /// job's next spell is predicted far enough ahead (no spell of it open, our kernel
+    /// before ran clear just before `at`, and a stretched kernel and the guard end before
+    /// the next predicted start, LOOK_EVERY's included), else [`GAP_KERNEL`].
+    pub fn kernel_for(&self, at: Time) -> Duration {
+        match self.stretch_until(at) {
+            Some(until) if at < until => STRETCH_KERNEL,
+            _ => GAP_KERNEL,
+        }
+    }
+
+    /// The next time after `at` that [`GapPacer::kernel_for`] may change, when a
+    /// launcher that does not ask each kernel (the simulated GPU) must look again: the
+    /// end of the stretch in force, or when the open spell would end if our kernels ran
+    /// clear from `at` (and told so, [`GapPacer::clear_until`]). `None`: only what our
+    /// next kernels meet can change it.
+    pub fn kernel_changes_at(&self, at: Time) -> Option<Time> {
+        if let Some(spell) = &self.spell {
+            let clear_since = spell.clear_since.or(self.prev_end).unwrap_or(at);
+            let closes = (spell.last + MIN_HOLD).max(clear_since + CLEAR_FOR);
+            return self.prediction().map(|_| closes.max(at));
+        }
+        self.stretch_until(at).filter(|&u| u > at)
+    }
+
+    /// Until when kernels launched from `at` on may be stretched: a guard and a
+    /// stretched kernel before the next predicted start, when no spell is open.
+    fn stretch_until(&self, at: Time) -> Option<Time> {
+        let just_clear = self.last_clear
+            && self
+                .prev_end
+                .is_some_and(|p| at.saturating_since(p) <= EXACT);
+        if self.spell.is_some() || !just_clear {
+            return None;
+        }
+        let (anchor, period, len) = self.prediction()?;
+        let guard = GUARD + period / 20;
+        let since = at.saturating_since(anchor);
+        let n = (since.as_secs_f64() / period.as_secs_f64()).floor();
+        let start = anchor + period.mul_f64(n);
+        // Inside the predicted spell (the launcher idle through it, or looking): none.
+        if at < start + len + AFTER_SPELL {
+            return None;
+        }
+        let next = start + period;
+        let until = next.since_epoch().checked_sub(guard + STRETCH_KERNEL)?;
+        Some(Time::from_duration(until)).filter(|&u| u > at)
     }
 
     /// When the next kernel of length `kernel` may be launched, `earliest` being when the
@@ -692,16 +773,19 @@ mod tests {
         inside: u32,
         /// Kernels of ours launched between steps.
         between: u32,
+        /// Our kernels' time between steps.
+        ours_between: Duration,
+        /// Stretched kernels of ours launched inside a step.
+        long_inside: u32,
         /// What the pacer charged.
         report: GapReport,
     }
 
-    /// A pacer that launches a 100 us kernel whenever it may (a gap of 150 us after
-    /// each), beside the trainer, at the hold `hold`: the pacer, and what it did over the
-    /// last `last` steps of `steps`.
+    /// A pacer that launches a kernel of the length it gives whenever it may (a gap of
+    /// 150 us after each), beside the trainer, at the hold `hold`: the pacer, and what it
+    /// did over the last `last` steps of `steps`.
     fn beside_trainer(steps: u32, last: u32, hold: Duration) -> (GapPacer, Beside) {
         let mut pacer = GapPacer::new();
-        let kernel = Duration::from_micros(100);
         let gap = Duration::from_micros(150);
         let ms = |at: Time| at.since_epoch().as_secs_f64() * 1e3;
         let end = 12.0 + PERIOD_MS * f64::from(steps);
@@ -710,11 +794,13 @@ mod tests {
         let mut prev_end = now;
         let mut seen = Beside::default();
         loop {
+            let kernel = pacer.kernel_for(now);
             let at = pacer.next_launch(now, kernel, hold);
             if ms(at) >= end {
                 break;
             }
-            let busy = trainer_works(ms(at), ms(at));
+            let kernel = pacer.kernel_for(at);
+            let busy = trainer_works(ms(at), ms(at + kernel));
             let outcome = if busy {
                 KernelOutcome::Busy
             } else if trainer_works(ms(prev_end), ms(at)) {
@@ -728,8 +814,10 @@ mod tests {
                 let into = (ms(at) - 12.0).rem_euclid(PERIOD_MS);
                 if into <= 18.0 {
                     seen.inside += 1;
+                    seen.long_inside += u32::from(kernel > GAP_KERNEL);
                 } else {
                     seen.between += 1;
+                    seen.ours_between += kernel;
                 }
                 seen.report += report;
             }
@@ -753,13 +841,67 @@ mod tests {
         // Once it knows them, our kernels stay out of the steps, inner gaps included:
         // a meeting a step (its arrival, our context the last one on the GPU), one more
         // in each step it fills through to see its start again (one in 8), and our
-        // kernels fill the waits (22 ms of 41, less the guard: 70 launches at most).
+        // kernels fill the waits (22 ms of 41, less the guard; how much of them: the
+        // next test).
         assert!(seen.inside <= 6, "{seen:?}");
         assert!(seen.report.met <= 28, "{seen:?}");
-        assert!(seen.between >= 20 * 50, "{seen:?}");
+        assert!(seen.between >= 20 * 30, "{seen:?}");
         // The steps' time as seen: 20 steps of about 18 ms.
         let job = seen.report.job_time.as_secs_f64() * 1e3;
         assert!((20.0 * 14.0..20.0 * 19.0).contains(&job), "{job}");
+    }
+
+    #[test]
+    fn between_steps_on_a_clock_the_pacer_stretches_its_kernels_and_never_into_a_step() {
+        let (_, seen) = beside_trainer(60, 20, MIN_HOLD);
+        // 23 ms between steps, less the spell's end as seen and the guard: short
+        // kernels alone would hold at most 40 % of that (20 x ~15 ms x 0.4 = 120 ms).
+        let ours = seen.ours_between.as_secs_f64() * 1e3;
+        assert!(ours >= 20.0 * 9.0, "{ours} ms: {seen:?}");
+        assert_eq!(seen.long_inside, 0, "{seen:?}");
+        // And the job met none of them.
+        assert_eq!(seen.report.met_long, 0, "{seen:?}");
+    }
+
+    #[test]
+    fn no_kernel_is_stretched_without_a_period_or_inside_a_spell() {
+        let mut pacer = GapPacer::new();
+        assert_eq!(pacer.kernel_for(t(5.0)), GAP_KERNEL);
+        // Spells seen but no period yet: short.
+        pacer.kernel_done(t(10.0), t(10.2), KernelOutcome::Busy);
+        assert_eq!(pacer.kernel_for(t(30.0)), GAP_KERNEL);
+        // A period learned, a spell open: short until it is seen to end.
+        let (mut pacer, _) = beside_trainer(12, 1, MIN_HOLD);
+        let start = t(12.0 + PERIOD_MS * 12.0);
+        pacer.kernel_done(start, start + MS / 5, KernelOutcome::Busy);
+        assert_eq!(pacer.kernel_for(start + MS * 19), GAP_KERNEL);
+        let closes = pacer.kernel_changes_at(start + MS * 19).unwrap();
+        assert!(closes >= start + MS * 19, "{closes:?}");
+        // Seen to end (clear from 19 to 22.5 ms): stretched until a guard before the
+        // next step, and the launcher is told when that ends.
+        pacer.kernel_done(start + MS * 19, start + MS * 19, KernelOutcome::Clear);
+        let clear = start + MS * 23;
+        pacer.kernel_done(clear, clear, KernelOutcome::Clear);
+        assert_eq!(pacer.kernel_for(clear), STRETCH_KERNEL);
+        let until = pacer.kernel_changes_at(clear).unwrap();
+        let left = (start + MS * 41).saturating_since(until);
+        assert!(left > GUARD + STRETCH_KERNEL && left < MS * 5, "{left:?}");
+        assert_eq!(pacer.kernel_for(until), GAP_KERNEL);
+    }
+
+    #[test]
+    fn a_stretched_kernel_that_meets_the_job_is_charged_half_of_it() {
+        let cost = GapCost::new(GAP_KERNEL);
+        let short = cost.charge(GapReport {
+            met: 1,
+            ..GapReport::default()
+        });
+        let long = cost.charge(GapReport {
+            met: 1,
+            met_long: 1,
+            ..GapReport::default()
+        });
+        assert_eq!(long - short, (STRETCH_KERNEL - GAP_KERNEL) / 2);
     }
 
     #[test]
@@ -824,9 +966,10 @@ mod tests {
         }
         let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
         assert!((36.0..38.0).contains(&period), "{period}");
-        // A period learned from skipped spells is corrected by a sample a third of it.
+        // A period learned from skipped spells is corrected by samples a third of it,
+        // once they have outweighed it (one alone may be a piece of the job's work).
         let mut pacer = GapPacer::new();
-        for n in [0.0, 3.0, 6.0, 7.0] {
+        for n in [0.0, 3.0, 6.0, 7.0, 8.0] {
             let start = 1000.0 + 37.0 * n;
             pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
             pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
@@ -863,7 +1006,7 @@ mod tests {
         assert_eq!((r.met, r.held_back), (1, 1));
         let r = pacer.kernel_done(t(19.9), t(20.0), KernelOutcome::AfterOthers);
         assert_eq!(r.met, 1);
-        // Clear kernels for 1.5 ms, a shortest hold after the last sign, end the spell: the job's
+        // Clear kernels for 3.5 ms, a shortest hold after the last sign, end the spell: the job's
         // last work lay between 15.3 and 19.9 ms (it ran unseen after 15), taken as 17.6:
         // 7.6 ms is learned.
         let r = pacer.kernel_done(t(25.0), t(25.1), KernelOutcome::Clear);
@@ -872,7 +1015,7 @@ mod tests {
             Duration::ZERO,
             "one clear kernel may be in a gap"
         );
-        let r = pacer.kernel_done(t(26.5), t(26.6), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(28.5), t(28.6), KernelOutcome::Clear);
         assert_eq!(r.met, 0);
         assert_eq!(r.job_time, Duration::from_micros(7600));
         assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
@@ -889,7 +1032,7 @@ mod tests {
             Duration::ZERO,
             "one clear kernel may be in a gap"
         );
-        let r = pacer.kernel_done(t(94.5), t(94.6), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(96.5), t(96.6), KernelOutcome::Clear);
         assert_eq!(r.job_time, Duration::from_micros(7600));
         assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
         // A spell seen to its end is learned: 120-126 ms, to the one before 3:1.
@@ -902,7 +1045,7 @@ mod tests {
             Duration::ZERO,
             "one clear kernel may be in a gap"
         );
-        let r = pacer.kernel_done(t(132.7), t(132.8), KernelOutcome::Clear);
+        let r = pacer.kernel_done(t(134.7), t(134.8), KernelOutcome::Clear);
         assert_eq!(r.job_time, MS * 6);
         let len = pacer.learned().0.unwrap().as_secs_f64() * 1e3;
         assert!((len - (0.75 * 7.6 + 0.25 * 6.0)).abs() < 1e-6, "{len}");

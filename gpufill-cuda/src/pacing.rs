@@ -292,12 +292,14 @@ impl Pacing {
         hold: Duration,
     ) -> Result<Pacing, CudaError> {
         let shared = Arc::new(Shared::new(load, hold));
+        let kernel = launcher.cycle.kernel();
         let worker = Worker {
             shared: Arc::clone(&shared),
             launcher,
             pacer: GapPacer::new(),
             epoch: Instant::now(),
             last_end: None,
+            kernel,
         };
         let handle = std::thread::Builder::new()
             .name(format!("gpufill-cuda{ordinal}"))
@@ -399,6 +401,9 @@ struct Worker {
     epoch: Instant,
     /// Filling gaps: when our last kernel (or probe pair) was seen to end.
     last_end: Option<Instant>,
+    /// The length of the last kernel launched: the cycle's, or while filling gaps the
+    /// pacer's ([`GapPacer::kernel_for`]).
+    kernel: Duration,
 }
 
 impl Worker {
@@ -421,8 +426,6 @@ impl Worker {
             .ctx
             .bind_to_thread()
             .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
-        let kernel = self.launcher.cycle.kernel();
-        let ns = u64::try_from(kernel.as_nanos()).unwrap_or(u64::MAX);
         // Whatever was queued before we started (a burst) must finish first.
         if !self.wait_done(Duration::ZERO)? {
             return Ok(());
@@ -431,6 +434,7 @@ impl Worker {
             let Some(width) = self.next_width() else {
                 return Ok(());
             };
+            let kernel = self.next_kernel();
             if self.launcher.cycle == Cycle::Gaps {
                 if !self.wait_for_gap(kernel) {
                     return Ok(());
@@ -443,7 +447,9 @@ impl Worker {
                     continue;
                 }
             }
-            let launched = self.launch_one(ns, width)?;
+            // The pacer's length may have changed in the wait.
+            let kernel = self.next_kernel();
+            let launched = self.launch_one(kernel, width)?;
             // Filling gaps: one check just after the kernel's end is due; unfinished then,
             // the job's context was on the GPU ([`LATE_END`]).
             let ended_late = match self.launcher.cycle {
@@ -504,8 +510,19 @@ impl Worker {
         Ok(Some(Finished { slowed, sign }))
     }
 
-    /// Launches one kernel between our start and end events; returns when.
-    fn launch_one(&mut self, ns: u64, width: u32) -> Result<Instant, CudaError> {
+    /// The length of the next kernel: the cycle's, or while filling gaps the pacer's
+    /// (stretched where it predicts the job idle for a while yet).
+    fn next_kernel(&self) -> Duration {
+        match self.launcher.cycle {
+            Cycle::Gaps => self.pacer.kernel_for(self.time(Instant::now())),
+            cycle => cycle.kernel(),
+        }
+    }
+
+    /// Launches one kernel of `kernel` between our start and end events; returns when.
+    fn launch_one(&mut self, kernel: Duration, width: u32) -> Result<Instant, CudaError> {
+        self.kernel = kernel;
+        let ns = u64::try_from(kernel.as_nanos()).unwrap_or(u64::MAX);
         let l = &mut self.launcher;
         l.watch.before_launch(&l.stream)?;
         launch_spin(&l.stream, &l.func, ns, l.yield_ns, width)?;
@@ -514,7 +531,7 @@ impl Worker {
         l.event
             .record(&l.stream)
             .map_err(|e| CudaError::driver("cuEventRecord", e))?;
-        l.watch.launched(launched, l.cycle.kernel(), 1);
+        l.watch.launched(launched, kernel, 1);
         let mut state = self.shared.lock();
         state.kernels += 1;
         Ok(launched)
@@ -586,7 +603,9 @@ impl Worker {
     /// predicted).
     fn idle_since_last(&self) -> bool {
         let duty = self.shared.lock().load.duty.fraction();
-        let gap = self.launcher.cycle.gap(duty).unwrap_or(Duration::ZERO);
+        let gap = (self.launcher.cycle)
+            .gap_after(duty, self.kernel)
+            .unwrap_or(Duration::ZERO);
         self.last_end
             .is_some_and(|end| end.elapsed() > gap + PROBE_AFTER_IDLE)
     }
@@ -695,10 +714,10 @@ impl Worker {
     fn rest(&self, ended: Instant) -> bool {
         // No duty (not expected: an idle load stops the thread) or a gap beyond any
         // clock: wait for a change.
-        let cycle = self.launcher.cycle;
+        let (cycle, kernel) = (self.launcher.cycle, self.kernel);
         let until = |s: &State| {
             cycle
-                .gap(s.load.duty.fraction())
+                .gap_after(s.load.duty.fraction(), kernel)
                 .and_then(|gap| ended.checked_add(gap))
         };
         self.shared.wait_until(until, |_| false)

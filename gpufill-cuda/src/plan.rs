@@ -229,7 +229,13 @@ impl Cycle {
     /// gaps never shorter than [`MIN_GAP`], so that a job that is ready when our kernel
     /// ends gets the GPU before our next launch. `None`: launch nothing.
     pub fn gap(self, duty: f64) -> Option<Duration> {
-        let gap = one_in_flight_gap(duty, self.kernel())?;
+        self.gap_after(duty, self.kernel())
+    }
+
+    /// The idle gap after a kernel of `kernel` for `duty`, as [`Cycle::gap`] (while filling
+    /// gaps the pacer may stretch a kernel: `gpufill_core::GapPacer::kernel_for`).
+    pub fn gap_after(self, duty: f64, kernel: Duration) -> Option<Duration> {
+        let gap = one_in_flight_gap(duty, kernel)?;
         Some(match self {
             Cycle::OneInFlight { .. } => gap,
             Cycle::Gaps => gap.max(MIN_GAP),

@@ -45,7 +45,9 @@
 use std::time::Duration;
 
 use super::kernels::{Layout, Plan, Served, Slicing};
-use gpufill_core::gaps::{GAP_KERNEL, GapPacer, GapReport, KernelOutcome, MIN_GAP, MIN_HOLD};
+use gpufill_core::gaps::{
+    GAP_KERNEL, GapPacer, GapReport, KernelOutcome, MIN_GAP, MIN_HOLD, STRETCH_KERNEL,
+};
 use gpufill_core::time::Time;
 
 /// A kernel of ours that ended this long after it was due to (it waited behind the job's
@@ -57,25 +59,23 @@ pub(super) const HELD_BACK: Duration = Duration::from_micros(300);
 /// looks again there): two of the job's learned periods, and no further than this.
 const LOOK_AHEAD: Duration = Duration::from_millis(250);
 
-/// How our kernels lie at `duty` while filling gaps: one of [`GAP_KERNEL`] every
-/// `max(GAP_KERNEL / duty, GAP_KERNEL + MIN_GAP)`, plus `overhead` (the launch and the
-/// sleep's overshoot lengthen the idle gap: a model choice, as the launch overhead of
-/// the other shapes is).
-pub(super) fn layout(duty: f64, overhead: Duration) -> Layout {
+/// How our kernels of `kernel` lie at `duty` while filling gaps: one every
+/// `max(kernel / duty, kernel + MIN_GAP)`, plus `overhead` (the launch and the sleep's
+/// overshoot lengthen the idle gap: a model choice, as the launch overhead of the other
+/// shapes is). `kernel` is [`GAP_KERNEL`], or [`STRETCH_KERNEL`] where the pacer
+/// stretches them ([`GapPacer::kernel_for`]).
+pub(super) fn layout(duty: f64, overhead: Duration, kernel: Duration) -> Layout {
     if duty <= 0.0 {
         return Layout::Idle;
     }
-    let cycle = GAP_KERNEL.div_f64(duty.min(1.0)).max(GAP_KERNEL + MIN_GAP) + overhead;
-    Layout::Paced {
-        kernel: GAP_KERNEL,
-        cycle,
-    }
+    let cycle = kernel.div_f64(duty.min(1.0)).max(kernel + MIN_GAP) + overhead;
+    Layout::Paced { kernel, cycle }
 }
 
-/// The share of the time our kernels are resident at `duty` while filling gaps (no hold
-/// in force).
-pub(super) fn resident(duty: f64, overhead: Duration) -> f64 {
-    match layout(duty, overhead) {
+/// The share of the time our kernels of `kernel` are resident at `duty` while filling
+/// gaps (no hold in force).
+pub(super) fn resident(duty: f64, overhead: Duration, kernel: Duration) -> f64 {
+    match layout(duty, overhead, kernel) {
         Layout::Paced { kernel, cycle } => kernel.as_secs_f64() / cycle.as_secs_f64(),
         _ => 0.0,
     }
@@ -138,6 +138,8 @@ pub(super) struct GapFill {
     seen: GapReport,
     /// Kernels of ours laid out since the last report, in part.
     kernels: f64,
+    /// The kernels laid out are stretched ([`GapPacer::kernel_for`]).
+    pub(super) stretched: bool,
 }
 
 impl Default for GapFill {
@@ -153,6 +155,7 @@ impl Default for GapFill {
             pacer: GapPacer::new(),
             seen: GapReport::default(),
             kernels: 0.0,
+            stretched: false,
         }
     }
 }
@@ -202,7 +205,27 @@ impl GapFill {
 
     /// Counts the kernels of ours laid out over `dt` at the resident share `own`.
     pub(super) fn count(&mut self, dt: f64, own: f64) {
-        self.kernels += own * dt / GAP_KERNEL.as_secs_f64();
+        self.kernels += own * dt / self.kernel().as_secs_f64();
+    }
+
+    /// The length of the kernels laid out.
+    pub(super) fn kernel(&self) -> Duration {
+        if self.stretched {
+            STRETCH_KERNEL
+        } else {
+            GAP_KERNEL
+        }
+    }
+
+    /// At `now`, filling: our kernels ran clear since the last one told (the spell in
+    /// progress may end), and the pacer says how long the next ones are. Returns whether
+    /// that changed (the launcher lays its kernels out anew).
+    pub(super) fn restretch(&mut self, now: Time) -> bool {
+        if !self.holding(now) && self.judging.is_none() {
+            self.seen += self.pacer.clear_until(now);
+        }
+        let stretched = !self.holding(now) && self.pacer.kernel_for(now) > GAP_KERNEL;
+        std::mem::replace(&mut self.stretched, stretched) != stretched
     }
 
     /// What our kernels saw since the last call.
@@ -219,7 +242,8 @@ impl GapFill {
 
     /// When the pacer lets a kernel go, asked at `earliest` with the hold in force.
     fn next_launch(&self, earliest: Time) -> Time {
-        self.pacer.next_launch(earliest, GAP_KERNEL, self.hold)
+        let kernel = self.pacer.kernel_for(earliest);
+        self.pacer.next_launch(earliest, kernel, self.hold)
     }
 
     /// Tells the pacer what the first kernel after a wait showed, once the launcher has
@@ -327,6 +351,8 @@ impl GapFill {
         self.resume = Some(launch);
         self.stale = stale;
         self.defer = None;
+        // The first kernel after a wait is a short one.
+        self.stretched = false;
     }
 
     /// Our launcher launches again at `now`, its wait over: the first kernel after it
@@ -361,6 +387,15 @@ impl GapFill {
     }
 
     fn first_put_off(&self, plan: &Plan, now: Time) -> Option<Defer> {
+        let put_off = self.launch_put_off(plan, now);
+        // The kernels' length changes before that: look again then.
+        match self.pacer.kernel_changes_at(now) {
+            Some(at) if put_off.is_none_or(|d| at < d.at) => Some(Defer { at, until: None }),
+            _ => put_off,
+        }
+    }
+
+    fn launch_put_off(&self, plan: &Plan, now: Time) -> Option<Defer> {
         let mut k = plan
             .kernel_at(now)
             .filter(|k| k.start >= now)
@@ -474,7 +509,7 @@ mod tests {
 
     #[test]
     fn our_kernels_start_at_most_every_kernel_and_min_gap_plus_the_overhead() {
-        let full = layout(1.0, us(30));
+        let full = layout(1.0, us(30), GAP_KERNEL);
         assert_eq!(
             full,
             Layout::Paced {
@@ -482,10 +517,12 @@ mod tests {
                 cycle: us(280)
             }
         );
-        assert!((resident(1.0, us(30)) - 100.0 / 280.0).abs() < 1e-9);
+        assert!((resident(1.0, us(30), GAP_KERNEL) - 100.0 / 280.0).abs() < 1e-9);
         // At 20 % the duty's gap is longer than the least one.
-        assert_eq!(resident(0.2, Duration::ZERO), 0.2);
-        assert_eq!(layout(0.0, us(30)), Layout::Idle);
+        assert_eq!(resident(0.2, Duration::ZERO, GAP_KERNEL), 0.2);
+        assert_eq!(layout(0.0, us(30), GAP_KERNEL), Layout::Idle);
+        // Stretched: 500 us kernels, still at least MIN_GAP apart.
+        assert!((resident(1.0, us(30), STRETCH_KERNEL) - 500.0 / 680.0).abs() < 1e-9);
     }
 
     #[test]
@@ -589,14 +626,27 @@ mod tests {
             learned.is_some_and(|p| p.abs_diff(us(period)) < us(100)),
             "{learned:?}"
         );
-        // Filling from 5 ms after the last step ends: the launch before the next step
-        // is put off until that step's predicted end.
+        // Filling from 5 ms after the last step ends: the launcher looks again when the
+        // step's spell would end with our kernels clear, and stretches them from then
+        // until a guard before the next step; the launch before that step is put off
+        // until its predicted end.
         let now = at_us(10_000 + 5 * period + 18_000);
         let mut plan = Plan::default();
-        plan.change(now, layout(1.0, us(30)));
-        g.look_ahead(&plan, now);
+        plan.change(now, layout(1.0, us(30), GAP_KERNEL));
+        let (mut at, mut stretched) = (now, false);
+        let defer = loop {
+            g.look_ahead(&plan, at);
+            let defer = g.defer.unwrap();
+            if defer.until.is_some() {
+                break defer;
+            }
+            g.restretch(defer.at);
+            stretched |= g.stretched;
+            at = defer.at;
+        };
+        assert!(stretched, "kernels stretched between the steps");
+        assert!(!g.stretched, "and short again before the next");
         let next = at_us(10_000 + 6 * period);
-        let defer = g.defer.unwrap();
         assert!(defer.at < next && defer.at + us(5_000) > next, "{defer:?}");
         let until = defer.until.unwrap();
         assert!(until >= next + len.unwrap(), "{defer:?} {len:?}");

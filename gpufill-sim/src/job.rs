@@ -234,16 +234,29 @@ impl ForeignJob {
     /// 10-30 us each on the host) leave its queue empty between kernels.
     pub const TRAINING_LAUNCH_GAP: Duration = Duration::from_micros(20);
 
+    /// The pieces of a training step ([`ForeignJob::training`]), with a host-side gap
+    /// between two: a ResNet-18 step on H200s showed 5-19 idle gaps over 150 us, 3.2-5.7
+    /// ms of idle in them, the longest 0.7-2.7 ms (docs/data/gap-trace-h200.txt).
+    pub const TRAINING_PIECES: u32 = 10;
+
+    /// The mean host-side gap between two pieces of a training step (the same
+    /// measurement: about 4 ms of idle in 9 gaps).
+    pub const TRAINING_HOST_GAP: Duration = Duration::from_micros(450);
+
     /// A training job that waits on its input: it holds its context from `start_s` to
     /// `end_s` and, from its first kernel, runs steps that keep the GPU busy `step`
     /// each, in kernels of [`ForeignJob::TRAINING_KERNEL`] with
-    /// [`ForeignJob::TRAINING_LAUNCH_GAP`] between them (so a step lasts a little longer
-    /// than `step`, and its busy share alone is `step` against a step and its wait),
-    /// then waits `wait` on its input before the next ([`Requests::Steps`]). Whatever
-    /// delays a step delays all later ones.
+    /// [`ForeignJob::TRAINING_LAUNCH_GAP`] between them, in
+    /// [`ForeignJob::TRAINING_PIECES`] pieces with host-side gaps of mean
+    /// [`ForeignJob::TRAINING_HOST_GAP`] between them (so a step lasts a few
+    /// milliseconds longer than `step`, and not always the same), then waits `wait` on
+    /// its input before the next ([`Requests::Steps`]). Whatever delays a step delays
+    /// all later ones.
     pub fn training(start_s: f64, end_s: f64, step: Duration, wait: Duration) -> Self {
         let (kernel, launch_gap) = (Self::TRAINING_KERNEL, Self::TRAINING_LAUNCH_GAP);
         let busy = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
+        let job = ForeignJob::isolated_requests(start_s, end_s, 0.0, step);
+        let seed = u64::from(job.pid);
         ForeignJob {
             request: step.div_f64(busy),
             name: Some("train".into()),
@@ -251,8 +264,11 @@ impl ForeignJob {
                 wait,
                 kernel,
                 launch_gap,
+                pieces: Self::TRAINING_PIECES,
+                host_gap: Self::TRAINING_HOST_GAP,
+                seed,
             }),
-            ..ForeignJob::isolated_requests(start_s, end_s, 0.0, step)
+            ..job
         }
         .with_load(busy)
     }

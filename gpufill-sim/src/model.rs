@@ -12,6 +12,7 @@ use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
 use super::requests::{Request, Requests};
 use gpufill_core::device::LaunchShape;
+use gpufill_core::gaps::{GAP_KERNEL, STRETCH_KERNEL};
 use gpufill_core::kernel_timing::OthersSign;
 use gpufill_core::time::Time;
 use gpufill_core::units::Load;
@@ -122,6 +123,14 @@ impl Model {
         }
         match self.tail {
             Some((until, duty, sm)) if t < until => (duty, sm),
+            _ if self.shape == LaunchShape::Gaps && self.gaps.stretched => {
+                // Longer kernels, the same least gap: resident more of the time.
+                let (duty, overhead) = (self.requested.duty.fraction(), self.cfg.launch_overhead);
+                let short = gaps::resident(duty, overhead, GAP_KERNEL);
+                let long = gaps::resident(duty, overhead, STRETCH_KERNEL);
+                let ratio = if short > 0.0 { long / short } else { 1.0 };
+                (self.own * ratio, self.own_sm * ratio)
+            }
             _ => (self.own, self.own_sm),
         }
     }
@@ -211,7 +220,7 @@ impl Model {
             if self.gaps.defer.is_none_or(|d| d.at > self.now) {
                 return;
             }
-            if self.gaps.put_off(self.now) {
+            if self.gaps.put_off(self.now) || self.gaps.restretch(self.now) {
                 self.replan();
             } else {
                 self.gaps.look_ahead(&self.plan, self.now);
@@ -221,7 +230,12 @@ impl Model {
 
     /// Filling gaps: our kernels' cycle at the duty asked (a kernel and the duty's gap).
     fn gap_cycle(&self) -> Duration {
-        match gaps::layout(self.requested.duty.fraction(), self.cfg.launch_overhead) {
+        let kernel = self.gaps.kernel();
+        match gaps::layout(
+            self.requested.duty.fraction(),
+            self.cfg.launch_overhead,
+            kernel,
+        ) {
             Layout::Paced { cycle, .. } => cycle,
             _ => gpufill_core::gaps::GAP_KERNEL + gpufill_core::gaps::MIN_GAP,
         }
@@ -575,7 +589,9 @@ impl Model {
     /// How our kernels lie with `duty` laid out in `shape` ([`super::kernels`]).
     fn layout(&self, shape: LaunchShape, duty: f64) -> Layout {
         match (shape, self.cfg.one_in_flight_kernel) {
-            (LaunchShape::Gaps, _) => gaps::layout(duty, self.cfg.launch_overhead),
+            (LaunchShape::Gaps, _) => {
+                gaps::layout(duty, self.cfg.launch_overhead, self.gaps.kernel())
+            }
             (LaunchShape::OneInFlight, Some(kernel)) => Layout::paced(duty, kernel),
             _ => Layout::bursts(duty, self.cfg.period, self.cfg.max_kernel),
         }
@@ -587,7 +603,7 @@ impl Model {
     fn efficiency(&self, shape: LaunchShape, duty: f64) -> f64 {
         if shape == LaunchShape::Gaps {
             // The overhead lengthens the idle gap after each kernel (`gaps.rs`).
-            let resident = gaps::resident(duty, self.cfg.launch_overhead);
+            let resident = gaps::resident(duty, self.cfg.launch_overhead, GAP_KERNEL);
             return if duty > 0.0 { resident / duty } else { 1.0 };
         }
         let kernel = match self.layout(shape, duty) {

@@ -34,20 +34,36 @@ pub enum Requests {
         spacing: Spacing,
     },
     /// A training job's steps ([`ForeignJob::training`](super::ForeignJob::training)):
-    /// each [`ForeignJob::request`](super::ForeignJob::request) long alone, the next
-    /// `wait` after the previous one ended (on its input), from its first kernel until
-    /// it leaves, so whatever delays a step delays all later ones. Inside a step its
-    /// kernels, `kernel` long each, follow one another with `launch_gap` idle between
-    /// them.
+    /// each [`ForeignJob::request`](super::ForeignJob::request) of GPU work alone, in
+    /// `pieces` pieces with a host-side gap between two (its host launching and
+    /// computing, the GPU idle), the next step `wait` after the previous one ended (on
+    /// its input), from its first kernel until it leaves, so whatever delays a step
+    /// delays all later ones. Inside a piece its kernels, `kernel` long each, follow one
+    /// another with `launch_gap` idle between them. The host gaps are drawn from a
+    /// generator seeded with the job's PID: exponential with mean `host_gap`, between
+    /// [`HOST_GAP_MIN`] and [`HOST_GAP_MAX`], the same draws alone and beside us.
     Steps {
         /// How long it waits on its input after each step.
         wait: Duration,
         /// The length of each of its kernels.
         kernel: Duration,
-        /// The idle gap between two of its kernels inside a step.
+        /// The idle gap between two of its kernels inside a piece.
         launch_gap: Duration,
+        /// The pieces of a step (1: no host gap).
+        pieces: u32,
+        /// The mean host-side gap between two pieces.
+        host_gap: Duration,
+        /// The generator's seed.
+        seed: u64,
     },
 }
+
+/// The shortest host-side gap inside a training step ([`Requests::Steps`]).
+pub const HOST_GAP_MIN: Duration = Duration::from_micros(100);
+
+/// The longest host-side gap inside a training step: the longest measured inside a
+/// ResNet-18 step was 2.7 ms (docs/data/gap-trace-h200.txt).
+pub const HOST_GAP_MAX: Duration = Duration::from_micros(3000);
 
 /// How isolated requests are spaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,6 +230,20 @@ pub(super) struct Stream {
     first: Option<(Time, Duration)>,
     waits: Vec<(Time, Duration)>,
     started: bool,
+    /// A training step in progress: its next piece's index, when the step came, its
+    /// time alone so far (pieces and host gaps), and whether a piece of it met us.
+    step: StepTally,
+}
+
+/// A training step's pieces as they are served ([`Requests::Steps`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct StepTally {
+    piece: u32,
+    arrival: Time,
+    alone: Duration,
+    met: bool,
+    switched: bool,
+    wait: Duration,
 }
 
 impl Stream {
@@ -245,17 +275,66 @@ impl Stream {
     pub(super) fn served(&mut self, job: Serving<'_>, req: Request, served: Served) -> Time {
         let end = req.start + served.wait + req.len;
         self.serving = Some((req.start, end));
-        self.beside.add(end - req.arrival);
-        self.alone.add(req.alone);
-        self.met += u64::from(served.met);
-        self.switched += u64::from(served.switched);
-        self.max_wait = self.max_wait.max(served.wait);
-        self.first.get_or_insert((req.arrival, served.wait));
-        if !served.wait.is_zero() && self.waits.len() < MAX_WAITS_KEPT {
-            self.waits.push((req.arrival, served.wait));
+        if let Some(&Requests::Steps { pieces, .. }) = job.requests {
+            // A step is tallied whole, once its last piece is served.
+            let t = &mut self.step;
+            if t.piece == 0 {
+                *t = StepTally {
+                    arrival: req.arrival,
+                    ..StepTally::default()
+                };
+            }
+            t.piece += 1;
+            t.alone += req.alone;
+            t.met |= served.met;
+            t.switched |= served.switched;
+            t.wait += served.wait;
+            let t = *t;
+            if t.piece >= pieces.max(1) {
+                self.tally(
+                    t.arrival,
+                    end - t.arrival,
+                    t.alone,
+                    t.met,
+                    t.switched,
+                    t.wait,
+                );
+            }
+        } else {
+            let (met, switched) = (served.met, served.switched);
+            self.tally(
+                req.arrival,
+                end - req.arrival,
+                req.alone,
+                met,
+                switched,
+                served.wait,
+            );
         }
         self.next = self.following(job, req, end);
         end
+    }
+
+    /// Counts one request (or training step) that came at `arrival`, took `latency`
+    /// beside us and `alone` alone, and waited `wait` for our kernels.
+    fn tally(
+        &mut self,
+        arrival: Time,
+        latency: Duration,
+        alone: Duration,
+        met: bool,
+        switched: bool,
+        wait: Duration,
+    ) {
+        self.beside.add(latency);
+        self.alone.add(alone);
+        self.met += u64::from(met);
+        self.switched += u64::from(switched);
+        self.max_wait = self.max_wait.max(wait);
+        self.first.get_or_insert((arrival, wait));
+        if !wait.is_zero() && self.waits.len() < MAX_WAITS_KEPT {
+            self.waits.push((arrival, wait));
+        }
     }
 
     /// The report so far.
@@ -289,7 +368,10 @@ impl Stream {
                 self.isolated(job, arrival, Time::ZERO)
             }
             Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
-            Some(Requests::Steps { .. }) => self.step(job, job.first_kernel, Time::ZERO),
+            Some(Requests::Steps { seed, .. }) => {
+                self.rng = Some(Rng::new(*seed));
+                self.step(job, job.first_kernel, Time::ZERO)
+            }
             None => None,
         };
     }
@@ -310,26 +392,57 @@ impl Stream {
                 self.index += 1;
                 self.in_window(job, end)
             }
-            Some(Requests::Steps { wait, .. }) => {
-                self.step(job, end + *wait, self.alone_end + *wait)
+            Some(&Requests::Steps {
+                wait,
+                pieces,
+                host_gap,
+                ..
+            }) => {
+                if self.step.piece < pieces.max(1) {
+                    // The next piece of the step, after a host gap.
+                    let gap = self.host_gap(host_gap);
+                    self.step.alone += gap;
+                    return self.piece(job, end + gap, pieces);
+                }
+                self.step.piece = 0;
+                self.step(job, end + wait, self.alone_end + wait)
             }
             None => None,
         }
     }
 
     /// A training step that comes at `arrival` (its previous step ended and its input
-    /// came), and at `alone` in the same job's run alone.
+    /// came), and at `alone` in the same job's run alone: its first piece.
     fn step(&mut self, job: Serving<'_>, arrival: Time, alone: Time) -> Option<Request> {
+        self.alone_end = alone.max(job.first_kernel) + job.request;
+        let pieces = match job.requests {
+            Some(&Requests::Steps { pieces, .. }) => pieces,
+            _ => 1,
+        };
+        self.piece(job, arrival, pieces)
+    }
+
+    /// A piece of a training step of `pieces` that comes at `arrival`.
+    fn piece(&mut self, job: Serving<'_>, arrival: Time, pieces: u32) -> Option<Request> {
         if arrival >= job.leaves_at {
             return None;
         }
-        self.alone_end = alone.max(job.first_kernel) + job.request;
+        let len = job.request / pieces.max(1);
         Some(Request {
             arrival,
             start: arrival,
-            len: job.request,
-            alone: job.request,
+            len,
+            alone: len,
         })
+    }
+
+    /// A host gap inside a training step, of mean `mean` ([`Requests::Steps`]).
+    fn host_gap(&mut self, mean: Duration) -> Duration {
+        let drawn = match self.rng.as_mut() {
+            Some(rng) => rng.exponential(mean.as_secs_f64()),
+            None => mean.as_secs_f64(),
+        };
+        Duration::from_secs_f64(drawn.min(1.0)).clamp(HOST_GAP_MIN, HOST_GAP_MAX)
     }
 
     /// An isolated request arriving at `arrival`, after one that ended at `busy_end`.

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One host of four GPUs (nvidia-h200-x4), two device calls: the 10-minute hold with nobody
+# else at the literal defaults, this build against an older one on the same host at the
+# same time, and issue 40's fill-gaps pairs beside them. Build here first
+# (scripts/build-carry.sh), put the older build at carry/old/gpufill; carry `carry`.
+#   bash scripts/two_build_session.sh start    # GPU 0: carry/gpufill, GPU 1: carry/old/gpufill,
+#        each alone for 600 s, detached (lab.py jitter idle: pauses, mean utilization);
+#        GPU 2: lab.py gaps train-input,sub-ms (5 pairs); GPU 3: lab.py gaps decode (5
+#        pairs), then, with MPS_QUIT=1, scripts/mps_quit_check.sh on GPU 3
+#   bash scripts/two_build_session.sh collect  # GPU 2: lab.py gaps train-full,arrive
+#        (EXTRA_WORKLOADS); GPU 3: lab.py cpu-states old against new (CPU=1); then waits
+#        for the two holds, prints them and packs everything into $OUT
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1
+mkdir -p /tmp/hj
+case "${1:-}" in
+start)
+  { date -u +%FT%TZ
+    nvidia-smi --query-gpu=index,name,uuid,driver_version,compute_mode --format=csv,noheader
+    echo "new: $(carry/gpufill --version)"; echo "old: $(carry/old/gpufill --version)"; } | tee /tmp/hj/host.txt
+  setsid nohup python3 scripts/lab.py jitter idle --exe carry/gpufill --gpu 0 --seconds 600 \
+    --tag idle-new-gpu0 --out /tmp/hj >/tmp/hj/idle-new.txt 2>&1 </dev/null &
+  setsid nohup python3 scripts/lab.py jitter idle --exe carry/old/gpufill --gpu 1 --seconds 600 \
+    --tag idle-old-gpu1 --out /tmp/hj >/tmp/hj/idle-old.txt 2>&1 </dev/null &
+  ( GAPS_TIMEOUT=230 bash scripts/gaps_session.sh 3 decode --pairs 5 --budget 180 >/tmp/hj/gaps3.txt 2>&1
+    if [ "${MPS_QUIT:-0}" = 1 ]; then
+      mkdir -p /tmp/hj/mps
+      OUT=/tmp/hj/mps MPS_CHECK_GPU=3 timeout 150 bash scripts/mps_quit_check.sh carry/gpufill \
+        >/tmp/hj/mps/run.txt 2>&1
+    fi ) &
+  GAPS_TIMEOUT=420 bash scripts/gaps_session.sh 2 train-input,sub-ms --pairs 5 --budget 340 2>&1 | tail -14
+  wait $!
+  echo "==== GPU 3: decode"; tail -12 /tmp/hj/gaps3.txt
+  [ -f /tmp/hj/mps/run.txt ] && { echo "==== GPU 3: MPS quit"; tail -25 /tmp/hj/mps/run.txt; }
+  [ -n "${OUT:-}" ] && cp /tmp/gaps-3/*.tgz "$OUT/" 2>/dev/null; exit 0 ;;
+collect)
+  if [ -n "${EXTRA_WORKLOADS:-train-full,arrive}" ]; then
+    GAPS_TIMEOUT=${EXTRA_TIMEOUT:-230} bash scripts/gaps_session.sh 2 "${EXTRA_WORKLOADS:-train-full,arrive}" \
+      --pairs 5 --budget "${EXTRA_BUDGET:-180}" >/tmp/hj/gaps2x.txt 2>&1 &
+  fi
+  if [ "${CPU:-0}" = 1 ]; then
+    CUDA_VISIBLE_DEVICES=3 timeout 230 python3 scripts/lab.py cpu-states ${CPU_ARGS:-} \
+      >/tmp/hj/cpu.txt 2>&1 &
+  fi
+  wait
+  echo "==== GPU 2: extra"; tail -12 /tmp/hj/gaps2x.txt 2>/dev/null
+  [ -f /tmp/hj/cpu.txt ] && { echo "==== GPU 3: CPU by state"; tail -20 /tmp/hj/cpu.txt; }
+  while pgrep -f "lab.py jitter idle" >/dev/null; do sleep 2; done
+  cat /tmp/hj/host.txt; echo "== new"; tail -4 /tmp/hj/idle-new.txt; echo "== old"; tail -4 /tmp/hj/idle-old.txt
+  [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz" ;;
+*)
+  echo "usage: $0 start | collect" >&2; exit 2 ;;
+esac
