@@ -8,8 +8,8 @@
 #        GPU 2: lab.py gaps train-input,sub-ms (5 pairs); GPU 3: lab.py gaps decode (5
 #        pairs), then, with MPS_QUIT=1, scripts/mps_quit_check.sh on GPU 3
 #   bash scripts/two_build_session.sh collect  # GPU 2: lab.py gaps train-full,arrive
-#        (EXTRA_WORKLOADS); GPU 3: lab.py cpu-states old against new (CPU=1); then waits
-#        for the two holds, prints them and packs everything into $OUT
+#        (EXTRA_WORKLOADS); waits for the two holds and prints them; then, with CPU=1,
+#        lab.py cpu-states old against new on GPU 0; packs everything into $OUT
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -29,9 +29,10 @@ start)
       OUT=/tmp/hj/mps MPS_CHECK_GPU=3 timeout 150 bash scripts/mps_quit_check.sh carry/gpufill \
         >/tmp/hj/mps/run.txt 2>&1
     fi ) &
-  GAPS_TIMEOUT=420 bash scripts/gaps_session.sh 2 train-input,sub-ms --pairs 5 --budget 340 2>&1 | tail -14
+  GAPS_TIMEOUT=420 bash scripts/gaps_session.sh 2 train-input,sub-ms --pairs 5 --budget 340 2>&1 |
+    grep -A5 "^workload " 
   wait $!
-  echo "==== GPU 3: decode"; tail -12 /tmp/hj/gaps3.txt
+  echo "==== GPU 3: decode"; grep -A4 "^workload " /tmp/hj/gaps3.txt
   [ -f /tmp/hj/mps/run.txt ] && { echo "==== GPU 3: MPS quit"; tail -25 /tmp/hj/mps/run.txt; }
   [ -n "${OUT:-}" ] && cp /tmp/gaps-3/*.tgz "$OUT/" 2>/dev/null; exit 0 ;;
 collect)
@@ -39,15 +40,16 @@ collect)
     GAPS_TIMEOUT=${EXTRA_TIMEOUT:-230} bash scripts/gaps_session.sh 2 "${EXTRA_WORKLOADS:-train-full,arrive}" \
       --pairs 5 --budget "${EXTRA_BUDGET:-180}" >/tmp/hj/gaps2x.txt 2>&1 &
   fi
-  if [ "${CPU:-0}" = 1 ]; then
-    CUDA_VISIBLE_DEVICES=3 timeout 230 python3 scripts/lab.py cpu-states ${CPU_ARGS:-} \
-      >/tmp/hj/cpu.txt 2>&1 &
-  fi
   wait
-  echo "==== GPU 2: extra"; tail -12 /tmp/hj/gaps2x.txt 2>/dev/null
-  [ -f /tmp/hj/cpu.txt ] && { echo "==== GPU 3: CPU by state"; tail -20 /tmp/hj/cpu.txt; }
+  echo "==== GPU 2: extra"; grep -A4 "^workload " /tmp/hj/gaps2x.txt 2>/dev/null
   while pgrep -f "lab.py jitter idle" >/dev/null; do sleep 2; done
   cat /tmp/hj/host.txt; echo "== new"; tail -4 /tmp/hj/idle-new.txt; echo "== old"; tail -4 /tmp/hj/idle-old.txt
+  if [ "${CPU:-0}" = 1 ]; then
+    # Every GPU idle now: old against new, GPU 0.
+    echo "==== GPU 0: CPU by state"
+    timeout 260 python3 scripts/lab.py cpu-states --exe old=carry/old/gpufill --exe new=carry/gpufill \
+      --repeats 2 --hold 6 --out /tmp/hj/cpu 2>&1 | tail -12
+  fi
   [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz" ;;
 *)
   echo "usage: $0 start | collect" >&2; exit 2 ;;
