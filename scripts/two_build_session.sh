@@ -10,6 +10,9 @@
 #   bash scripts/two_build_session.sh collect  # GPU 2: lab.py gaps train-full,arrive
 #        (EXTRA_WORKLOADS); waits for the two holds and prints them; then, with CPU=1,
 #        lab.py cpu-states old against new on GPU 0; packs everything into $OUT
+# Where no host of four is lent, a host of two in two calls of under 10 minutes each:
+#   bash scripts/two_build_session.sh holds    # both builds alone for 570 s, GPU 0 and 1
+#   bash scripts/two_build_session.sh gaps2    # then the fill-gaps pairs and the MPS quit check
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -51,6 +54,31 @@ collect)
       --repeats 2 --hold 6 --out /tmp/hj/cpu 2>&1 | tail -12
   fi
   [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz" ;;
+holds)
+  # A host of two GPUs (nvidia-h200-x2), one call: the two holds alone, side by side.
+  { date -u +%FT%TZ
+    nvidia-smi --query-gpu=index,name,uuid,driver_version,compute_mode --format=csv,noheader
+    echo "new: $(carry/gpufill --version)"; echo "old: $(carry/old/gpufill --version)"; } | tee /tmp/hj/host.txt
+  python3 scripts/lab.py jitter idle --exe carry/gpufill --gpu 0 --seconds 570 \
+    --tag idle-new-gpu0 --out /tmp/hj >/tmp/hj/idle-new.txt 2>&1 &
+  python3 scripts/lab.py jitter idle --exe carry/old/gpufill --gpu 1 --seconds 570 \
+    --tag idle-old-gpu1 --out /tmp/hj >/tmp/hj/idle-old.txt 2>&1 &
+  wait
+  echo "== new"; tail -4 /tmp/hj/idle-new.txt; echo "== old"; tail -4 /tmp/hj/idle-old.txt
+  [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz" ;;
+gaps2)
+  # The same host, a second call: the fill-gaps pairs on GPU 0, decode and the MPS quit
+  # check on GPU 1.
+  ( GAPS_TIMEOUT=200 bash scripts/gaps_session.sh 1 decode --pairs 5 --budget 160 >/tmp/hj/gaps1.txt 2>&1
+    mkdir -p /tmp/hj/mps
+    OUT=/tmp/hj/mps MPS_CHECK_GPU=1 timeout 150 bash scripts/mps_quit_check.sh carry/gpufill \
+      >/tmp/hj/mps/run.txt 2>&1
+    [ -n "${OUT:-}" ] && tar czf "$OUT/mps.tgz" -C /tmp/hj mps ) &
+  GAPS_TIMEOUT=380 bash scripts/gaps_session.sh 0 train-input,sub-ms --pairs 5 --budget 300 2>&1 |
+    grep -A5 "^workload "
+  wait
+  echo "==== GPU 1: decode"; grep -A4 "^workload " /tmp/hj/gaps1.txt
+  echo "==== GPU 1: MPS quit"; tail -25 /tmp/hj/mps/run.txt ;;
 *)
-  echo "usage: $0 start | collect" >&2; exit 2 ;;
+  echo "usage: $0 start | collect | holds | gaps2" >&2; exit 2 ;;
 esac
