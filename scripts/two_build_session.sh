@@ -11,7 +11,7 @@
 #        (EXTRA_WORKLOADS); waits for the two holds and prints them; then, with CPU=1,
 #        lab.py cpu-states old against new on GPU 0; packs everything into $OUT
 # Where no host of four is lent, a host of two in two calls of under 10 minutes each:
-#   bash scripts/two_build_session.sh holds    # both builds alone for 570 s, GPU 0 and 1
+#   bash scripts/two_build_session.sh holds    # both builds alone for 600 s, GPU 0 and 1, detached
 #   bash scripts/two_build_session.sh gaps2    # then the fill-gaps pairs and the MPS quit check
 set -u
 cd "$(dirname "$0")/.."
@@ -59,16 +59,17 @@ holds)
   { date -u +%FT%TZ
     nvidia-smi --query-gpu=index,name,uuid,driver_version,compute_mode --format=csv,noheader
     echo "new: $(carry/gpufill --version)"; echo "old: $(carry/old/gpufill --version)"; } | tee /tmp/hj/host.txt
-  python3 scripts/lab.py jitter idle --exe carry/gpufill --gpu 0 --seconds 570 \
-    --tag idle-new-gpu0 --out /tmp/hj >/tmp/hj/idle-new.txt 2>&1 &
-  python3 scripts/lab.py jitter idle --exe carry/old/gpufill --gpu 1 --seconds 570 \
-    --tag idle-old-gpu1 --out /tmp/hj >/tmp/hj/idle-old.txt 2>&1 &
-  wait
-  echo "== new"; tail -4 /tmp/hj/idle-new.txt; echo "== old"; tail -4 /tmp/hj/idle-old.txt
-  [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz" ;;
+  setsid nohup python3 scripts/lab.py jitter idle --exe carry/gpufill --gpu 0 --seconds 600 \
+    --tag idle-new-gpu0 --out /tmp/hj >/tmp/hj/idle-new.txt 2>&1 </dev/null &
+  setsid nohup python3 scripts/lab.py jitter idle --exe carry/old/gpufill --gpu 1 --seconds 600 \
+    --tag idle-old-gpu1 --out /tmp/hj >/tmp/hj/idle-old.txt 2>&1 </dev/null &
+  sleep "${HOLD_SLEEP:-560}"; echo "holds still running: $(pgrep -fc 'lab.py jitter idle')" ;;
 gaps2)
-  # The same host, a second call: the fill-gaps pairs on GPU 0, decode and the MPS quit
-  # check on GPU 1.
+  # The same host, a second call: the end of the holds; then the fill-gaps pairs on GPU 0,
+  # decode and the MPS quit check on GPU 1.
+  while pgrep -f "lab.py jitter idle" >/dev/null; do sleep 2; done
+  cat /tmp/hj/host.txt; echo "== new"; tail -4 /tmp/hj/idle-new.txt; echo "== old"; tail -4 /tmp/hj/idle-old.txt
+  [ -n "${OUT:-}" ] && tar czf "$OUT/hold.tgz" -C /tmp hj && echo "packed: $OUT/hold.tgz"
   ( GAPS_TIMEOUT=200 bash scripts/gaps_session.sh 1 decode --pairs 5 --budget 160 >/tmp/hj/gaps1.txt 2>&1
     mkdir -p /tmp/hj/mps
     OUT=/tmp/hj/mps MPS_CHECK_GPU=1 timeout 150 bash scripts/mps_quit_check.sh carry/gpufill \
