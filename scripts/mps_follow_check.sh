@@ -48,7 +48,7 @@ nvidia-smi -i "$gpus" --query-compute-apps=pid,process_name --format=csv,noheade
 "$g" --version | head -1 | tee "$out/version.txt"
 
 # --- 1: gpufill without MPS -------------------------------------------------------------
-"$g" -v run --gpus "$gpus" --metrics 127.0.0.1:$port >"$out/gpufill.log" 2>&1 &
+"$g" -v run --gpus "$gpus" --metrics 127.0.0.1:$PORT >"$out/gpufill.log" 2>&1 &
 gp=$!
 say "gpufill started, pid $gp"
 took=$(wait_for 40 's["up"] and s.get("mps") == "none" and s.get("state") == "filling" and (s.get("util") or 0) > 20')

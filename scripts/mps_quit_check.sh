@@ -42,7 +42,7 @@ nvidia-smi -i "$gpus" --query-gpu=name,driver_version,compute_mode,mig.mode.curr
 
 # --- 1: gpufill a client ------------------------------------------------------------------
 daemon_up
-"$g" -v run --gpus "$gpus" --metrics 127.0.0.1:$port >"$out/gpufill.log" 2>&1 &
+"$g" -v run --gpus "$gpus" --metrics 127.0.0.1:$PORT >"$out/gpufill.log" 2>&1 &
 gp=$!
 say "gpufill started, pid $gp"
 took=$(wait_for 40 's["up"] and s.get("mps") == "client" and s.get("state") == "filling"')
