@@ -78,8 +78,11 @@
 //!   START-END:STEP_MS:WAIT_MS`): steps that keep the GPU busy STEP_MS each, in kernels
 //!   of 300 us with 20 us launch gaps ([`ForeignJob::TRAINING_KERNEL`],
 //!   [`ForeignJob::TRAINING_LAUNCH_GAP`]: model choices for PyTorch eager training, not
-//!   measurements; docs/benchmarks.md has none), then WAIT_MS on its input, one after
-//!   another, so whatever delays a step delays all later ones ([`Requests::Steps`]).
+//!   measurements), in 10 pieces with host-side gaps between them of 0.45 ms on average
+//!   (0.1-3 ms, drawn from a generator seeded with the job's PID:
+//!   [`ForeignJob::TRAINING_PIECES`], [`ForeignJob::TRAINING_HOST_GAP`], as
+//!   `scripts/gap_trace.py` measured a ResNet-18 step's), then WAIT_MS on its input, one
+//!   after another, so whatever delays a step delays all later ones ([`Requests::Steps`]).
 //!   Its utilization alone is its busy share; what our kernels cost it is what the model
 //!   charged its steps, against a step and its wait alone
 //!   ([`RequestReport::rate_slowdown`]).
