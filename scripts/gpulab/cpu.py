@@ -32,24 +32,34 @@ interleaved; CPU from the loop thread's schedstat. Prints microseconds of CPU pe
     python3 scripts/lab.py tick-cost carry/gpufill [--tick 20] [--repeats 3]
 
 `cpu-states`: gpufill's CPU on one GPU by state, for one or more builds interleaved on one host
-(issue 21's CPU goal: at most 1 % of a core per GPU in every state).
+(issue 21's CPU goal, issue 39 item 7: at most 1 % of a core per GPU in every state).
 
-States: `idle` (nobody else on the GPU), `holder` (beside a process that holds a
-context and runs nothing: gpufill fills beside it once its probe finds it dormant),
-`live` (beside a service answering 20 small requests a second: gpufill's probe finds it
-live and it holds off) and `busy` (a job running kernels all along: gpufill yields).
-For each repeat, each state and each build (the order of builds turns each repeat):
-start `gpufill run` at the defaults (`yield.idle_grace_s` = GRACE), wait until it fills
-(beside the holder: until `gpufill_filling_beside` is 1), then read every thread's
-schedstat and context switches over HOLD seconds. Meanwhile an inotify watch counts
-the opens of /dev/nvidiactl and /dev/nvidia-uvm by anyone (each cuts gpufill's wait
-short and starts a window of process-list reads: `gpufill_core::hint`).
+States, exactly four: `idle` (nobody else on the GPU: gpufill fills), `holder` (beside a
+process that holds a context and runs nothing: gpufill fills beside it once its probe
+finds it dormant), `live` (beside a service answering 20 small requests a second:
+gpufill's probe finds it live and it holds off) and `busy` (a job running kernels all
+along: gpufill yields). Each other process starts once per state and serves every
+repeat of every build. For each state, each repeat and each build (the order of builds
+turns each repeat, so the builds' windows interleave): start `gpufill run` at the
+defaults (`yield.idle_grace_s` = GRACE), wait until it is in the state (beside the
+holder: until `gpufill_filling_beside` is 1; beside the service GRACE + 4 s, the idle
+grace, its confirming probe and the first hold; beside the busy job 3 s), then read
+every thread's schedstat and context switches over HOLD seconds. Meanwhile an inotify
+watch counts the opens of /dev/nvidiactl and /dev/nvidia-uvm by anyone (each cuts
+gpufill's wait short and, while it fills, starts a window of process-list reads:
+`gpufill_core::hint`). Each window prints the state, duty and pauses gpufill's
+metrics showed at its end; the summary gives each state's and build's median CPU
+[range] and the loop thread's median wake-ups a second.
 
-Then, per state, one debug trace of the first build (RUST_LOG=debug, 6 s) whose lines
-are counted by message, to tell what a second of the loop does.
+Unless --no-trace, then per state `idle` and `holder` one debug trace of the first
+build (RUST_LOG=debug, 6 s) whose lines are counted by message (about 25 s more).
 
     python3 scripts/lab.py cpu-states --exe new=carry/gpufill --exe old=carry/old/gpufill \\
-        [--repeats 3] [--hold 8] [--grace 4] [--out DIR]
+        [--repeats 3] [--hold 8] [--grace 4] [--no-trace] [--out DIR]
+
+It prints its own estimate of how long it takes before it starts (about
+builds x repeats x (17.5 + 2 GRACE + 4 HOLD) s, plus about 5 s for each other process to start):
+with two builds, `--repeats 2 --hold 5 --grace 2 --no-trace` is about 180 s.
 """
 import collections
 import ctypes
@@ -259,11 +269,33 @@ def start_gpufill(exe, grace, log, rust_log="gpufill=info"):
                    log_path=log, rust_log=rust_log)
 
 
+# The four states, and how long gpufill takes at most (s) to reach each, from its start,
+# given the idle grace: it fills at once on an empty GPU; beside the holder it yields
+# for the idle grace, probes and fills beside it; beside the service it yields for the
+# idle grace, its first probe pauses to confirm (CONFIRM_AFTER, at most the idle grace)
+# and the second holds off; beside the busy job it yields at once.
+STATES = ("idle", "holder", "live", "busy")
+STATE_WAIT = {"idle": lambda g: 1.0, "holder": lambda g: g + 1.5, "live": lambda g: g + 4.0,
+              "busy": lambda g: 3.0}
+
+
+def states_seconds(states, builds, repeats, hold, grace, trace):
+    """About how long `cpu-states` takes: per window the wait for its state, a second
+    before it, the window and a second to start and stop gpufill; about 5 s for each
+    other process to start; with `trace`, the traces of `idle` and `holder`."""
+    runs = builds * repeats
+    total = sum(runs * (STATE_WAIT[st](grace) + 1.0 + hold + 1.0) + (5.0 if st in OTHERS else 0.0)
+                for st in states)
+    if trace:
+        total += sum(STATE_WAIT[st](grace) + 8.0 for st in states if st in ("idle", "holder"))
+    return total
+
+
 def wait_filling(state, limit, grace=4.0):
     """Until gpufill fills (beside the holder: fills beside it); False at `limit` s.
     Beside a live service or a busy job: until it has had time to judge it."""
     if state in ("live", "busy"):
-        time.sleep(grace + 4 if state == "live" else 3)
+        time.sleep(STATE_WAIT[state](grace))
         return True
     end = time.monotonic() + limit
     while time.monotonic() < end:
@@ -316,9 +348,17 @@ def states(argv):
     a = ap.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     exes = [named_exe(e) for e in a.exe]
+    chosen = a.states.split(",")
+    unknown = [st for st in chosen if st not in STATES]
+    if unknown:
+        ap.error(f"unknown state(s) {unknown}: the states are {', '.join(STATES)}")
+    estimate = states_seconds(chosen, len(exes), a.repeats, a.hold, a.grace, not a.no_trace)
+    print(f"cpu-states: {', '.join(chosen)}; builds {', '.join(n for n, _ in exes)}; {a.repeats} "
+          f"repeat(s) of {a.hold:g} s windows, interleaved; about {estimate:.0f} s", flush=True)
+    started = time.monotonic()
     opens = OpenCounter()
     rows = []
-    for state in a.states.split(","):
+    for state in chosen:
         holder = None
         if state in OTHERS:
             holder = subprocess.Popen([sys.executable, "-c", OTHERS[state]], stdout=subprocess.PIPE, text=True)
@@ -331,12 +371,16 @@ def states(argv):
         if holder:
             holder.kill()
             holder.wait()
-    print("median CPU, % of one core (range):")
-    for state in a.states.split(","):
+    print("median CPU, % of one core [range]; the loop thread's wake-ups a second (median):")
+    for state in chosen:
         for name, _ in exes:
-            v = [x["window"]["cpu"] for x in rows if x["state"] == state and x["exe"] == name and x["window"]]
-            if v:
-                print(f"  {state:6} {name:8} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]")
+            w = [x["window"] for x in rows if x["state"] == state and x["exe"] == name and x["window"]]
+            if w:
+                v = [x["cpu"] for x in w]
+                wakes = [sum(t[1] for k, t in x["threads"].items() if k.startswith("gpufill-gpu")) for x in w]
+                print(f"  {state:6} {name:8} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
+                      f"  loop {statistics.median(wakes):.0f}/s  ({len(v)} windows)")
+    print(f"cpu-states: {time.monotonic() - started:.0f} s", flush=True)
     with open(os.path.join(a.out, "cpu_states.json"), "w") as f:
         json.dump(rows, f, indent=1)
 

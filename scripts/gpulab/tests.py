@@ -227,6 +227,15 @@ class Proc(unittest.TestCase):
         status = "Name:\tx\nvoluntary_ctxt_switches:\t10\nnonvoluntary_ctxt_switches:\t3\n"
         self.assertEqual(lib.parse_switches(status), (10, 3))
 
+    def test_cpu_states_runs_the_four_states_within_about_200_s_for_two_builds(self):
+        from . import cpu
+        self.assertEqual(cpu.STATES, ("idle", "holder", "live", "busy"))
+        self.assertEqual(set(cpu.OTHERS), {"holder", "live", "busy"})
+        # The command docs/benchmarks.md gives: two builds, two interleaved repeats.
+        t = cpu.states_seconds(cpu.STATES, 2, 2, hold=5, grace=2, trace=False)
+        self.assertTrue(150 <= t <= 200, t)
+        self.assertGreater(cpu.states_seconds(cpu.STATES, 2, 2, 5, 2, trace=True), t)
+
     def test_cpu_between_merges_tids_by_name(self):
         a = ({"gpu0:1": (0, 0), "gpu0:2": (0, 0)}, {"gpu0:1": (0, 0)})
         b = ({"gpu0:1": (10_000_000, 5), "gpu0:2": (30_000_000, 5)}, {"gpu0:1": (8, 1)})
