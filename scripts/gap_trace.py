@@ -158,7 +158,7 @@ def beside(kind, a, dev, out):
         f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         try:
             kernels.append((int(f["launched_unix_us"]) / 1e6, int(f["ran_us"]), f["outcome"],
-                            int(f["spell_us"]), int(f["period_us"])))
+                            int(f["spell_us"]), int(f["period_us"]), int(f.get("kernel_us", 0))))
         except (KeyError, ValueError):
             pass
     json.dump({"steps": stamps, "kernels": kernels, "util": util},
@@ -176,13 +176,15 @@ def beside(kind, a, dev, out):
     import bisect
     starts = [s for s, _ in stamps]
     where = {}
-    for at, ran, outcome, spell, period in kernels:
+    for at, ran, outcome, spell, period, kernel_us in kernels:
         if at < split:
             continue
         i = bisect.bisect_right(starts, at) - 1
         inside = i >= 0 and at <= stamps[i][1]
         frac = (at - stamps[i][0]) / max(1e-9, stamps[i][1] - stamps[i][0]) if inside else None
-        key = ("in step" if inside else "between") + " " + outcome
+        # Stretched kernels (longer than the shortest gap kernel, 100 us) counted apart.
+        long = " stretched" if kernel_us > 100 else ""
+        key = ("in step" if inside else "between") + " " + outcome + long
         where.setdefault(key, []).append(frac)
     n = sum(len(v) for v in where.values())
     steps_with = len(withg)

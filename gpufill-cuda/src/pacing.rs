@@ -653,7 +653,8 @@ impl Worker {
         state.gaps += report;
         drop(state);
         // One line a kernel, for `scripts/gap_trace.py` (RUST_LOG=gpufill_cuda::pacing=trace):
-        // when it was launched (Unix us) and ended, what it met and what the pacer learned.
+        // when it was launched (Unix us) and ended, the length asked of our last kernel
+        // (stretched or not), what it met and what the pacer learned.
         if tracing::enabled!(tracing::Level::TRACE) {
             let (spell, period) = self.pacer.learned();
             let unix = std::time::SystemTime::now()
@@ -663,6 +664,7 @@ impl Worker {
             tracing::trace!(
                 launched_unix_us = (unix.saturating_sub(since)).as_micros() as u64,
                 ran_us = since.as_micros() as u64,
+                kernel_us = self.kernel.as_micros() as u64,
                 outcome = ?outcome,
                 met = report.met,
                 spell_us = spell.map_or(0, |d| d.as_micros() as u64),
