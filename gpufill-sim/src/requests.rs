@@ -41,7 +41,7 @@ pub enum Requests {
     /// delays all later ones. Inside a piece its kernels, `kernel` long each, follow one
     /// another with `launch_gap` idle between them. The host gaps are drawn from a
     /// generator seeded with the job's PID: exponential with mean `host_gap`, between
-    /// [`HOST_GAP_MIN`] and [`HOST_GAP_MAX`], the same draws alone and beside us.
+    /// 100 us and 3 ms (`HOST_GAP_MIN`, `HOST_GAP_MAX`), the same draws alone and beside us.
     Steps {
         /// How long it waits on its input after each step.
         wait: Duration,
