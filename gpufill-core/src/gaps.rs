@@ -40,8 +40,9 @@
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
-//! grows by half (up to [`MAX_HOLD`]), under 0.8 of the bound it shrinks (down to
-//! [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer of its busy
+//! grows by half (up to [`MAX_HOLD`]) where that sample's own cost is over it too (so a
+//! spike the smoothed estimate remembers grows it once), under 0.9 of the bound it
+//! shrinks (down to [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer of its busy
 //! spells meet our context: a service of sub-millisecond requests, each of which pays
 //! about a third of its length for a meeting, is filled beside only rarely, while a
 //! trainer whose steps are milliseconds long keeps most of its gaps filled.
@@ -230,9 +231,16 @@ impl GapCost {
         self.estimate = Some(estimate);
         self.pending = GapReport::default();
         self.since = Some(now);
+        // The hold grows only on a sample whose own cost is over the bound too: a spike
+        // that the smoothed estimate still remembers (the pacer's first spells, before it
+        // knows the job) grows it once, not at every sample while it decays.
         let hold = if estimate > max_cost {
             self.over = true;
-            self.hold.mul_f64(1.5).min(MAX_HOLD)
+            if cost > max_cost {
+                self.hold.mul_f64(1.5).min(MAX_HOLD)
+            } else {
+                self.hold
+            }
         } else if estimate < max_cost * SHRINK_BELOW {
             self.over = false;
             self.hold.div_f64(1.2).max(MIN_HOLD)
@@ -1199,6 +1207,34 @@ mod tests {
         assert!(cost.estimate().unwrap() > 0.25, "{:?}", cost.estimate());
         feed(&mut cost, 100, report, 1.5);
         assert_eq!(cost.hold(), MAX_HOLD);
+    }
+
+    #[test]
+    fn a_single_spike_grows_the_hold_once_not_while_the_estimate_decays() {
+        let mut cost = GapCost::new(K);
+        let start = Time::ZERO + Duration::from_secs(1);
+        let sample = Duration::from_millis(200);
+        cost.update(start, GapReport::default(), None, 0.02);
+        // The pacer's first spells: 60 meetings in one sample.
+        let spike = GapReport {
+            kernels: 100,
+            met: 60,
+            ..GapReport::default()
+        };
+        let grown = cost.update(start + sample, spike, Some(pct(10.0)), 0.02);
+        assert_eq!(grown, Some(MIN_HOLD.mul_f64(1.5)));
+        // Then nothing met: the smoothed estimate stays over the bound for a while, and
+        // the hold stays where the spike put it (it grew by half at every one of these
+        // samples before).
+        let clear = GapReport {
+            kernels: 100,
+            ..GapReport::default()
+        };
+        for i in 2..=8 {
+            cost.update(start + sample * i, clear, Some(pct(10.0)), 0.02);
+            assert!(cost.over(), "{:?} at {i}", cost.estimate());
+            assert_eq!(cost.hold(), MIN_HOLD.mul_f64(1.5), "at {i}");
+        }
     }
 
     #[test]
