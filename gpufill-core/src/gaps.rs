@@ -180,7 +180,7 @@ impl GapCost {
     }
 
     /// Whether the estimate is over the bound: from when it went over to when it came
-    /// back under 0.8 of it, the thresholds at which the hold grows and shrinks.
+    /// back under 0.9 of it, where the hold shrinks again.
     pub fn over(&self) -> bool {
         self.over
     }
