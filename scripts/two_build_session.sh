@@ -10,6 +10,9 @@
 #   bash scripts/two_build_session.sh collect  # GPU 2: lab.py gaps train-full,arrive
 #        (EXTRA_WORKLOADS); waits for the two holds and prints them; then, with CPU=1,
 #        lab.py cpu-states old against new on GPU 0; packs everything into $OUT
+#   bash scripts/two_build_session.sh checks   # a third call, every GPU idle: gpufill bench of
+#        both builds interleaved, lab.py cpu-states old against new, the hardware tests
+#        (scripts/build-carry.sh builds carry/hw-cuda and carry/hw-nvml)
 # Where no host of four is lent, a host of two in two calls of under 10 minutes each:
 #   bash scripts/two_build_session.sh holds    # both builds alone for 600 s, GPU 0 and 1, detached
 #   bash scripts/two_build_session.sh gaps2    # then the fill-gaps pairs and the MPS quit check
@@ -80,6 +83,31 @@ gaps2)
   wait
   echo "==== GPU 1: decode"; grep -A4 "^workload " /tmp/hj/gaps1.txt
   echo "==== GPU 1: MPS quit"; tail -25 /tmp/hj/mps/run.txt ;;
+checks)
+  # Every GPU idle (after the holds; a host of four GPUs): `gpufill bench` of both builds
+  # interleaved (GPU 1: old, then new; GPU 2: new, then old), lab.py cpu-states old
+  # against new on GPU 0, and the hardware tests on GPU 3. About 4 minutes.
+  u3=$(nvidia-smi -i 3 --query-gpu=uuid --format=csv,noheader)
+  mkdir -p /tmp/hj/bench
+  for g in 1 2; do
+    ( order="old new"; [ "$g" = 2 ] && order="new old"
+      for b in $order; do
+        exe=carry/gpufill; [ "$b" = old ] && exe=carry/old/gpufill
+        timeout 120 "$exe" -q bench --gpu "$g" --seconds 8 --out "/tmp/hj/bench/$b-gpu$g" \
+          >"/tmp/hj/bench/$b-gpu$g.txt" 2>&1
+        echo "exit $?" >>"/tmp/hj/bench/$b-gpu$g.txt"
+      done ) &
+  done
+  ( export CUDA_VISIBLE_DEVICES=$u3 GPUFILL_TEST_GPU=$u3
+    timeout 150 carry/hw-cuda --ignored --test-threads 1 2>&1 | grep -E "^hw:|test result|panicked|FAILED"
+    timeout 100 carry/hw-nvml --ignored --test-threads 1 --skip gpm 2>&1 |
+      grep -E "test result|panicked|FAILED" ) >/tmp/hj/hw.txt 2>&1 &
+  timeout 260 python3 scripts/lab.py cpu-states --exe old=carry/old/gpufill --exe new=carry/gpufill \
+    --repeats 2 --hold 5 --grace 2 --no-trace --out /tmp/hj/cpu 2>&1 | tail -14
+  wait
+  for f in /tmp/hj/bench/*.txt; do echo "== $f"; tail -12 "$f"; done
+  echo "== hardware tests (GPU 3)"; cat /tmp/hj/hw.txt
+  [ -n "${OUT:-}" ] && tar czf "$OUT/checks.tgz" -C /tmp hj && echo "packed: $OUT/checks.tgz" ;;
 *)
-  echo "usage: $0 start | collect | holds | gaps2" >&2; exit 2 ;;
+  echo "usage: $0 start | collect | checks | holds | gaps2" >&2; exit 2 ;;
 esac
