@@ -11,11 +11,9 @@
 //!
 //! It leaves a daemon that was told to quit (its clients keep it waiting), or whose
 //! server died twice within a minute, the same way, running again without MPS
-//! (`run::follow`); and starts afresh as a client when its MPS server died once. A worker
+//! ([`gpufill_runtime::mps::Restart`]); and starts afresh as a client when its MPS server died once. A worker
 //! that does not stop within `RESTART_WAIT` (a CUDA call that its dead server never
 //! answers) does not hold that up: the exec ends it.
-
-mod follow;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -27,7 +25,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpufill_runtime::mps::{Change, DaemonWatch};
+use gpufill_runtime::mps::{Change, DaemonWatch, Restart};
 use gpufill_runtime::{
     Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings, down_of,
 };
@@ -65,7 +63,7 @@ fn run_with(
 ) -> anyhow::Result<()> {
     // A daemon that is quitting is left before any CUDA call can join it.
     if follows_mps(&config.to_settings())
-        && let Some(plan) = follow::leave_at_start()
+        && let Some(plan) = gpufill_runtime::mps::leave_at_start()
     {
         info!("{}", plan.message);
         let e = restart_command(std::env::args_os(), &plan.env).exec();
@@ -110,7 +108,7 @@ fn run_with(
         Some(left) => DaemonWatch::having_left(left.daemon),
         None => DaemonWatch::new(agent.mps()),
     };
-    let mut restart: Option<(follow::Plan, Instant)> = None;
+    let mut restart: Option<(Restart, Instant)> = None;
     let registry = agent.registry();
     let mut known_sick = Vec::new();
     let mut health = Health::default();
@@ -250,8 +248,8 @@ fn reload_step(reloader: &mut Reloader, agent: &Agent) {
 const RESTART_WAIT: Duration = Duration::from_secs(4);
 
 /// The plan for `change` (logged now), and when it was made.
-fn restart_plan(change: Change) -> (follow::Plan, Instant) {
-    let plan = follow::plan(change, &follow::Standing::current(), follow::unix_now());
+fn restart_plan(change: Change) -> (Restart, Instant) {
+    let plan = Restart::for_this_process(change);
     match change {
         Change::Quitting(_) | Change::ServerLost(_) => warn!("{}", plan.message),
         Change::Started | Change::Stopped => info!("{}", plan.message),
