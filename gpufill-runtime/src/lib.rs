@@ -26,7 +26,8 @@
 //!   NVML to CUDA by UUID; [`open_gpu`] opens one for filling.
 //! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
 //!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`], from any
-//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
+//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`], its [`Liveness`], judged
+//!   by a [`LivenessWatch`] without the process's own pauses), stops, and joins, naming
 //!   each worker that failed ([`WorkerError`]). With [`AgentOptions::claim_dir`] it
 //!   claims its GPUs first ([`claim_all`]), so a second gpufill on one is refused
 //!   ([`ClaimError`]); a GPU whose lock something else holds waits for it alone
@@ -84,6 +85,7 @@ mod device_hint;
 mod faultlog;
 mod gpm;
 mod gpus;
+mod liveness;
 mod localtime;
 pub mod mps;
 mod open;
@@ -106,6 +108,7 @@ pub use device_hint::DeviceOpenHint;
 pub use gpm::GpmError;
 pub use gpufill_core::Loop;
 pub use gpus::{GpuId, GpuSelector};
+pub use liveness::LivenessWatch;
 pub use localtime::now as local_time_of_day;
 pub use open::{OpenError, RealLoad, RealLoop, open_gpu};
 pub use opener::{NvmlCuda, Opener, SimOpener, with_launch_settings};
