@@ -11,7 +11,7 @@
 //! A reload can race an editor or a script that is writing the file, and an empty or
 //! cut-short file is valid TOML: taken as it is, it would put the built-in defaults in
 //! place of every setting it lacks. So a reload reads only a complete file. An inotify
-//! watch on the file's directory (`reload/watch.rs`) follows its writers: a writer in
+//! watch on the file's directory ([`FileWatch`]) follows its writers: a writer in
 //! place is waited for until it closes the file (however long it pauses between writes),
 //! a file renamed over it is complete as it lands (the last one read wins, so a writer that
 //! renames a new file every 20 ms never blocks a reload), and a read during which the
@@ -37,8 +37,6 @@
 //! (target, schedule, yield, max duty, width, grace, fault hold, controller) takes effect
 //! at each worker's next tick, without restarting workers or CUDA contexts.
 
-mod watch;
-
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,12 +46,11 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 #[cfg(test)]
 use gpufill_runtime::reload::Settle;
-use gpufill_runtime::reload::{Next, Reload, Watch as _};
+use gpufill_runtime::reload::{FileWatch, Next, Reload, Watch as _};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
 use crate::metrics::ReloadStatus;
-use watch::Watch;
 
 /// New settings from the config file, not yet in force: hand them to the workers,
 /// then [`Reloader::commit`] or [`Reloader::refuse`] them.
@@ -162,7 +159,7 @@ pub struct Reloader {
     /// The settings in force and the reload asked for.
     reload: Reload<Config>,
     hangup: Arc<AtomicBool>,
-    watch: Option<Watch>,
+    watch: Option<FileWatch>,
     /// Where each reload's final outcome is recorded ([`crate::metrics::RELOADS`]).
     status: &'static ReloadStatus,
 }
@@ -182,7 +179,7 @@ impl Reloader {
         let hangup = catch_hangups()?;
         let status = &crate::metrics::RELOADS;
         status.succeeded(SystemTime::now());
-        let watch = path.as_deref().map(Watch::on);
+        let watch = path.as_deref().map(FileWatch::on);
         Ok(Reloader {
             path,
             flags,
@@ -220,7 +217,7 @@ impl Reloader {
     /// blocks; cheap when no reload is asked (one atomic swap and one `read` of the
     /// watch that finds nothing).
     pub fn propose(&mut self) -> Option<Proposal> {
-        let seen = self.watch.as_mut().map(Watch::update);
+        let seen = self.watch.as_mut().map(FileWatch::update);
         if self.hangup.swap(false, Ordering::Relaxed) {
             self.request();
         }
