@@ -50,7 +50,7 @@ use gpufill_runtime::reload::{FileWatch, Next, Reload, Watch as _};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
-use crate::metrics::ReloadStatus;
+use gpufill_runtime::reload::ReloadStatus;
 
 /// New settings from the config file, not yet in force: hand them to the workers,
 /// then [`Reloader::commit`] or [`Reloader::refuse`] them.

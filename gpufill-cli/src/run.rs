@@ -277,6 +277,7 @@ mod tests {
     use crate::config::Overrides;
     use crate::logging::capture::logged;
     use gpufill_runtime::SimOpener;
+    use gpufill_runtime::reload::ReloadStatus;
     use std::path::PathBuf;
 
     /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a
@@ -298,8 +299,7 @@ mod tests {
     #[test]
     fn a_reload_the_gpu_refuses_is_logged_as_refused_and_never_as_reloaded() {
         let (_dir, path, agent, reloader) = agent_and_reloader();
-        let status: &'static metrics::ReloadStatus =
-            Box::leak(Box::new(metrics::ReloadStatus::new()));
+        let status: &'static ReloadStatus = Box::leak(Box::new(ReloadStatus::new()));
         let mut reloader = reloader.recording_to(status);
         let successful = || {
             let text = status.render();

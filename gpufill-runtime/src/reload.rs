@@ -19,12 +19,15 @@
 //! its file is taken up again at the next call. A reload is two-phase: the caller turns
 //! the complete text into new settings, hands them to its workers as a [`Proposal`],
 //! and only then [`Reload::commit`]s them (they are then in force) or drops the
-//! proposal (the settings in force stay).
+//! proposal (the settings in force stay). [`ReloadStatus`] serves that final outcome as
+//! Prometheus series ([`SERIES`]).
 
 use std::time::{Duration, Instant, SystemTime};
 
+mod status;
 mod watch;
 
+pub use status::{ReloadStatus, SERIES};
 pub use watch::FileWatch;
 
 /// How a reload waits for a file that is being written.
