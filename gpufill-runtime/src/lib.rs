@@ -126,10 +126,11 @@ pub use worker::WorkerError;
 /// The types of the lower crates that the items above name, so that an embedder needs
 /// no other dependency: what a snapshot's state is, the controller and kernel a
 /// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, the PID
-/// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
+/// view a [`prometheus::Process`] reports, the errors an [`AgentError`] carries, and a
+/// [`status::MachineStatus`]'s GPUs and their processes.
 pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
-pub use gpufill_nvml::{GpuInfo, ProbeError, pid_view};
+pub use gpufill_nvml::{GpuInfo, ProbeError, ProcessEntry, pid_view};
 
 /// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
 /// values whose keys are the file's, read by the keys' own rules (so a file gets the
