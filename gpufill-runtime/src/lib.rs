@@ -34,12 +34,15 @@
 //!   ([`Claimed::Waiting`]) while the others fill.
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
-//! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
+//! - [`mps::daemon_running`], [`mps::DaemonWatch`] and [`mps::Restart`] (following a
+//!   daemon by starting afresh); [`prometheus::render`], the snapshots as Prometheus text
 //!   (here rather than in the binary so an embedder serves the same series from its
 //!   own HTTP server). The types of the lower crates these name are re-exported here, so
 //!   an embedder of the agent needs no other crate.
 //! - [`reload::Reload`]: a settings file's reload without its I/O: when a file being
-//!   written is complete, then propose and commit (the binary's SIGHUP reload).
+//!   written is complete, then propose and commit (the binary's SIGHUP reload); with
+//!   [`reload::FileWatch`], the inotify watch on the file's writers, and
+//!   [`reload::ReloadStatus`], the outcome as Prometheus series.
 //! - [`SimOpener`]: the simulated GPU as an [`Opener`], for an agent on a machine with no
 //!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
