@@ -13,8 +13,8 @@
 //! `GPUFILL_*` variable comes from the flag's own `env`) and EXAMPLES.
 //!
 //! The metric tables of README.md and docs/operations.md ([`metric_table`]) come from
-//! the series list in code ([`gpufill_runtime::prometheus::series`] and the binary's
-//! [`RELOAD_SERIES`]); a test keeps the docs' copies equal to them.
+//! the series list in code ([`gpufill_runtime::prometheus::series`] and the reload's,
+//! [`gpufill_runtime::reload::SERIES`]); a test keeps the docs' copies equal to them.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -23,10 +23,10 @@ use anyhow::Context;
 use clap::CommandFactory;
 use clap_complete::Shell;
 use clap_mangen::roff::{Roff, bold, roman};
-use gpufill_runtime::prometheus::{self, Labels, Series};
+use gpufill_runtime::prometheus::{self, MetricTable, Series};
+use gpufill_runtime::reload;
 
 use crate::cli::{Cli, GenerateCommand};
-use crate::metrics::RELOAD_SERIES;
 use crate::version::VERSION;
 
 /// The shells whose completions the `.deb` installs, and their file names under
@@ -461,49 +461,14 @@ pub fn packaged(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// A metric table of the docs: a row a series, with its name and labels, type, whether
-/// it is per GPU, and what it means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MetricTable {
-    /// README.md's: the meaning is the help line.
-    Short,
-    /// docs/operations.md's: the help line and what the docs say beyond it.
-    Full,
-}
-
 /// Every series `/metrics` serves, in its order: the runtime's, then the reload series.
 pub fn metric_series() -> impl Iterator<Item = &'static Series> {
-    prometheus::series().iter().chain(&RELOAD_SERIES)
+    prometheus::series().iter().chain(&reload::SERIES)
 }
 
 /// `table` in Markdown: a header, then a row a series ([`metric_series`]).
 pub fn metric_table(table: MetricTable) -> String {
-    let mut out = "| series | type | per GPU | meaning |\n|---|---|---|---|\n".to_owned();
-    for series in metric_series() {
-        let labels = series.labels();
-        let meaning = match table {
-            MetricTable::Short => series.help.to_owned(),
-            MetricTable::Full => format!("{} {}", series.help, series.notes),
-        };
-        let cells = [
-            series_cell(series.name, &labels),
-            series.kind.as_str().to_owned(),
-            if labels.gpu { "yes" } else { "no" }.to_owned(),
-            meaning.trim_end().replace('|', "\\|"),
-        ];
-        out.push_str(&format!("| {} |\n", cells.join(" | ")));
-    }
-    out
-}
-
-/// The series' name as its table shows it: with its own labels, and the values of the
-/// one that takes a fixed set (`gpufill_state{state="filling\|..."}`).
-fn series_cell(name: &str, labels: &Labels) -> String {
-    match (labels.own.as_slice(), labels.values.is_empty()) {
-        ([], _) => format!("`{name}`"),
-        ([label], false) => format!("`{name}{{{label}=\"{}\"}}`", labels.values.join("\\|")),
-        (own, _) => format!("`{name}{{{}}}`", own.join(",")),
-    }
+    prometheus::markdown_table(metric_series(), table)
 }
 
 /// Runs `gpufill generate ...`.

@@ -3,8 +3,9 @@
 //! ([`reload`]), the metrics and health HTTP listener ([`metrics`]), terminal output and
 //! exit codes. Each subcommand is a module ([`run`], [`simulate`], [`status`], [`mod@bench`]);
 //! the control logic lives in `gpufill-core`, the hardware in `gpufill-cuda` and
-//! `gpufill-nvml`, and the runtime (opening GPUs, the supervised agent, `simulate`'s run
-//! and `bench`'s measurement) in `gpufill-runtime`.
+//! `gpufill-nvml`, and the runtime (opening GPUs, the supervised agent, reloads' logic,
+//! `simulate`'s run, `bench`'s measurement, MPS restarts) in `gpufill-runtime`, which
+//! this crate reaches the hardware through.
 
 pub mod bench;
 pub mod cli;

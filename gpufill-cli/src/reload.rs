@@ -11,7 +11,7 @@
 //! A reload can race an editor or a script that is writing the file, and an empty or
 //! cut-short file is valid TOML: taken as it is, it would put the built-in defaults in
 //! place of every setting it lacks. So a reload reads only a complete file. An inotify
-//! watch on the file's directory (`reload/watch.rs`) follows its writers: a writer in
+//! watch on the file's directory ([`FileWatch`]) follows its writers: a writer in
 //! place is waited for until it closes the file (however long it pauses between writes),
 //! a file renamed over it is complete as it lands (the last one read wins, so a writer that
 //! renames a new file every 20 ms never blocks a reload), and a read during which the
@@ -37,8 +37,6 @@
 //! (target, schedule, yield, max duty, width, grace, fault hold, controller) takes effect
 //! at each worker's next tick, without restarting workers or CUDA contexts.
 
-mod watch;
-
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,12 +46,11 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 #[cfg(test)]
 use gpufill_runtime::reload::Settle;
-use gpufill_runtime::reload::{Next, Reload, Watch as _};
+use gpufill_runtime::reload::{FileWatch, Next, Reload, Watch as _};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, ConfigError, MetricsConfig, Overrides};
-use crate::metrics::ReloadStatus;
-use watch::Watch;
+use gpufill_runtime::reload::ReloadStatus;
 
 /// New settings from the config file, not yet in force: hand them to the workers,
 /// then [`Reloader::commit`] or [`Reloader::refuse`] them.
@@ -162,7 +159,7 @@ pub struct Reloader {
     /// The settings in force and the reload asked for.
     reload: Reload<Config>,
     hangup: Arc<AtomicBool>,
-    watch: Option<Watch>,
+    watch: Option<FileWatch>,
     /// Where each reload's final outcome is recorded ([`crate::metrics::RELOADS`]).
     status: &'static ReloadStatus,
 }
@@ -182,7 +179,7 @@ impl Reloader {
         let hangup = catch_hangups()?;
         let status = &crate::metrics::RELOADS;
         status.succeeded(SystemTime::now());
-        let watch = path.as_deref().map(Watch::on);
+        let watch = path.as_deref().map(FileWatch::on);
         Ok(Reloader {
             path,
             flags,
@@ -220,7 +217,7 @@ impl Reloader {
     /// blocks; cheap when no reload is asked (one atomic swap and one `read` of the
     /// watch that finds nothing).
     pub fn propose(&mut self) -> Option<Proposal> {
-        let seen = self.watch.as_mut().map(Watch::update);
+        let seen = self.watch.as_mut().map(FileWatch::update);
         if self.hangup.swap(false, Ordering::Relaxed) {
             self.request();
         }
@@ -447,104 +444,6 @@ mod tests {
         let (reloaded, log) = crate::logging::capture::logged(|| r.reload());
         assert_eq!(reloaded.unwrap().target_percent, 75.0);
         assert!(!log.contains("newline"), "{log}");
-    }
-
-    #[test]
-    fn reloads_racing_a_writer_that_truncates_and_rewrites_never_lose_a_setting() {
-        let (_dir, path, mut r) = reloader_on(FULL);
-        let writing = Arc::new(AtomicBool::new(true));
-        let writer = {
-            let (path, writing) = (path.clone(), Arc::clone(&writing));
-            std::thread::spawn(move || {
-                use std::io::Write;
-                let (head, tail) = FULL.split_at(FULL.find("[yield]").unwrap());
-                let mut pause = 7u64;
-                while writing.load(Ordering::Relaxed) {
-                    // As an editor saving in place: truncate, then write in two parts,
-                    // each a valid TOML document on its own.
-                    let mut f = std::fs::File::create(&path).unwrap();
-                    std::thread::sleep(Duration::from_millis(2));
-                    f.write_all(head.as_bytes()).unwrap();
-                    std::thread::sleep(Duration::from_millis(2));
-                    f.write_all(tail.as_bytes()).unwrap();
-                    drop(f);
-                    pause = (pause * 7 + 3) % 61;
-                    std::thread::sleep(Duration::from_millis(pause));
-                }
-            })
-        };
-        for _ in 0..12 {
-            if let Some(new) = r.reload() {
-                assert!(is_full(&new), "a reload applied {new:?}");
-            }
-            assert!(is_full(r.current()));
-            std::thread::sleep(Duration::from_millis(3));
-        }
-        writing.store(false, Ordering::Relaxed);
-        writer.join().unwrap();
-        // Once the writer is done, the file loads.
-        assert!(r.reload().is_some_and(|c| is_full(&c)));
-    }
-
-    #[test]
-    fn a_writer_pausing_150_ms_between_two_writes_is_waited_for() {
-        let (_dir, path, mut r) = reloader_on(FULL);
-        r = r.with_settle(Settle::default());
-        let (head, tail) = FULL.split_at(FULL.find("[yield]").unwrap());
-        for _ in 0..3 {
-            let (wrote_head, head_written) = std::sync::mpsc::channel();
-            let writer = {
-                let path = path.clone();
-                std::thread::spawn(move || {
-                    use std::io::Write;
-                    let mut f = std::fs::File::create(&path).unwrap();
-                    f.write_all(head.as_bytes()).unwrap();
-                    wrote_head.send(()).unwrap();
-                    std::thread::sleep(Duration::from_millis(150));
-                    f.write_all(tail.as_bytes()).unwrap();
-                })
-            };
-            head_written.recv().unwrap();
-            // A SIGHUP between the two writes: the file is taken once it is closed.
-            let new = r.reload().expect("the whole file, once written");
-            assert!(is_full(&new), "a reload applied {new:?}");
-            writer.join().unwrap();
-        }
-    }
-
-    #[test]
-    fn a_writer_renaming_a_new_file_every_20_ms_never_blocks_a_reload() {
-        let (dir, path, mut r) = reloader_on(FULL);
-        r = r.with_settle(Settle::default());
-        let writing = Arc::new(AtomicBool::new(true));
-        let writer = {
-            let (tmp, path, writing) = (
-                dir.path().join("g.toml.new"),
-                path.clone(),
-                Arc::clone(&writing),
-            );
-            std::thread::spawn(move || {
-                let mut n = 0u64;
-                while writing.load(Ordering::Relaxed) {
-                    n += 1;
-                    let target = 40 + n % 20;
-                    std::fs::write(&tmp, format!("target_percent = {target}\n")).unwrap();
-                    std::fs::rename(&tmp, &path).unwrap();
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        };
-        while std::fs::read_to_string(&path).unwrap() == FULL {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        for _ in 0..5 {
-            let t = Instant::now();
-            let new = r.reload().expect("the last complete file");
-            assert!((40.0..60.0).contains(&new.target_percent), "{new:?}");
-            assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
-        }
-        writing.store(false, Ordering::Relaxed);
-        writer.join().unwrap();
     }
 
     #[test]

@@ -11,11 +11,9 @@
 //!
 //! It leaves a daemon that was told to quit (its clients keep it waiting), or whose
 //! server died twice within a minute, the same way, running again without MPS
-//! (`run::follow`); and starts afresh as a client when its MPS server died once. A worker
+//! ([`gpufill_runtime::mps::Restart`]); and starts afresh as a client when its MPS server died once. A worker
 //! that does not stop within `RESTART_WAIT` (a CUDA call that its dead server never
 //! answers) does not hold that up: the exec ends it.
-
-mod follow;
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -27,9 +25,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use gpufill_runtime::mps::{Change, DaemonWatch};
+use gpufill_runtime::mps::{Change, DaemonWatch, Restart};
 use gpufill_runtime::{
-    Agent, AgentError, AgentOptions, DayClock, GpuSnapshot, Liveness, MpsChoice, Settings, down_of,
+    Agent, AgentError, AgentOptions, DayClock, Liveness, LivenessWatch, MpsChoice, Settings,
+    down_of,
 };
 use tracing::{info, warn};
 
@@ -65,7 +64,7 @@ fn run_with(
 ) -> anyhow::Result<()> {
     // A daemon that is quitting is left before any CUDA call can join it.
     if follows_mps(&config.to_settings())
-        && let Some(plan) = follow::leave_at_start()
+        && let Some(plan) = gpufill_runtime::mps::leave_at_start()
     {
         info!("{}", plan.message);
         let e = restart_command(std::env::args_os(), &plan.env).exec();
@@ -110,10 +109,10 @@ fn run_with(
         Some(left) => DaemonWatch::having_left(left.daemon),
         None => DaemonWatch::new(agent.mps()),
     };
-    let mut restart: Option<(follow::Plan, Instant)> = None;
+    let mut restart: Option<(Restart, Instant)> = None;
     let registry = agent.registry();
     let mut known_sick = Vec::new();
-    let mut health = Health::default();
+    let mut health = LivenessWatch::new(POLL);
     // The main thread only forwards stops and reloads; each worker applies a reload at
     // its next tick. Reloads are rare and need no haste: a slow poll keeps this
     // thread's wake-ups (and CPU) negligible beside the workers'.
@@ -187,48 +186,6 @@ fn follows_mps(settings: &Settings) -> bool {
 /// How long the main loop sleeps between two looks at the workers.
 const POLL: Duration = Duration::from_millis(200);
 
-/// How much later than [`POLL`] a look may come before the process counts as paused
-/// meanwhile (SIGSTOP, a debugger, a frozen cgroup): its workers could not tick either.
-const PAUSED: Duration = Duration::from_secs(1);
-
-/// The workers' liveness as the main loop judges it: a pause of the whole process is not
-/// a stalled worker. After SIGSTOP and SIGCONT every worker's last tick is as old as the
-/// pause, though none of them stalled; such a tick is judged as if the pause had not
-/// been, and a worker that then does not tick is down once its stall limit has passed
-/// in the time the process ran.
-#[derive(Debug, Default)]
-struct Health {
-    last_look: Option<Instant>,
-    /// The process's last pause: when this thread found it, and how long it was.
-    pause: Option<(Instant, Duration)>,
-}
-
-impl Health {
-    /// Each GPU's liveness at `now` from its snapshot, the process's pauses left out.
-    fn look(&mut self, now: Instant, snapshots: &[GpuSnapshot]) -> Vec<(u32, Liveness)> {
-        let gap = self.last_look.map(|at| now.saturating_duration_since(at));
-        if let Some(gap) = gap.filter(|gap| *gap > POLL + PAUSED) {
-            self.pause = Some((now, gap - POLL));
-        }
-        self.last_look = Some(now);
-        snapshots
-            .iter()
-            .map(|s| (s.labels.index, s.liveness(self.judged_at(s, now))))
-            .collect()
-    }
-
-    /// When to judge `s`: `now`, or the pause's length earlier for a worker whose last
-    /// tick (or its start, before the first) came before the pause was found.
-    fn judged_at(&self, s: &GpuSnapshot, now: Instant) -> Instant {
-        match self.pause {
-            Some((found, pause)) if s.last_tick_at.unwrap_or(s.started) < found => {
-                now.checked_sub(pause).unwrap_or(now)
-            }
-            _ => now,
-        }
-    }
-}
-
 /// Takes a reload one step ([`Reloader::propose`]): settings from a complete, valid file
 /// go to the agent, and are in force (and logged as reloaded) only once it took them.
 fn reload_step(reloader: &mut Reloader, agent: &Agent) {
@@ -250,8 +207,8 @@ fn reload_step(reloader: &mut Reloader, agent: &Agent) {
 const RESTART_WAIT: Duration = Duration::from_secs(4);
 
 /// The plan for `change` (logged now), and when it was made.
-fn restart_plan(change: Change) -> (follow::Plan, Instant) {
-    let plan = follow::plan(change, &follow::Standing::current(), follow::unix_now());
+fn restart_plan(change: Change) -> (Restart, Instant) {
+    let plan = Restart::for_this_process(change);
     match change {
         Change::Quitting(_) | Change::ServerLost(_) => warn!("{}", plan.message),
         Change::Started | Change::Stopped => info!("{}", plan.message),
@@ -319,7 +276,8 @@ mod tests {
     use super::*;
     use crate::config::Overrides;
     use crate::logging::capture::logged;
-    use gpufill_runtime::{GpuLabels, SimOpener, stall_after};
+    use gpufill_runtime::SimOpener;
+    use gpufill_runtime::reload::ReloadStatus;
     use std::path::PathBuf;
 
     /// An agent on one simulated GPU that holds 8 blocks at once, and a reloader on a
@@ -341,8 +299,7 @@ mod tests {
     #[test]
     fn a_reload_the_gpu_refuses_is_logged_as_refused_and_never_as_reloaded() {
         let (_dir, path, agent, reloader) = agent_and_reloader();
-        let status: &'static metrics::ReloadStatus =
-            Box::leak(Box::new(metrics::ReloadStatus::new()));
+        let status: &'static ReloadStatus = Box::leak(Box::new(ReloadStatus::new()));
         let mut reloader = reloader.recording_to(status);
         let successful = || {
             let text = status.render();
@@ -394,76 +351,6 @@ mod tests {
         assert_eq!(agent.settings().load.width_blocks, 8);
         agent.stop();
         agent.join().unwrap();
-    }
-
-    /// A GPU's snapshot whose worker ticked last at `at` (and ticks every 50 ms).
-    fn ticked_at(at: Instant) -> GpuSnapshot {
-        let mut s = GpuSnapshot::new(GpuLabels {
-            index: 0,
-            uuid: "GPU-0".into(),
-            model: "simulated GPU".into(),
-        });
-        s.started = at;
-        s.last_tick_at = Some(at);
-        s.stall_after = stall_after(Duration::from_millis(50));
-        s
-    }
-
-    /// The main loop's looks from `from` to `to`, a poll apart, at a worker that last
-    /// ticked at `tick`: the first that finds it down, as seconds after `from`.
-    fn first_down(health: &mut Health, tick: Instant, from: Instant, to: Duration) -> Option<f64> {
-        let snapshot = [ticked_at(tick)];
-        let mut at = Duration::ZERO;
-        while at <= to {
-            let lives = health.look(from + at, &snapshot);
-            if matches!(lives[0].1, Liveness::Down(_)) {
-                return Some(at.as_secs_f64());
-            }
-            at += POLL;
-        }
-        None
-    }
-
-    #[test]
-    fn a_stopped_process_s_own_pause_is_not_a_stalled_worker() {
-        let t0 = Instant::now();
-        let mut health = Health::default();
-        // Ticking, looked at every poll; then SIGSTOP for a minute (no look, no tick).
-        assert_eq!(
-            first_down(&mut health, t0, t0, Duration::from_secs(1)),
-            None
-        );
-        let woke = t0 + Duration::from_secs(61);
-        let last = ticked_at(t0 + Duration::from_secs(1));
-        // Judged on the clock alone, as before, it was "worker unhealthy: no tick for 60 s".
-        assert!(matches!(last.liveness(woke), Liveness::Down(_)));
-        let lives = health.look(woke, &[last]);
-        assert_eq!(lives, [(0, Liveness::Ticking)]);
-        // Back, the worker ticks again: healthy for as long as its ticks are recent.
-        let tick = woke + Duration::from_millis(50);
-        assert_eq!(
-            first_down(&mut health, tick, woke, Duration::from_secs(5)),
-            None
-        );
-    }
-
-    #[test]
-    fn a_worker_that_never_ticks_again_after_a_pause_is_down_once_its_limit_ran() {
-        let t0 = Instant::now();
-        let mut health = Health::default();
-        health.look(t0, &[ticked_at(t0)]);
-        // A 60 s pause, then no tick: down after 5 s of the process running, not at once.
-        let woke = t0 + Duration::from_secs(60);
-        let down = first_down(&mut health, t0, woke, Duration::from_secs(20)).unwrap();
-        assert!((4.5..=5.5).contains(&down), "down {down} s after the pause");
-    }
-
-    #[test]
-    fn a_worker_that_stalls_while_the_process_runs_is_down_after_its_limit() {
-        let t0 = Instant::now();
-        let mut health = Health::default();
-        let down = first_down(&mut health, t0, t0, Duration::from_secs(20)).unwrap();
-        assert!((5.0..=5.5).contains(&down), "down after {down} s");
     }
 
     #[test]

@@ -10,10 +10,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use gpufill_nvml::GpuInfo;
-use gpufill_runtime::PidView;
 use gpufill_runtime::mps::Daemon;
 use gpufill_runtime::status::{MachineStatus, daemon_state, is_ours};
+use gpufill_runtime::{GpuInfo, PidView};
 use serde_json::{Value, json};
 
 use crate::cli::StatusArgs;
@@ -204,7 +203,7 @@ fn printable(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufill_nvml::ProcessEntry;
+    use gpufill_runtime::ProcessEntry;
 
     fn gpu_with(processes: Vec<ProcessEntry>) -> GpuInfo {
         GpuInfo {

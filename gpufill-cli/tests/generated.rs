@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpufill_cli::generate::{MetricTable, metric_series, metric_table};
+use gpufill_cli::generate::{metric_series, metric_table};
+use gpufill_runtime::prometheus::MetricTable;
 use predicates::str::contains;
 
 mod common;

@@ -1,8 +1,9 @@
 //! `gpufill bench`'s measurement: one fill loop driven through a [`Rig`] (a real GPU,
 //! [`RealRig`], with a foreign process the caller starts; or the simulated one,
 //! [`SimRig`]), the ticks, power and memory it records, and the summary maths
-//! ([`BenchSummary`]). The binary adds the flags, the foreign process (itself, as
-//! `gpufill bench-foreign`), the progress bar, the table and the files (`bench.svg`,
+//! ([`BenchSummary`]), and the foreign process's load ([`foreign_load`]). The binary
+//! adds the flags, starts the foreign process (itself, as `gpufill bench-foreign`), the
+//! progress bar, the table and the files (`bench.svg`,
 //! `bench.csv`, `bench.json`: this summary's serde form, feature `serde`).
 //!
 //! Phases, all on one time axis:
@@ -17,10 +18,12 @@ use gpufill_core::{Tick, Utilization};
 
 use crate::{Settings, State, Time};
 
+mod foreign;
 mod real;
 mod sim;
 mod summary;
 
+pub use foreign::{ForeignError, foreign_load};
 pub use real::{RealRig, RealRigError, SpawnForeign};
 pub use sim::SimRig;
 pub use summary::{

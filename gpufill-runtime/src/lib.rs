@@ -26,19 +26,23 @@
 //!   NVML to CUDA by UUID; [`open_gpu`] opens one for filling.
 //! - [`Agent`]: one supervised worker per GPU ([`Agent::start`] with any [`Opener`], or
 //!   [`Agent::on_this_machine`]); it takes new settings live ([`Agent::update`], from any
-//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`]), stops, and joins, naming
+//!   thread), gives a [`GpuSnapshot`] per GPU (its [`State`], its [`Liveness`], judged
+//!   by a [`LivenessWatch`] without the process's own pauses), stops, and joins, naming
 //!   each worker that failed ([`WorkerError`]). With [`AgentOptions::claim_dir`] it
 //!   claims its GPUs first ([`claim_all`]), so a second gpufill on one is refused
 //!   ([`ClaimError`]); a GPU whose lock something else holds waits for it alone
 //!   ([`Claimed::Waiting`]) while the others fill.
 //! - [`Steering`]: what a worker does around each step (new settings, the schedule on
 //!   the local clock, snapshots), for callers that drive a loop themselves.
-//! - [`mps::daemon_running`]; [`prometheus::render`], the snapshots as Prometheus text
+//! - [`mps::daemon_running`], [`mps::DaemonWatch`] and [`mps::Restart`] (following a
+//!   daemon by starting afresh); [`prometheus::render`], the snapshots as Prometheus text
 //!   (here rather than in the binary so an embedder serves the same series from its
 //!   own HTTP server). The types of the lower crates these name are re-exported here, so
 //!   an embedder of the agent needs no other crate.
 //! - [`reload::Reload`]: a settings file's reload without its I/O: when a file being
-//!   written is complete, then propose and commit (the binary's SIGHUP reload).
+//!   written is complete, then propose and commit (the binary's SIGHUP reload); with
+//!   [`reload::FileWatch`], the inotify watch on the file's writers, and
+//!   [`reload::ReloadStatus`], the outcome as Prometheus series.
 //! - [`SimOpener`]: the simulated GPU as an [`Opener`], for an agent on a machine with no
 //!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
@@ -84,6 +88,7 @@ mod device_hint;
 mod faultlog;
 mod gpm;
 mod gpus;
+mod liveness;
 mod localtime;
 pub mod mps;
 mod open;
@@ -106,6 +111,7 @@ pub use device_hint::DeviceOpenHint;
 pub use gpm::GpmError;
 pub use gpufill_core::Loop;
 pub use gpus::{GpuId, GpuSelector};
+pub use liveness::LivenessWatch;
 pub use localtime::now as local_time_of_day;
 pub use open::{OpenError, RealLoad, RealLoop, open_gpu};
 pub use opener::{NvmlCuda, Opener, SimOpener, with_launch_settings};
@@ -123,10 +129,11 @@ pub use worker::WorkerError;
 /// The types of the lower crates that the items above name, so that an embedder needs
 /// no other dependency: what a snapshot's state is, the controller and kernel a
 /// [`Settings`] chooses, a schedule window's time of day, the agent's timeline, the PID
-/// view a [`prometheus::Process`] reports, and the errors an [`AgentError`] carries.
+/// view a [`prometheus::Process`] reports, the errors an [`AgentError`] carries, and a
+/// [`status::MachineStatus`]'s GPUs and their processes.
 pub use gpufill_core::{ControllerKind, PidView, State, Time, TimeOfDay};
 pub use gpufill_cuda::{CudaError, SpinKernel};
-pub use gpufill_nvml::{GpuInfo, ProbeError, pid_view};
+pub use gpufill_nvml::{GpuInfo, ProbeError, ProcessEntry, pid_view};
 
 /// Settings in a file (feature `serde`): [`Settings`] and each of its tables are serde
 /// values whose keys are the file's, read by the keys' own rules (so a file gets the

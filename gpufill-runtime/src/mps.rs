@@ -65,14 +65,19 @@
 //! loss within [`SERVER_LOST_WINDOW`] leaves the daemon instead, so that a server that
 //! keeps dying cannot make a restart loop.
 //!
+//! What a fresh start says, and the environment its new image runs with (the daemon
+//! left, CUDA's directory given back), is a [`Restart`]; the exec is the caller's.
+//!
 //! A simulated run's daemon ([`SimDaemon`]) is followed by this same watch
 //! ([`MpsFollower`]), on the virtual clock.
 
 mod quit;
+mod restart;
 mod sim;
 mod watch;
 
 pub use quit::{is_server, log_directory, quit_pending, server_of};
+pub use restart::{EnvChanges, Restart, Standing, leave_at_start};
 pub use sim::{MpsFollower, SimDaemon};
 pub use watch::{Change, DaemonWatch, Seen};
 

@@ -17,7 +17,7 @@
 //! Each series is described once, in [`series()`]: its name, type, labels, help text and
 //! what the docs say beyond the help. [`render`] writes them in that order, and the
 //! metric tables of README.md and docs/operations.md are generated from the same list
-//! (`gpufill_cli::generate::metric_table`, kept equal by a test of the binary's).
+//! ([`markdown_table`], kept equal to the docs by a test of the binary's).
 
 use std::fmt::Write;
 
@@ -26,6 +26,9 @@ use gpufill_core::{PidView, State};
 use crate::snapshot::GpuSnapshot;
 
 mod list;
+mod table;
+
+pub use table::{MetricTable, markdown_table};
 
 /// The `Content-Type` of the rendered text.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -65,7 +68,7 @@ impl Kind {
 
 /// The labels of a series' samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Labels {
+pub(crate) struct Labels {
     /// Whether each sample carries a GPU's labels (`gpu`, `UUID`, `model_name`,
     /// `Hostname`): a sample per GPU.
     pub gpu: bool,
@@ -127,9 +130,10 @@ impl Series {
         Series { notes, ..self }
     }
 
-    /// A series of one unlabelled sample that its owner renders (the binary's reload
-    /// series): [`render`] knows nothing of it, the docs list it with the others.
-    pub const fn elsewhere(
+    /// A series of one unlabelled sample that its owner renders (the reload series,
+    /// [`crate::reload::SERIES`]): [`render`] knows nothing of it, the docs list it with
+    /// the others.
+    pub(crate) const fn elsewhere(
         name: &'static str,
         kind: Kind,
         help: &'static str,
@@ -139,7 +143,7 @@ impl Series {
     }
 
     /// The labels of its samples.
-    pub fn labels(&self) -> Labels {
+    pub(crate) fn labels(&self) -> Labels {
         let (gpu, own, values) = match self.source {
             Source::Gpu(_) => (true, vec![], vec![]),
             Source::State => (true, vec!["state"], STATES.map(State::as_str).to_vec()),
@@ -151,7 +155,7 @@ impl Series {
     }
 
     /// Writes its HELP and TYPE lines to `out`.
-    pub fn header(&self, out: &mut String) {
+    pub(crate) fn header(&self, out: &mut String) {
         let _ = writeln!(out, "# HELP {} {}", self.name, escape_help(self.help));
         let _ = writeln!(out, "# TYPE {} {}", self.name, self.kind.as_str());
     }

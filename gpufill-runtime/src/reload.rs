@@ -1,8 +1,9 @@
 //! A reload's logic, without its I/O: when a config file being written is complete, and
-//! the two phases of putting new settings in force. The caller reads the file, watches
-//! its writers, parses it and logs; [`Reload`] decides, given the time (it reads the
-//! wall clock only to age a modification time). The `gpufill` binary drives it
-//! from SIGHUP with an inotify watch and its TOML file; an embedder that reloads its own
+//! the two phases of putting new settings in force. The caller reads the file, parses
+//! it and logs; [`Reload`] decides, given the time (it reads the wall clock only to age
+//! a modification time) and what a [`Watch`] on the file's writers saw: [`FileWatch`],
+//! inotify on the file's directory, or any other. The `gpufill` binary drives it from
+//! SIGHUP with a [`FileWatch`] and its TOML file; an embedder that reloads its own
 //! settings file can drive it the same way.
 //!
 //! A reload can race an editor or a script that is writing the file, and an empty or
@@ -18,9 +19,16 @@
 //! its file is taken up again at the next call. A reload is two-phase: the caller turns
 //! the complete text into new settings, hands them to its workers as a [`Proposal`],
 //! and only then [`Reload::commit`]s them (they are then in force) or drops the
-//! proposal (the settings in force stay).
+//! proposal (the settings in force stay). [`ReloadStatus`] serves that final outcome as
+//! Prometheus series ([`SERIES`]).
 
 use std::time::{Duration, Instant, SystemTime};
+
+mod status;
+mod watch;
+
+pub use status::{ReloadStatus, SERIES};
+pub use watch::FileWatch;
 
 /// How a reload waits for a file that is being written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,15 +1,7 @@
-//! `gpufill bench-foreign` (hidden): the foreign process of the bench's yield test. It
-//! opens a CUDA context through gpufill-cuda, as any CUDA job would, and runs short spin
-//! kernels at a low duty until its time is up, then exits.
+//! `gpufill bench-foreign` (hidden): the foreign process of the bench's yield test,
+//! the runtime's [`gpufill_runtime::bench::foreign_load`] for the time it is given.
 
-use std::time::{Duration, Instant};
-
-use anyhow::{Context, bail};
-use gpufill_core::{Duty, Load, LoadSource, Time, Width};
-use gpufill_cuda::{CudaLoad, LauncherSettings};
-
-/// Share of time the foreign process keeps the GPU busy.
-const FOREIGN_DUTY: f64 = 0.3;
+use std::time::Duration;
 
 /// Runs on CUDA device `ordinal` for `seconds`.
 ///
@@ -22,26 +14,6 @@ pub fn run(ordinal: usize, seconds: f64) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let mut load = CudaLoad::open(ordinal, LauncherSettings::default())
-        .context("cannot open a CUDA context")?;
-    let busy = Load {
-        duty: Duty::clamped(FOREIGN_DUTY),
-        width: Width::ONE_WARP,
-    };
-    load.set_load(Time::ZERO, busy)
-        .context("cannot start the kernels")?;
-    // The launcher launches from this thread: call it once a period until time is up.
-    let period = load.settings().period;
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    while Instant::now() < until {
-        load.launch_due(Time::ZERO).context("the kernels failed")?;
-        std::thread::sleep(period);
-    }
-    load.set_load(Time::ZERO, Load::IDLE)
-        .context("the kernels failed")?;
-    load.quiesce(Duration::from_secs(1));
-    if load.stats().kernels_launched == 0 {
-        bail!("no kernel ran");
-    }
+    gpufill_runtime::bench::foreign_load(ordinal, Duration::from_secs_f64(seconds))?;
     Ok(())
 }

@@ -3,10 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpufill_core::{Duty, FillSettings, Utilization, Width, YieldMode, YieldSettings};
+use gpufill_core::YieldMode;
 use gpufill_runtime::{
     ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay, WindowSettings,
-    YieldPolicyChoice,
 };
 
 use super::*;
@@ -569,78 +568,6 @@ fn flags_are_validated_by_the_same_rules() {
     );
 }
 
-#[test]
-fn defaults_resolve_to_the_core_defaults() {
-    let config = Config::default();
-    assert_eq!(
-        config.to_settings().fill_settings(),
-        FillSettings::default()
-    );
-    // The product's default policy is activity (issue 16); the core's is presence.
-    assert_eq!(
-        config.to_settings().yield_settings(false),
-        YieldSettings {
-            mode: YieldMode::Activity {
-                idle_grace: Duration::from_secs(30)
-            },
-            ..YieldSettings::default()
-        }
-    );
-    assert_eq!(config.controller, ControllerKind::default());
-    assert_eq!(config.yielding.policy, YieldPolicyChoice::Activity);
-    assert_eq!(config.to_settings().tick(), Duration::from_millis(50));
-    assert_eq!(
-        config.to_settings().launcher_settings().period,
-        Duration::from_millis(50)
-    );
-    assert_eq!(
-        config.to_settings().launcher_settings().max_kernel,
-        Duration::from_millis(50)
-    );
-    assert_eq!(config.to_settings().launcher_settings().beside_kernel, None);
-}
-
-#[test]
-fn settings_resolve_into_core_types() {
-    let text = "target_percent = 25\ncontroller = \"window\"\n\
-                [load]\nwidth_blocks = 8\nmax_duty_percent = 40\n\
-                [yield]\ngrace_s = 0.5\nignore_pids = [7]\n[probe]\nfault_hold_s = 1.5\n";
-    let config = parse(text).unwrap();
-    let fill = config.to_settings().fill_settings();
-    assert_eq!(fill.target, Utilization::from_percent(25.0).unwrap());
-    assert_eq!(fill.width.get(), 8);
-    assert_eq!(fill.max_duty, Duty::from_percent(40.0).unwrap());
-    assert_eq!(fill.fault_hold, Duration::from_millis(1500));
-    let yielding = config.to_settings().yield_settings(false);
-    assert_eq!(yielding.grace, Duration::from_millis(500));
-    assert_eq!(yielding.ignore_pids, vec![7]);
-    assert_eq!(config.controller, ControllerKind::Window);
-}
-
-#[test]
-fn resolving_an_unvalidated_config_clamps_instead_of_panicking() {
-    let mut config = Config {
-        settings: Settings {
-            target_percent: f64::NAN,
-            ..Settings::default()
-        },
-        ..Config::default()
-    };
-    config.load.width_blocks = 0;
-    config.load.max_duty_percent = 1e9;
-    config.yielding.grace_s = f64::INFINITY;
-    config.probe.fault_hold_s = -3.0;
-    let fill = config.to_settings().fill_settings();
-    assert_eq!(fill.target, Utilization::ZERO);
-    assert_eq!(fill.width, Width::ONE_WARP);
-    assert_eq!(fill.max_duty, Duty::FULL);
-    assert_eq!(fill.fault_hold, Duration::ZERO);
-    assert_eq!(
-        config.to_settings().yield_settings(false).grace,
-        Duration::MAX
-    );
-}
-
 fn temp_file(name: &str, contents: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gpufill-config-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -803,31 +730,6 @@ fn mps_mode_follows_the_daemon_in_auto_and_the_setting_otherwise() {
     assert_eq!(on.to_settings().yield_settings(false).mode, YieldMode::Mps);
     let e = parse("[yield]\nmps = \"maybe\"\n").unwrap_err();
     assert_eq!(e.key(), Some("yield.mps"), "{e}");
-}
-
-const ORIGINAL_RULE_AND_A_WINDOW: &str = "target_percent = 50
-[schedule]
-idle_after_s = 600
-idle_target_percent = 60
-[[schedule.window]]
-start = \"22:00\"
-end = \"06:00\"
-target_percent = 0
-";
-
-#[test]
-fn a_schedule_resolves_with_windows_first_then_the_idle_rule_then_the_target() {
-    let schedule = parse(ORIGINAL_RULE_AND_A_WINDOW)
-        .unwrap()
-        .to_settings()
-        .schedule();
-    let at = |s| Some(TimeOfDay::parse(s).unwrap());
-    let pct = |p: f64| Utilization::from_percent(p).unwrap();
-    let quiet = |s| Some(Duration::from_secs(s));
-    assert_eq!(schedule.target(at("23:00"), quiet(9999)), pct(0.0));
-    assert_eq!(schedule.target(at("12:00"), quiet(600)), pct(60.0));
-    assert_eq!(schedule.target(at("12:00"), quiet(599)), pct(50.0));
-    assert!(Config::default().to_settings().schedule().is_constant());
 }
 
 #[test]

@@ -8,17 +8,15 @@
 
 pub mod server;
 
-use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use gpufill_core::Backoff;
 use gpufill_runtime::PidView;
 pub use gpufill_runtime::prometheus::Process;
-use gpufill_runtime::prometheus::{Kind, Series};
+use gpufill_runtime::reload::ReloadStatus;
 pub use gpufill_runtime::{GpuLabels, GpuSnapshot, Registry};
 use tracing::{info, warn};
 
@@ -32,89 +30,9 @@ pub fn this_process(pid_view: PidView) -> Process {
     Process::current(crate::version::VERSION, crate::version::REVISION, pid_view)
 }
 
-/// The outcome of the config's loads: at start, and at each SIGHUP reload. The
-/// `Reloader` records each final outcome only: a file refused, or new settings once
-/// their receiver (the agent) took them (`commit`) or refused them (`refuse`); a reload
-/// still waiting for its file, or proposed and not yet taken, changes nothing.
-/// Served as Prometheus serves its own (`prometheus_config_last_reload_*`).
-#[derive(Debug)]
-pub struct ReloadStatus {
-    refused: AtomicBool,
-    /// Unix time of the last successful load, in milliseconds; 0: none yet.
-    success_ms: AtomicU64,
-}
-
-impl Default for ReloadStatus {
-    fn default() -> Self {
-        ReloadStatus::new()
-    }
-}
-
-/// The process's [`ReloadStatus`].
+/// The process's reloads, served with the runtime's series: recorded by the
+/// `Reloader` at start and at each SIGHUP.
 pub static RELOADS: ReloadStatus = ReloadStatus::new();
-
-/// The reload series, described where their values are kept; rendered by
-/// [`ReloadStatus::render`], listed in the docs with the runtime's
-/// ([`gpufill_runtime::prometheus::series`]).
-pub const RELOAD_SERIES: [Series; 2] = [
-    Series::elsewhere(
-        "gpufill_config_last_reload_successful",
-        Kind::Gauge,
-        "1 if the last load of the config file (at start or on SIGHUP) succeeded, 0 if it was refused (the old settings stay).",
-        "As Prometheus's own `prometheus_config_last_reload_successful`.",
-    ),
-    Series::elsewhere(
-        "gpufill_config_last_reload_success_timestamp_seconds",
-        Kind::Gauge,
-        "When the config file was last loaded successfully (at start or on SIGHUP), Unix time in seconds.",
-        "",
-    ),
-];
-
-impl ReloadStatus {
-    /// No load recorded yet: successful, with no timestamp.
-    pub const fn new() -> Self {
-        ReloadStatus {
-            refused: AtomicBool::new(false),
-            success_ms: AtomicU64::new(0),
-        }
-    }
-
-    /// The config was loaded and is in force, at `at`.
-    pub fn succeeded(&self, at: SystemTime) {
-        let ms = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        self.success_ms
-            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.refused.store(false, Ordering::Relaxed);
-    }
-
-    /// A reload was refused: the old settings stay.
-    pub fn refused(&self) {
-        self.refused.store(true, Ordering::Relaxed);
-    }
-
-    /// The two series as Prometheus text (the timestamp only once a load succeeded).
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let ok = if self.refused.load(Ordering::Relaxed) {
-            0
-        } else {
-            1
-        };
-        let ms = self.success_ms.load(Ordering::Relaxed);
-        let values = [
-            Some(ok.to_string()),
-            (ms > 0).then(|| gpufill_runtime::prometheus::number(ms as f64 / 1000.0)),
-        ];
-        for (series, value) in RELOAD_SERIES.iter().zip(values) {
-            series.header(&mut out);
-            if let Some(value) = value {
-                let _ = writeln!(out, "{} {value}", series.name);
-            }
-        }
-        out
-    }
-}
 
 /// Starts the endpoint when `addr` is set and logs the address it bound
 /// (`metrics listening on http://IP:PORT/metrics`).
@@ -208,30 +126,6 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reloads_read_as_prometheus_reads_its_own() {
-        let status = ReloadStatus::new();
-        let text = status.render();
-        assert!(
-            text.contains("\ngpufill_config_last_reload_successful 1\n"),
-            "{text}"
-        );
-        assert!(!text.contains("\ngpufill_config_last_reload_success_timestamp_seconds "));
-        status.succeeded(UNIX_EPOCH + Duration::from_millis(1_700_000_000_250));
-        status.refused();
-        let text = status.render();
-        assert!(
-            text.contains("\ngpufill_config_last_reload_successful 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("\ngpufill_config_last_reload_success_timestamp_seconds 1700000000.25\n"),
-            "{text}"
-        );
-        status.succeeded(UNIX_EPOCH + Duration::from_secs(1_700_000_100));
-        assert!(status.render().contains("_successful 1\n"));
-    }
 
     #[test]
     fn a_daemon_goes_on_when_its_metrics_port_is_taken_or_the_address_is_not_up() {

@@ -24,8 +24,9 @@ const WATCH_EVERY: Duration = Duration::from_millis(1);
 const WATCH_LIMIT: Duration = Duration::from_secs(60);
 
 /// Starts the yield test's foreign process on the CUDA device of this ordinal, to run
-/// for this long, with its stderr piped (its message when it fails). The `gpufill`
-/// binary starts itself as `gpufill bench-foreign`.
+/// for this long, with its stderr piped (its message when it fails): a process that
+/// runs [`super::foreign_load`]. The `gpufill` binary starts itself as
+/// `gpufill bench-foreign`.
 pub type SpawnForeign = Box<dyn Fn(usize, Duration) -> Result<Child, RigError>>;
 
 /// Why a real GPU could not be opened for the bench.

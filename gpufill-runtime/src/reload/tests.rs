@@ -1,5 +1,8 @@
 use std::cell::Cell;
 use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
 
@@ -202,4 +205,149 @@ fn a_proposal_is_in_force_only_once_committed() {
     let proposal = r.propose(40, vec!["tick_ms"]);
     assert_eq!(r.commit(proposal), ["tick_ms"]);
     assert_eq!(*r.current(), 40);
+}
+
+// A real file, watched by a `FileWatch`, racing its writers: only whole files are taken.
+
+/// A file holding `text`, its watch, and the settings in force: the text.
+fn file_with(text: &str) -> (tempfile::TempDir, PathBuf, FileWatch, Reload<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, text).unwrap();
+    let watch = FileWatch::on(&path);
+    (
+        dir,
+        path,
+        watch,
+        Reload::new(text.to_owned()).with_settle(QUICK),
+    )
+}
+
+fn read_file(path: &Path) -> std::io::Result<Read> {
+    let text = std::fs::read_to_string(path)?;
+    Ok((text, std::fs::metadata(path)?.modified().ok()))
+}
+
+/// A reload asked for now and taken a step at a time until it is answered, as the
+/// binary's loops take it at each poll; the text it put in force, if any.
+fn reload_file(r: &mut Reload<String>, watch: &mut FileWatch, path: &Path) -> Option<String> {
+    r.request(Instant::now());
+    loop {
+        let seen = watch.update();
+        match r.next(Instant::now(), Some((&mut *watch, seen)), || {
+            read_file(path)
+        })? {
+            Next::Waiting { .. } => std::thread::sleep(r.settle().quiet / 4),
+            Next::Text(text) => {
+                let proposal = r.propose(text, Vec::new());
+                r.commit(proposal);
+                return Some(r.current().clone());
+            }
+            Next::Unsettled(_) | Next::Failed(_) => return None,
+        }
+    }
+}
+
+#[test]
+fn reloads_racing_a_writer_that_truncates_and_rewrites_take_only_the_whole_file() {
+    let (_dir, path, mut watch, mut r) = file_with(FULL);
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (path, writing) = (path.clone(), Arc::clone(&writing));
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let (head, tail) = FULL.split_at(FULL.find("[yield]").unwrap());
+            let mut pause = 7u64;
+            while writing.load(Ordering::Relaxed) {
+                // As an editor saving in place: truncate, then write in two parts,
+                // each a valid TOML document on its own.
+                let mut f = std::fs::File::create(&path).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                f.write_all(head.as_bytes()).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+                f.write_all(tail.as_bytes()).unwrap();
+                drop(f);
+                pause = (pause * 7 + 3) % 61;
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+        })
+    };
+    for _ in 0..12 {
+        if let Some(new) = reload_file(&mut r, &mut watch, &path) {
+            assert_eq!(new, FULL, "a reload applied {new:?}");
+        }
+        assert_eq!(r.current(), FULL);
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    writing.store(false, Ordering::Relaxed);
+    writer.join().unwrap();
+    // Once the writer is done, the file loads.
+    assert_eq!(
+        reload_file(&mut r, &mut watch, &path).as_deref(),
+        Some(FULL)
+    );
+}
+
+#[test]
+fn a_writer_pausing_150_ms_between_two_writes_is_waited_for() {
+    let (_dir, path, mut watch, r) = file_with(FULL);
+    let mut r = r.with_settle(Settle::default());
+    let (head, tail) = FULL.split_at(FULL.find("[yield]").unwrap());
+    for _ in 0..3 {
+        let (wrote_head, head_written) = std::sync::mpsc::channel();
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut f = std::fs::File::create(&path).unwrap();
+                f.write_all(head.as_bytes()).unwrap();
+                wrote_head.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(150));
+                f.write_all(tail.as_bytes()).unwrap();
+            })
+        };
+        head_written.recv().unwrap();
+        // A reload asked for between the two writes: the file is taken once it is closed.
+        let new = reload_file(&mut r, &mut watch, &path).expect("the whole file, once written");
+        assert_eq!(new, FULL, "a reload applied {new:?}");
+        writer.join().unwrap();
+    }
+}
+
+#[test]
+fn a_writer_renaming_a_new_file_every_20_ms_never_blocks_a_reload() {
+    let (dir, path, mut watch, r) = file_with(FULL);
+    let mut r = r.with_settle(Settle::default());
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (tmp, path, writing) = (
+            dir.path().join("g.toml.new"),
+            path.clone(),
+            Arc::clone(&writing),
+        );
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while writing.load(Ordering::Relaxed) {
+                n += 1;
+                let target = 40 + n % 20;
+                std::fs::write(&tmp, format!("target_percent = {target}\n")).unwrap();
+                std::fs::rename(&tmp, &path).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    while std::fs::read_to_string(&path).unwrap() == FULL {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let whole = (40..60)
+        .map(|t| format!("target_percent = {t}\n"))
+        .collect::<Vec<_>>();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let new = reload_file(&mut r, &mut watch, &path).expect("the last complete file");
+        assert!(whole.contains(&new), "{new:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+    writing.store(false, Ordering::Relaxed);
+    writer.join().unwrap();
 }

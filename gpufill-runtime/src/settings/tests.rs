@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use gpufill_core::{PowerModel, Shaping, TimeOfDay, YieldMode};
+use gpufill_core::{
+    ControllerKind, Duty, FillSettings, PowerModel, Shaping, TimeOfDay, Utilization, Width,
+    YieldMode, YieldSettings,
+};
 use gpufill_cuda::{LauncherSettings, SpinKernel};
 
 use super::*;
@@ -278,4 +281,89 @@ fn a_key_with_a_flag_says_where_its_value_lives() {
         _ => panic!("an integer"),
     }
     assert_eq!(s.load.width_blocks, 7);
+}
+
+#[test]
+fn defaults_resolve_to_the_core_defaults() {
+    let s = Settings::default();
+    assert_eq!(s.fill_settings(), FillSettings::default());
+    // The product's default policy is activity (issue 16); the core's is presence.
+    assert_eq!(
+        s.yield_settings(false),
+        YieldSettings {
+            mode: YieldMode::Activity {
+                idle_grace: Duration::from_secs(30)
+            },
+            ..YieldSettings::default()
+        }
+    );
+    assert_eq!(s.controller, ControllerKind::default());
+    assert_eq!(s.yielding.policy, YieldPolicyChoice::Activity);
+    assert_eq!(s.tick(), Duration::from_millis(50));
+    assert_eq!(s.launcher_settings().period, Duration::from_millis(50));
+    assert_eq!(s.launcher_settings().max_kernel, Duration::from_millis(50));
+    assert_eq!(s.launcher_settings().beside_kernel, None);
+}
+
+#[test]
+fn settings_resolve_into_core_types() {
+    let mut s = Settings {
+        target_percent: 25.0,
+        controller: ControllerKind::Window,
+        ..Settings::default()
+    };
+    s.load.width_blocks = 8;
+    s.load.max_duty_percent = 40.0;
+    s.yielding.grace_s = 0.5;
+    s.yielding.ignore_pids = vec![7];
+    s.probe.fault_hold_s = 1.5;
+    let fill = s.fill_settings();
+    assert_eq!(fill.target, Utilization::from_percent(25.0).unwrap());
+    assert_eq!(fill.width.get(), 8);
+    assert_eq!(fill.max_duty, Duty::from_percent(40.0).unwrap());
+    assert_eq!(fill.fault_hold, Duration::from_millis(1500));
+    let yielding = s.yield_settings(false);
+    assert_eq!(yielding.grace, Duration::from_millis(500));
+    assert_eq!(yielding.ignore_pids, vec![7]);
+}
+
+#[test]
+fn resolving_unvalidated_settings_clamps_instead_of_panicking() {
+    let mut s = Settings {
+        target_percent: f64::NAN,
+        ..Settings::default()
+    };
+    s.load.width_blocks = 0;
+    s.load.max_duty_percent = 1e9;
+    s.yielding.grace_s = f64::INFINITY;
+    s.probe.fault_hold_s = -3.0;
+    let fill = s.fill_settings();
+    assert_eq!(fill.target, Utilization::ZERO);
+    assert_eq!(fill.width, Width::ONE_WARP);
+    assert_eq!(fill.max_duty, Duty::FULL);
+    assert_eq!(fill.fault_hold, Duration::ZERO);
+    assert_eq!(s.yield_settings(false).grace, Duration::MAX);
+}
+
+#[test]
+fn a_schedule_resolves_with_windows_first_then_the_idle_rule_then_the_target() {
+    let at = |s| Some(TimeOfDay::parse(s).unwrap());
+    let mut s = Settings {
+        target_percent: 50.0,
+        ..Settings::default()
+    };
+    s.schedule.idle_after_s = 600.0;
+    s.schedule.idle_target_percent = 60.0;
+    s.schedule.windows = vec![WindowSettings {
+        start: TimeOfDay::parse("22:00").unwrap(),
+        end: TimeOfDay::parse("06:00").unwrap(),
+        target_percent: 0.0,
+    }];
+    let schedule = s.schedule();
+    let pct = |p: f64| Utilization::from_percent(p).unwrap();
+    let quiet = |s| Some(Duration::from_secs(s));
+    assert_eq!(schedule.target(at("23:00"), quiet(9999)), pct(0.0));
+    assert_eq!(schedule.target(at("12:00"), quiet(600)), pct(60.0));
+    assert_eq!(schedule.target(at("12:00"), quiet(599)), pct(50.0));
+    assert!(Settings::default().schedule().is_constant());
 }

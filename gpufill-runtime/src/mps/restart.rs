@@ -1,6 +1,7 @@
-//! How `gpufill run` starts afresh to follow MPS: what it says, and the environment the
-//! new image runs with ([`Plan`]). The watch itself is the runtime's
-//! [`DaemonWatch`](gpufill_runtime::mps::DaemonWatch).
+//! How a process starts afresh to follow MPS (`gpufill run` executes itself again):
+//! what it says, and the environment the new image runs with ([`Restart`]), for a
+//! [`Change`] that [`DaemonWatch`](super::DaemonWatch) found. Executing the new image is
+//! the caller's.
 //!
 //! A process that leaves a daemon (told to quit, or its server lost twice within
 //! [`SERVER_LOST_WINDOW`]) runs again with `CUDA_MPS_PIPE_DIRECTORY` set to
@@ -11,16 +12,14 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use gpufill_runtime::mps::{
-    Change, Daemon, LEFT_VAR, Left, NO_DAEMON, SERVER_LOST_VAR, SERVER_LOST_WINDOW,
-};
+use super::{Change, Daemon, LEFT_VAR, Left, NO_DAEMON, SERVER_LOST_VAR, SERVER_LOST_WINDOW};
 
 /// The environment a fresh start changes: a variable set (`Some`) or removed.
-pub(super) type EnvChanges = Vec<(&'static str, Option<OsString>)>;
+pub type EnvChanges = Vec<(&'static str, Option<OsString>)>;
 
 /// What a fresh start says and runs with.
 #[derive(Debug, PartialEq)]
-pub(super) struct Plan {
+pub struct Restart {
     /// The log line.
     pub message: String,
     /// What changes in the new image's environment.
@@ -29,7 +28,7 @@ pub(super) struct Plan {
 
 /// What this process knows of its own MPS standing, from its environment.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(super) struct Standing {
+pub struct Standing {
     /// `CUDA_MPS_PIPE_DIRECTORY` as set now.
     pub pipe_directory: Option<OsString>,
     /// The daemon this process has left, if any.
@@ -43,7 +42,7 @@ impl Standing {
     pub fn current() -> Standing {
         Standing {
             pipe_directory: std::env::var_os("CUDA_MPS_PIPE_DIRECTORY"),
-            left: gpufill_runtime::mps::left(),
+            left: super::left(),
             server_lost: std::env::var(SERVER_LOST_VAR)
                 .ok()
                 .and_then(|v| v.parse().ok()),
@@ -87,73 +86,79 @@ impl Standing {
     }
 }
 
-/// What to do for `change`, standing as `standing`, at `now` (Unix seconds).
-pub(super) fn plan(change: Change, standing: &Standing, now: u64) -> Plan {
-    let dir = standing.watched();
-    match change {
-        Change::Started => Plan {
-            message: format!("MPS control daemon started ({dir}): restarting to become its client"),
-            env: standing.rejoin(),
-        },
-        Change::Stopped => Plan {
-            message: format!(
-                "MPS control daemon stopped ({dir}): restarting without MPS; the yield policy applies again"
-            ),
-            env: vec![],
-        },
-        Change::Quitting(pid) => Plan {
-            message: format!(
-                "MPS control daemon {pid} was told to quit ({dir}): leaving it so that it can \
+impl Restart {
+    /// What to do for `change`, standing as `standing`, at `now` (Unix seconds).
+    pub fn plan(change: Change, standing: &Standing, now: u64) -> Restart {
+        let dir = standing.watched();
+        match change {
+            Change::Started => Restart {
+                message: format!(
+                    "MPS control daemon started ({dir}): restarting to become its client"
+                ),
+                env: standing.rejoin(),
+            },
+            Change::Stopped => Restart {
+                message: format!(
+                    "MPS control daemon stopped ({dir}): restarting without MPS; the yield policy applies again"
+                ),
+                env: vec![],
+            },
+            Change::Quitting(pid) => Restart {
+                message: format!(
+                    "MPS control daemon {pid} was told to quit ({dir}): leaving it so that it can \
                  exit; restarting without MPS, the yield policy applies until another daemon starts"
-            ),
-            env: standing.leave(pid),
-        },
-        Change::ServerLost(pid) => {
-            let again = standing
-                .server_lost
-                .is_some_and(|at| now.saturating_sub(at) < SERVER_LOST_WINDOW.as_secs());
-            if again {
-                Plan {
-                    message: format!(
-                        "our MPS server is gone again within {} s (daemon {pid}, {dir}): leaving \
+                ),
+                env: standing.leave(pid),
+            },
+            Change::ServerLost(pid) => {
+                let again = standing
+                    .server_lost
+                    .is_some_and(|at| now.saturating_sub(at) < SERVER_LOST_WINDOW.as_secs());
+                if again {
+                    Restart {
+                        message: format!(
+                            "our MPS server is gone again within {} s (daemon {pid}, {dir}): leaving \
                          that daemon; restarting without MPS, the yield policy applies until \
                          another daemon starts",
-                        SERVER_LOST_WINDOW.as_secs()
-                    ),
-                    env: standing.leave(pid),
-                }
-            } else {
-                Plan {
-                    message: format!(
-                        "our MPS server is gone (daemon {pid}, {dir}): our contexts went with it; \
+                            SERVER_LOST_WINDOW.as_secs()
+                        ),
+                        env: standing.leave(pid),
+                    }
+                } else {
+                    Restart {
+                        message: format!(
+                            "our MPS server is gone (daemon {pid}, {dir}): our contexts went with it; \
                          restarting to become a client of a new one"
-                    ),
-                    env: vec![(SERVER_LOST_VAR, Some(now.to_string().into()))],
+                        ),
+                        env: vec![(SERVER_LOST_VAR, Some(now.to_string().into()))],
+                    }
                 }
             }
         }
+    }
+
+    /// What to do for `change`, standing as this process does now
+    /// ([`Standing::current`]), at the wall clock's time.
+    pub fn for_this_process(change: Change) -> Restart {
+        Restart::plan(change, &Standing::current(), unix_now())
     }
 }
 
 /// At the start of `run`: a daemon that is quitting is left before any CUDA call
 /// connects to it (a client would keep it waiting). The plan, if so.
-pub(super) fn leave_at_start() -> Option<Plan> {
-    if gpufill_runtime::mps::left().is_some() {
+pub fn leave_at_start() -> Option<Restart> {
+    if super::left().is_some() {
         return None;
     }
-    let seen = gpufill_runtime::mps::look(None);
+    let seen = super::look(None);
     match (seen.daemon, seen.pid) {
-        (Daemon::Quitting, Some(pid)) => Some(plan(
-            Change::Quitting(pid),
-            &Standing::current(),
-            unix_now(),
-        )),
+        (Daemon::Quitting, Some(pid)) => Some(Restart::for_this_process(Change::Quitting(pid))),
         _ => None,
     }
 }
 
 /// Seconds since the Unix epoch.
-pub(super) fn unix_now() -> u64 {
+fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
@@ -174,7 +179,7 @@ mod tests {
             pipe_directory: Some("/tmp/pipe".into()),
             ..Standing::default()
         };
-        let plan = plan(Change::Quitting(42), &standing, 1000);
+        let plan = Restart::plan(Change::Quitting(42), &standing, 1000);
         assert!(
             plan.message
                 .contains("daemon 42 was told to quit (/tmp/pipe)"),
@@ -200,7 +205,7 @@ mod tests {
             }),
             server_lost: Some(990),
         };
-        let plan = plan(Change::Started, &left, 1000);
+        let plan = Restart::plan(Change::Started, &left, 1000);
         assert!(
             plan.message.contains("started (/tmp/pipe)"),
             "{}",
@@ -220,13 +225,13 @@ mod tests {
             }),
             ..left
         };
-        let plan = super::plan(Change::Started, &unset, 1000);
+        let plan = Restart::plan(Change::Started, &unset, 1000);
         assert_eq!(value(&plan.env, "CUDA_MPS_PIPE_DIRECTORY"), Some(None));
     }
 
     #[test]
     fn a_lost_server_is_rejoined_once_and_left_when_lost_again_within_the_window() {
-        let first = plan(Change::ServerLost(42), &Standing::default(), 1000);
+        let first = Restart::plan(Change::ServerLost(42), &Standing::default(), 1000);
         assert!(
             first
                 .message
@@ -238,20 +243,20 @@ mod tests {
             ..Standing::default()
         };
         let window = SERVER_LOST_WINDOW.as_secs();
-        let again = plan(Change::ServerLost(42), &after, 1000 + window - 1);
+        let again = Restart::plan(Change::ServerLost(42), &after, 1000 + window - 1);
         assert!(again.message.contains("gone again"), "{}", again.message);
         assert_eq!(
             value(&again.env, "CUDA_MPS_PIPE_DIRECTORY"),
             Some(Some(NO_DAEMON.into()))
         );
         // Past the window it is a first loss again.
-        let later = plan(Change::ServerLost(42), &after, 1000 + window);
+        let later = Restart::plan(Change::ServerLost(42), &after, 1000 + window);
         assert!(later.message.contains("a new one"), "{}", later.message);
     }
 
     #[test]
     fn a_stopped_daemon_restarts_with_the_environment_as_it_is() {
-        let plan = plan(Change::Stopped, &Standing::default(), 1);
+        let plan = Restart::plan(Change::Stopped, &Standing::default(), 1);
         assert!(plan.message.contains("the yield policy applies again"));
         assert!(plan.env.is_empty());
     }

@@ -14,26 +14,28 @@
 //!
 //! A writer that already held the file open, half-written, when gpufill started is not
 //! seen, nor one that writes through `mmap`. Where inotify cannot be used (not Linux,
-//! the per-user instance limit reached) [`Watch::on`] says so, and the reloader falls
-//! back to waiting for the file to settle.
+//! the per-user instance limit reached) [`FileWatch::on`] says so, and [`Reload::next`]
+//! falls back to waiting for the file to settle.
 
 use std::path::Path;
 
-use gpufill_runtime::reload::Seen;
+#[cfg(doc)]
+use super::Reload;
+use super::{Seen, Watch};
 
 /// An inotify watch on the directories of a config file.
 #[derive(Debug)]
-pub(super) struct Watch {
+pub struct FileWatch {
     #[cfg(target_os = "linux")]
     inner: Option<linux::Inotify>,
     writing: bool,
 }
 
-impl Watch {
+impl FileWatch {
     /// A watch on `path`'s directory and on that of the file it resolves to; one that
-    /// is not active ([`gpufill_runtime::reload::Watch::active`]) where inotify cannot watch the first (the reason is
-    /// logged).
-    pub fn on(path: &Path) -> Watch {
+    /// is not active ([`Watch::active`]) where inotify cannot watch the first (the
+    /// reason is logged).
+    pub fn on(path: &Path) -> FileWatch {
         #[cfg(target_os = "linux")]
         {
             let inner = linux::Inotify::on(path)
@@ -45,7 +47,7 @@ impl Watch {
                     );
                 })
                 .ok();
-            Watch {
+            FileWatch {
                 inner,
                 writing: false,
             }
@@ -53,13 +55,13 @@ impl Watch {
         #[cfg(not(target_os = "linux"))]
         {
             let _ = path;
-            Watch { writing: false }
+            FileWatch { writing: false }
         }
     }
 }
 
-impl gpufill_runtime::reload::Watch for Watch {
-    /// Whether the watch follows the file (else the reloader must wait for the file to
+impl Watch for FileWatch {
+    /// Whether the watch follows the file (else a reload must wait for the file to
     /// settle).
     fn active(&self) -> bool {
         #[cfg(target_os = "linux")]
@@ -254,14 +256,13 @@ mod linux {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
-    use gpufill_runtime::reload::Watch as _;
     use std::io::Write;
 
-    fn watched() -> (tempfile::TempDir, std::path::PathBuf, Watch) {
+    fn watched() -> (tempfile::TempDir, std::path::PathBuf, FileWatch) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.toml");
         std::fs::write(&path, "target_percent = 30\n").unwrap();
-        let watch = Watch::on(&path);
+        let watch = FileWatch::on(&path);
         assert!(watch.active());
         (dir, path, watch)
     }
@@ -307,7 +308,7 @@ mod tests {
         let links = tempfile::tempdir().unwrap();
         let link = links.path().join("gpufill.toml");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let mut watch = Watch::on(&link);
+        let mut watch = FileWatch::on(&link);
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(dir.path().join("g.toml"))
@@ -320,7 +321,7 @@ mod tests {
 
     #[test]
     fn a_directory_that_cannot_be_watched_leaves_the_watch_inactive() {
-        let mut watch = Watch::on(Path::new("/nonexistent/dir/g.toml"));
+        let mut watch = FileWatch::on(Path::new("/nonexistent/dir/g.toml"));
         assert!(!watch.active());
         assert_eq!(watch.update(), Seen::default());
     }
