@@ -74,6 +74,12 @@ pub const GAP_KERNEL: Duration = Duration::from_micros(100);
 /// [`GapReport::met_long`]).
 pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
 
+/// A job whose spells last at least this long pays at most 1 % more of one for meeting a
+/// stretched kernel of ours instead of a short one (half the difference, 200 us): the
+/// pacer stretches its kernels between such a job's spells even where it predicts none
+/// (a decode service's requests, which come when they come), once a spell is seen to end.
+pub const STRETCH_FOR_SPELLS: Duration = Duration::from_millis(20);
+
 /// The shortest hold after a meeting.
 pub const MIN_HOLD: Duration = Duration::from_millis(5);
 
@@ -605,10 +611,11 @@ impl GapPacer {
         }
     }
 
-    /// The length of a kernel of ours launched at `at`: [`STRETCH_KERNEL`] where the
-    /// job's next spell is predicted far enough ahead (no spell of it open, our kernel
-    /// before ran clear just before `at`, and a stretched kernel and the guard end before
-    /// the next predicted start, LOOK_EVERY's included), else [`GAP_KERNEL`].
+    /// The length of a kernel of ours launched at `at`: [`STRETCH_KERNEL`] where no spell
+    /// of the job is open, our kernel before ran clear just before `at`, and either the
+    /// job's next spell is predicted far enough ahead (a stretched kernel and the guard end
+    /// before the next predicted start, LOOK_EVERY's included) or its spells are long
+    /// ([`STRETCH_FOR_SPELLS`]); else [`GAP_KERNEL`].
     pub fn kernel_for(&self, at: Time) -> Duration {
         match self.stretch_until(at) {
             Some(until) if at < until => STRETCH_KERNEL,
@@ -625,13 +632,22 @@ impl GapPacer {
         if let Some(spell) = &self.spell {
             let clear_since = spell.clear_since.or(self.prev_end).unwrap_or(at);
             let closes = (spell.last + MIN_HOLD).max(clear_since + CLEAR_FOR);
-            return self.prediction().map(|_| closes.max(at));
+            let may_stretch = self.prediction().is_some() || self.long_spells();
+            return may_stretch.then(|| closes.max(at));
         }
-        self.stretch_until(at).filter(|&u| u > at)
+        // Stretched until the job shows itself: no time to look again at.
+        self.stretch_until(at).filter(|&u| u > at && u < Time::MAX)
     }
 
-    /// Until when kernels launched from `at` on may be stretched: a guard and a
-    /// stretched kernel before the next predicted start, when no spell is open.
+    /// Whether the job's spells as learned last [`STRETCH_FOR_SPELLS`] or more.
+    fn long_spells(&self) -> bool {
+        self.spell_len.is_some_and(|len| len >= STRETCH_FOR_SPELLS)
+    }
+
+    /// Until when kernels launched from `at` on may be stretched, when no spell is open
+    /// and our kernel before ran clear: a guard and a stretched kernel before the next
+    /// predicted start; without a prediction, for a job of long spells, until it shows
+    /// itself ([`Time::MAX`]).
     fn stretch_until(&self, at: Time) -> Option<Time> {
         let just_clear = self.last_clear
             && self
@@ -640,7 +656,9 @@ impl GapPacer {
         if self.spell.is_some() || !just_clear {
             return None;
         }
-        let (anchor, period, len) = self.prediction()?;
+        let Some((anchor, period, len)) = self.prediction() else {
+            return self.long_spells().then_some(Time::MAX);
+        };
         let guard = GUARD + period / 20;
         let since = at.saturating_since(anchor);
         let n = (since.as_secs_f64() / period.as_secs_f64()).floor();
@@ -895,6 +913,43 @@ mod tests {
         let left = (start + MS * 41).saturating_since(until);
         assert!(left > GUARD + STRETCH_KERNEL && left < MS * 5, "{left:?}");
         assert_eq!(pacer.kernel_for(until), GAP_KERNEL);
+    }
+
+    #[test]
+    fn between_long_spells_that_come_unpredicted_kernels_are_stretched_not_between_short_ones() {
+        // A spell seen whole: signs from `start` to `start + len`, then clear kernels
+        // for CLEAR_FOR; returns when it was seen to end.
+        fn spell(pacer: &mut GapPacer, start: f64, len: f64) -> Time {
+            // A look every shortest hold finds it at work.
+            let mut at = start;
+            while at <= start + len {
+                pacer.kernel_done(t(at), t(at + 0.1), KernelOutcome::Busy);
+                at += 5.0;
+            }
+            let from = at;
+            pacer.kernel_done(t(from), t(from + 0.1), KernelOutcome::Clear);
+            let to = from + 4.0;
+            pacer.kernel_done(t(to), t(to + 0.1), KernelOutcome::Clear);
+            t(to + 0.1)
+        }
+        // Requests of 100 ms at uneven times: no period, long spells.
+        let mut long = GapPacer::new();
+        let mut end = Time::ZERO;
+        for start in [1000.0, 1700.0, 3100.0, 3650.0] {
+            end = spell(&mut long, start, 100.0);
+        }
+        assert_eq!(long.prediction(), None);
+        assert_eq!(long.kernel_for(end + MS / 4), STRETCH_KERNEL);
+        // Nothing to look again at: stretched until the job shows itself.
+        assert_eq!(long.kernel_changes_at(end + MS / 4), None);
+        // After a wait (not just clear), short again.
+        assert_eq!(long.kernel_for(end + MS * 5), GAP_KERNEL);
+        // The same with requests of 2 ms: short kernels only.
+        let mut short = GapPacer::new();
+        for start in [1000.0, 1700.0, 3100.0, 3650.0] {
+            end = spell(&mut short, start, 2.0);
+        }
+        assert_eq!(short.kernel_for(end + MS / 4), GAP_KERNEL);
     }
 
     #[test]

@@ -16,6 +16,12 @@ use gpufill_sim::{ForeignJob, SimConfig, Simulation};
 /// idle grace, a 2 % bound), ticking every 50 ms: the job's report and the loop's cost
 /// estimates from 60 s on.
 fn fill_gaps_beside(job: ForeignJob) -> (gpufill_sim::RequestReport, Vec<f64>) {
+    let (report, costs, _) = fill_gaps_beside_with_util(job);
+    (report, costs)
+}
+
+/// [`fill_gaps_beside`], and the mean utilization NVML read from 60 s on.
+fn fill_gaps_beside_with_util(job: ForeignJob) -> (gpufill_sim::RequestReport, Vec<f64>, f64) {
     let settings = LoopSettings {
         fill: FillSettings {
             target: Utilization::from_percent(50.0).unwrap(),
@@ -36,13 +42,21 @@ fn fill_gaps_beside(job: ForeignJob) -> (gpufill_sim::RequestReport, Vec<f64>) {
     };
     let mut sim = Simulation::new(cfg, &settings, Duration::from_millis(50));
     let mut costs = Vec::new();
+    let mut utils = Vec::new();
     sim.run_until(Time::from_secs_f64(300.0), |t| {
-        if let Some(c) = t.cost.filter(|_| t.at >= Time::from_secs_f64(60.0)) {
+        if t.at < Time::from_secs_f64(60.0) {
+            return;
+        }
+        if let Some(c) = t.cost {
             costs.push(c);
+        }
+        if let Some(u) = t.sample {
+            utils.push(u.fraction());
         }
     });
     let report = sim.gpu().report(Time::from_secs_f64(300.0));
-    (report.foreign[0].requests.clone().unwrap(), costs)
+    let requests = report.foreign[0].requests.clone().unwrap();
+    (requests, costs, mean(&utils))
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -94,4 +108,43 @@ fn beside_sub_millisecond_requests_the_hold_grows_until_they_barely_pay() {
         estimate <= 3.0 * requests.mean_slowdown() + 0.01,
         "{estimate}"
     );
+}
+
+#[test]
+fn services_of_every_request_length_pay_at_most_the_bound_and_long_ones_are_filled_beside() {
+    // (requests a second, length in ms): short requests that a meeting costs a third
+    // of, to requests longer than a decode request's busy time.
+    let services = [
+        (20.0, 0.87),
+        (10.0, 5.0),
+        (5.0, 20.0),
+        (10.0, 20.0),
+        (2.0, 50.0),
+        (1.0, 100.0),
+        (2.0, 230.0),
+    ];
+    for (per_s, ms) in services {
+        let service =
+            ForeignJob::isolated_requests(2.0, 300.0, per_s, Duration::from_secs_f64(ms / 1e3));
+        let (requests, _, util) = fill_gaps_beside_with_util(service);
+        eprintln!(
+            "{per_s}/s of {ms} ms: median {:.2} %, mean {:.2} %, GPU {:.1} %",
+            requests.slowdown() * 100.0,
+            requests.mean_slowdown() * 100.0,
+            util * 100.0
+        );
+        assert!(
+            requests.slowdown() <= 0.02,
+            "{per_s}/s {ms} ms: {requests:?}"
+        );
+        assert!(
+            requests.mean_slowdown() <= 0.02,
+            "{per_s}/s {ms} ms: {requests:?}"
+        );
+        // Requests of 100 ms, a second apart: their spells are long, so our kernels are
+        // stretched between them (GapPacer::kernel_for): the GPU near the target.
+        if ms >= 100.0 && per_s <= 1.0 {
+            assert!(util >= 0.40, "{per_s}/s {ms} ms: GPU {util}");
+        }
+    }
 }
