@@ -134,8 +134,9 @@ pub(super) const SERIES: &[Series] = &[
     )
     .notes(
         "Absent unless filling gaps. gpufill holds it under `yield.max_cost_percent`: each \
-         meeting with the work is charged a context switch and half a kernel, against the \
-         work's own busy time.",
+         meeting with the work is charged a context switch and half the kernel it met \
+         (more when that kernel waited behind the work), against the work's own busy \
+         time, or all the time for work on a clock (a trainer's steps).",
     ),
     Series::new(
         "gpufill_probe_faults_total",
