@@ -27,7 +27,6 @@ import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,22 +105,16 @@ def profile(kind, dev, steps, out):
 def beside(kind, a, dev, out):
     """The job for `a.seconds`, gpufill started after `a.alone` s; steps stamped."""
     import torch
-    import pynvml
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from gpulab.lib import UtilTrace, handle
     run = job(kind, dev)
     for _ in range(5):
         run()
     torch.cuda.synchronize()
     rng = random.Random(7)
-    stamps, util = [], []
-    stop = threading.Event()
-
-    def sample():
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(a.gpu)
-        while not stop.is_set():
-            util.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
-            time.sleep(0.2)
-    threading.Thread(target=sample, daemon=True).start()
+    stamps = []
+    # NVML's own utilization samples, read once a second (the lab's one tracer).
+    trace = UtilTrace(handle(a.gpu), every=1.0)
     cfg = os.path.join(out, "grace.toml")
     open(cfg, "w").write("yield.idle_grace_s = 2\n")
     env = dict(os.environ, RUST_LOG="gpufill=info,gpufill_runtime=debug,gpufill_cuda::pacing=trace",
@@ -149,7 +142,7 @@ def beside(kind, a, dev, out):
     if g:
         g.terminate()
         g.wait(10)
-    stop.set()
+    util = trace.finish()
     log.close()
     kernels = []
     for line in open(os.path.join(out, f"beside-{kind}.log")):
