@@ -26,26 +26,31 @@
 //! this module sets), so that our kernels stay out of the job's inner gaps: each kernel
 //! of ours there costs the job's next kernel a switch.
 //!
-//! Each meeting is charged a switch and half a kernel; a kernel of ours held back behind
-//! the job's queued work got in only at the end of the job's time slice or kernel, so it
-//! is charged two switches and a whole kernel more ([`GapCost::charge`]).
+//! Where the job is idle and should stay so for a while (between spells the pacer
+//! predicts, or between spells of [`STRETCH_FOR_SPELLS`] or more), our kernels are
+//! stretched to [`STRETCH_KERNEL`] ([`GapPacer::kernel_for`]): short kernels and their
+//! gaps hold at most 40 % of the GPU.
+//!
+//! Each meeting is charged a switch and half the kernel it met; a kernel of ours held
+//! back behind the job's queued work got in only at the end of the job's time slice or
+//! kernel, so it is charged two switches and a whole kernel more ([`GapCost::charge`]).
 //!
 //! The estimate is what that charge is worth against the job's time at work: its spells
 //! as our kernels saw them, or NVML's utilization less our kernels' share where that is
 //! more (a job of isolated sub-millisecond requests shows spells of no length). That is
 //! the slowdown of the job's work while it works: of a request's latency (a decode
-//! request is one spell), and of a training step from its first kernel to its last,
-//! which bounds the step rate's slowdown from above (the step's wait on its input is
-//! not counted).
+//! request is one spell). For a job on a clock (a trainer whose period the pacer
+//! predicts) it is weighed against all the time instead: its step rate pays for our
+//! kernels, the wait on its input included.
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
 //! grows by half (up to [`MAX_HOLD`]) where that sample's own cost is over it too (so a
 //! spike the smoothed estimate remembers grows it once), under 0.9 of the bound it
-//! shrinks (down to [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer of its busy
-//! spells meet our context: a service of sub-millisecond requests, each of which pays
-//! about a third of its length for a meeting, is filled beside only rarely, while a
-//! trainer whose steps are milliseconds long keeps most of its gaps filled.
+//! shrinks (down to [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer
+//! of its busy spells meet our context: a service of sub-millisecond requests, each of
+//! which pays about a third of its length for a meeting, is filled beside only rarely,
+//! while a trainer whose steps are milliseconds long keeps most of its gaps filled.
 
 use std::time::Duration;
 
@@ -345,6 +350,17 @@ struct Spell {
     working: bool,
 }
 
+impl Spell {
+    /// When it is seen to have ended, our kernels running clear from `clear_from` on
+    /// (unless they already ran clear since its last sign): a shortest hold after that
+    /// sign and [`CLEAR_FOR`] of clear kernels (a host gap inside the job's work lasts up
+    /// to ~3 ms).
+    fn over_at(&self, clear_from: Time) -> Time {
+        let clear_since = self.clear_since.unwrap_or(clear_from);
+        (self.last + MIN_HOLD).max(clear_since + CLEAR_FOR)
+    }
+}
+
 /// When the gap filler launches its next kernel, and what its kernels charge the job: it
 /// learns from what its kernels met how long the job's spells of work last and how often
 /// they come, so that it launches only in the job's gaps. Pure: the launcher (the CUDA
@@ -437,8 +453,8 @@ impl GapPacer {
         };
         if !outcome.met() {
             if let Some(spell) = &mut self.spell {
-                let clear_since = *spell.clear_since.get_or_insert(launched);
-                if ended >= spell.last + MIN_HOLD && ended >= clear_since + CLEAR_FOR {
+                spell.clear_since.get_or_insert(launched);
+                if ended >= spell.over_at(launched) {
                     let spell = *spell;
                     report.job_time = self.close(spell, true);
                 } else {
@@ -521,8 +537,8 @@ impl GapPacer {
 
     /// Our kernels ran clear from the last one reported until `t` (a launcher that does
     /// not report each clear kernel, as the simulated GPU's): ends the spell in progress
-    /// if its last sign was a shortest hold before. Returns what that charges (the job
-    /// time of the spell it ended).
+    /// if that shows it over (a shortest hold after its last sign, and `CLEAR_FOR` of
+    /// clear kernels). Returns what that charges (the job time of the spell it ended).
     pub fn clear_until(&mut self, t: Time) -> GapReport {
         let mut report = GapReport::default();
         let clear_from = self.prev_end;
@@ -530,11 +546,10 @@ impl GapPacer {
             self.prev_end = Some(t);
             self.last_clear = true;
         }
-        if let Some(spell) = self.spell.filter(|s| {
-            // Clear long enough: a host gap inside the job's work lasts up to ~3 ms.
-            let clear_since = s.clear_since.or(clear_from).unwrap_or(t);
-            t >= s.last + MIN_HOLD && t >= clear_since + CLEAR_FOR
-        }) {
+        if let Some(spell) = self
+            .spell
+            .filter(|s| t >= s.over_at(clear_from.unwrap_or(t)))
+        {
             report.job_time = self.close(spell, true);
         }
         report
@@ -630,8 +645,7 @@ impl GapPacer {
     /// next kernels meet can change it.
     pub fn kernel_changes_at(&self, at: Time) -> Option<Time> {
         if let Some(spell) = &self.spell {
-            let clear_since = spell.clear_since.or(self.prev_end).unwrap_or(at);
-            let closes = (spell.last + MIN_HOLD).max(clear_since + CLEAR_FOR);
+            let closes = spell.over_at(self.prev_end.unwrap_or(at));
             let may_stretch = self.prediction().is_some() || self.long_spells();
             return may_stretch.then(|| closes.max(at));
         }
@@ -890,7 +904,7 @@ mod tests {
     }
 
     #[test]
-    fn no_kernel_is_stretched_without_a_period_or_inside_a_spell() {
+    fn no_kernel_is_stretched_before_the_job_is_known_or_inside_a_spell() {
         let mut pacer = GapPacer::new();
         assert_eq!(pacer.kernel_for(t(5.0)), GAP_KERNEL);
         // Spells seen but no period yet: short.
