@@ -33,7 +33,8 @@
 //!   ([`CudaLoad::others_seen`](crate::CudaLoad)), which pauses, and the thread launches
 //!   nothing until the loop hands it a new load (or [`LATE_PAUSE`] has passed).
 //! - **Gaps** (beside live work, `yield.beside_live = "fill_gaps"`): kernels of
-//!   [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), a gap of at least
+//!   [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL) (or longer where the pacer says the
+//!   job stays idle a while: [`GapPacer::kernel_for`]), a gap of at least
 //!   [`MIN_GAP`](gpufill_core::gaps::MIN_GAP) so that a job that is ready when our
 //!   kernel ends gets in before our next launch. Each kernel is also checked
 //!   [`LATE_END`] after its end was due: unfinished then, it waited for the job's context
@@ -70,8 +71,9 @@ use crate::plan::{Cycle, backoff};
 use crate::spin::launch_spin;
 
 /// Filling gaps: idle this much longer than the duty's gap since our last kernel (a hold,
-/// a predicted spell), the launcher probes before its next kernel ([`Worker::probe_after_wait`]); shorter
-/// idle gaps keep the watch's chain, whose late starts show the job.
+/// a predicted spell), the launcher probes before its next kernel
+/// ([`Worker::probe_after_wait`]); shorter idle gaps keep the watch's chain, whose late
+/// starts show the job.
 const PROBE_AFTER_IDLE: Duration = Duration::from_millis(1);
 
 /// Filling gaps: a kernel of ours not finished this long after its end was due (its
