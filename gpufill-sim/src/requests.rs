@@ -216,7 +216,7 @@ pub(super) struct Stream {
     next: Option<Request>,
     /// The request being served: `[start, end)` beside us.
     serving: Option<(Time, Time)>,
-    /// When the previous request ended alone (isolated requests queue behind it).
+    /// When the previous isolated request ended alone (the next queues behind it).
     alone_end: Time,
     /// In bursts: the window of the next request, and its index in it.
     window: usize,
@@ -370,7 +370,7 @@ impl Stream {
             Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
             Some(Requests::Steps { seed, .. }) => {
                 self.rng = Some(Rng::new(*seed));
-                self.step(job, job.first_kernel, Time::ZERO)
+                self.step(job, job.first_kernel)
             }
             None => None,
         };
@@ -405,16 +405,16 @@ impl Stream {
                     return self.piece(job, end + gap, pieces);
                 }
                 self.step.piece = 0;
-                self.step(job, end + wait, self.alone_end + wait)
+                self.step(job, end + wait)
             }
             None => None,
         }
     }
 
     /// A training step that comes at `arrival` (its previous step ended and its input
-    /// came), and at `alone` in the same job's run alone: its first piece.
-    fn step(&mut self, job: Serving<'_>, arrival: Time, alone: Time) -> Option<Request> {
-        self.alone_end = alone.max(job.first_kernel) + job.request;
+    /// came): its first piece. Its time alone is its pieces' and host gaps' (the
+    /// step's tally), so no `alone_end` is kept for steps.
+    fn step(&mut self, job: Serving<'_>, arrival: Time) -> Option<Request> {
         let pieces = match job.requests {
             Some(&Requests::Steps { pieces, .. }) => pieces,
             _ => 1,
