@@ -221,9 +221,7 @@ impl GapFill {
     /// progress may end), and the pacer says how long the next ones are. Returns whether
     /// that changed (the launcher lays its kernels out anew).
     pub(super) fn restretch(&mut self, now: Time) -> bool {
-        if !self.holding(now) && self.judging.is_none() {
-            self.seen += self.pacer.clear_until(now);
-        }
+        self.filled_clear_until(now);
         let stretched = !self.holding(now) && self.pacer.kernel_for(now) > GAP_KERNEL;
         std::mem::replace(&mut self.stretched, stretched) != stretched
     }
@@ -237,6 +235,15 @@ impl GapFill {
         GapReport {
             kernels: seen.kernels.saturating_add(kernels),
             ..seen
+        }
+    }
+
+    /// If our launcher is filling at `t` (not waiting, its first kernel after a wait
+    /// judged), its kernels ran clear until then: the pacer is told so
+    /// ([`GapPacer::clear_until`]), and what that ends is reported.
+    fn filled_clear_until(&mut self, t: Time) {
+        if !self.holding(t) && self.judging.is_none() {
+            self.seen += self.pacer.clear_until(t);
         }
     }
 
@@ -289,10 +296,8 @@ impl GapFill {
         ours: Ours,
         s: Slicing,
     ) -> Option<Duration> {
-        if !self.holding(work.start) && self.judging.is_none() {
-            // Our launcher filled until the work came, every kernel clear.
-            self.seen += self.pacer.clear_until(work.start);
-        }
+        // Our launcher filled until the work came, every kernel clear.
+        self.filled_clear_until(work.start);
         let cut = served.met.then(|| ours.running.unwrap_or(work.start));
         if self.judging.is_some_and(|j| Some(j.0) == cut) {
             // The first kernel after a wait, cut short: it found the job busy.
