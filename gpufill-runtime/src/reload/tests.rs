@@ -60,6 +60,13 @@ struct Scripted {
     seen: Vec<Seen>,
 }
 
+impl Scripted {
+    /// A watch that works, and sees `seen`, one at each look.
+    fn working(seen: Vec<Seen>) -> Self {
+        Scripted { active: true, seen }
+    }
+}
+
 impl Watch for Scripted {
     fn active(&self) -> bool {
         self.active
@@ -92,10 +99,7 @@ fn full() -> Result<Read, Infallible> {
 fn nothing_is_read_until_a_reload_is_asked() {
     let mut r = Reload::new(0);
     let read = Cell::new(0);
-    let mut watch = Scripted {
-        active: true,
-        seen: Vec::new(),
-    };
+    let mut watch = Scripted::working(Vec::new());
     let next = r.next(Instant::now(), Some((&mut watch, Seen::default())), || {
         read.set(read.get() + 1);
         full()
@@ -108,10 +112,7 @@ fn nothing_is_read_until_a_reload_is_asked() {
 fn a_writer_in_place_is_waited_for_said_once_and_its_closed_file_read() {
     let t = Instant::now();
     let mut r = Reload::new(0).with_settle(QUICK);
-    let mut watch = Scripted {
-        active: true,
-        seen: Vec::new(),
-    };
+    let mut watch = Scripted::working(Vec::new());
     r.request(t);
     let first = r.next(t, Some((&mut watch, WRITING)), full);
     assert_eq!(first, Some(Next::Waiting { first: true }));
@@ -127,10 +128,7 @@ fn a_writer_in_place_is_waited_for_said_once_and_its_closed_file_read() {
 fn a_writer_that_never_closes_is_refused_at_the_limit() {
     let t = Instant::now();
     let mut r = Reload::new(0).with_settle(QUICK);
-    let mut watch = Scripted {
-        active: true,
-        seen: Vec::new(),
-    };
+    let mut watch = Scripted::working(Vec::new());
     r.request(t);
     let before = r.next(t + QUICK.limit / 2, Some((&mut watch, WRITING)), full);
     assert!(matches!(before, Some(Next::Waiting { .. })));
@@ -144,10 +142,7 @@ fn a_file_replaced_during_its_read_is_read_again_and_the_last_complete_one_wins(
     let t = Instant::now();
     let mut r = Reload::new(0);
     // Changed during the first read, quiet during the second.
-    let mut watch = Scripted {
-        active: true,
-        seen: vec![CLOSED],
-    };
+    let mut watch = Scripted::working(vec![CLOSED]);
     let n = Cell::new(0);
     let read = || -> Result<Read, Infallible> {
         n.set(n.get() + 1);
@@ -157,18 +152,12 @@ fn a_file_replaced_during_its_read_is_read_again_and_the_last_complete_one_wins(
     let next = r.next(t, Some((&mut watch, Seen::default())), read);
     assert_eq!(next, Some(Next::Text("# read 2\n".to_string())));
     // Changed during every read: the last of three.
-    let mut watch = Scripted {
-        active: true,
-        seen: vec![CLOSED; 3],
-    };
+    let mut watch = Scripted::working(vec![CLOSED; 3]);
     r.request(t);
     let next = r.next(t, Some((&mut watch, Seen::default())), read);
     assert_eq!(next, Some(Next::Text("# read 5\n".to_string())));
     // A writer that began during the read: wait for it.
-    let mut watch = Scripted {
-        active: true,
-        seen: vec![WRITING],
-    };
+    let mut watch = Scripted::working(vec![WRITING]);
     r.request(t);
     let next = r.next(t, Some((&mut watch, Seen::default())), read);
     assert_eq!(next, Some(Next::Waiting { first: true }));
