@@ -151,7 +151,8 @@ def beside(kind, a, dev, out):
         f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         try:
             kernels.append((int(f["launched_unix_us"]) / 1e6, int(f["ran_us"]), f["outcome"],
-                            int(f["spell_us"]), int(f["period_us"]), int(f.get("kernel_us", 0))))
+                            int(f["spell_us"]), int(f["period_us"]), int(f.get("kernel_us", 0)),
+                            int(f.get("hold_us", 0)), int(f.get("met", 0))))
         except (KeyError, ValueError):
             pass
     json.dump({"steps": stamps, "kernels": kernels, "util": util},
@@ -169,7 +170,7 @@ def beside(kind, a, dev, out):
     import bisect
     starts = [s for s, _ in stamps]
     where = {}
-    for at, ran, outcome, spell, period, kernel_us in kernels:
+    for at, ran, outcome, spell, period, kernel_us, *_ in kernels:
         if at < split:
             continue
         i = bisect.bisect_right(starts, at) - 1
@@ -191,9 +192,29 @@ def beside(kind, a, dev, out):
     late = [k for k in kernels if k[0] > split]
     if late:
         print(f"  learned at the end: spell {late[-1][3]} us, period {late[-1][4]} us")
+        span = max(1e-9, late[-1][0] - late[0][0])
+        asked = sum(k[5] for k in late) / 1e6
+        met = sum(k[7] for k in late)
+        q = lambda xs, i: statistics.quantiles(xs, n=10)[i] if len(xs) > 1 else (xs or [0])[0]
+        holds = [k[6] / 1e3 for k in late]
+        periods = [k[4] / 1e3 for k in late]
+        spells = [k[3] / 1e3 for k in late]
+        print(f"  our kernels asked {100 * asked / span:.1f} % of the time; met (charged) "
+              f"{met / max(1, steps_with):.2f} a step; stretched {sum(k[5] > 100 for k in late)}")
+        print(f"  hold ms p10/p50/p90 {q(holds, 0):.1f}/{statistics.median(holds):.1f}/{q(holds, -1):.1f}; "
+              f"period ms {q(periods, 0):.1f}/{statistics.median(periods):.1f}/{q(periods, -1):.1f}; "
+              f"spell ms {q(spells, 0):.1f}/{statistics.median(spells):.1f}/{q(spells, -1):.1f}")
+        # Each second: our kernels' share asked, the hold and the period at its end.
+        sec = {}
+        for k in late:
+            sec.setdefault(int(k[0] - late[0][0]), []).append(k)
+        print("  by second (s: ours %, met, hold ms, period ms, spell ms):")
+        print("   " + "; ".join(f"{s}: {sum(k[5] for k in v) / 1e4:.0f} {sum(k[7] for k in v)} "
+                                 f"{v[-1][6] / 1e3:.0f} {v[-1][4] / 1e3:.1f} {v[-1][3] / 1e3:.1f}"
+                                 for s, v in sorted(sec.items())))
     holds = [l.strip()[:160] for l in open(os.path.join(out, f"beside-{kind}.log"))
              if "gap kernel" not in l and ("cost" in l or "hold" in l)]
-    for l in holds[:6]:
+    for l in holds[:12]:
         print("  log:", l)
 
 

@@ -653,10 +653,11 @@ impl Worker {
         self.pacer.set_hold(state.hold);
         let report = self.pacer.kernel_done(launched_at, ended_at, outcome);
         state.gaps += report;
+        let hold = state.hold;
         drop(state);
         // One line a kernel, for `scripts/gap_trace.py` (RUST_LOG=gpufill_cuda::pacing=trace):
         // when it was launched (Unix us) and ended, the length asked of our last kernel
-        // (stretched or not), what it met and what the pacer learned.
+        // (stretched or not), what it met, what the pacer learned and the hold in force.
         if tracing::enabled!(tracing::Level::TRACE) {
             let (spell, period) = self.pacer.learned();
             let unix = std::time::SystemTime::now()
@@ -671,6 +672,7 @@ impl Worker {
                 met = report.met,
                 spell_us = spell.map_or(0, |d| d.as_micros() as u64),
                 period_us = period.map_or(0, |d| d.as_micros() as u64),
+                hold_us = hold.as_micros() as u64,
                 "gap kernel"
             );
         }
