@@ -317,6 +317,14 @@ const CLEAR_FOR: Duration = Duration::from_micros(3500);
 /// H200s); after a longer hold the job may have begun another spell.
 const MAX_MERGE: Duration = Duration::from_millis(10);
 
+/// An exact sign this long after the spell's latest one, or less, is the same spell's
+/// when no kernel of ours ran clear between them: nothing showed the job idle. Seen beside a
+/// ResNet-18 trainer on an H200 (docs/data/gap-trace-h200.txt): our look after the
+/// spell's rest as learned came 9.4 ms after its first sign and found the step still at
+/// work; taken as a new spell, it was a 9.4 ms sample of a 37 ms period, which the
+/// period's common divisor then kept (37 is about 4 x 9.4).
+const UNBROKEN_MERGE: Duration = Duration::from_millis(20);
+
 /// After a predicted spell's end, this much more before the next launch.
 const AFTER_SPELL: Duration = Duration::from_micros(300);
 
@@ -472,12 +480,14 @@ impl GapPacer {
         let exact = outcome != KernelOutcome::AfterOthers
             || prev_end.is_none_or(|p| launched.saturating_since(p) <= EXACT);
         // The same spell: within the hold in force of its last sign (our look after it),
-        // up to MAX_MERGE (after a longer one the job may have begun another), or right
-        // after the pacer held off for its rest.
+        // up to MAX_MERGE (after a longer one the job may have begun another), right
+        // after the pacer held off for its rest, or, seen at work now, up to
+        // UNBROKEN_MERGE after its latest sign with no clear kernel of ours since.
         let merge = self.hold.clamp(MIN_HOLD, MAX_MERGE);
         let same = self.spell.is_some_and(|s| {
             launched <= s.last.max(s.latest) + merge + CENSOR_SLACK
                 || s.until.is_some_and(|u| launched <= u + CENSOR_SLACK)
+                || (exact && s.clear_since.is_none() && launched <= s.latest + UNBROKEN_MERGE)
         });
         if same && let Some(spell) = &mut self.spell {
             report.met = spell.inside + 1;
@@ -964,6 +974,39 @@ mod tests {
             end = spell(&mut short, start, 2.0);
         }
         assert_eq!(short.kernel_for(end + MS / 4), GAP_KERNEL);
+    }
+
+    #[test]
+    fn a_step_seen_again_after_a_look_with_nothing_clear_between_is_the_same_spell() {
+        // The pattern of a ResNet-18 step beside our kernels on an H200
+        // (docs/data/gap-trace-h200.txt), steps every 37 ms: a kernel of ours meets the
+        // step at its start, the pacer holds off, a look 9.4 ms later (a probe pair said
+        // "nobody", not believed) finds it still at work, then our kernels run clear
+        // from 17 ms on.
+        let step = |pacer: &mut GapPacer, at: f64| {
+            pacer.kernel_done(t(at + 0.24), t(at + 0.55), KernelOutcome::Clear);
+            pacer.kernel_done(t(at + 0.58), t(at + 1.3), KernelOutcome::AfterOthers);
+            pacer.looked(t(at + 9.8));
+            pacer.kernel_done(t(at + 9.96), t(at + 10.9), KernelOutcome::AfterOthers);
+            let mut clear = at + 17.0;
+            while clear < at + 36.0 {
+                pacer.kernel_done(t(clear), t(clear + 0.1), KernelOutcome::Clear);
+                clear += 0.33;
+            }
+        };
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MIN_HOLD);
+        for k in 0..12 {
+            step(&mut pacer, 100.0 + 37.0 * f64::from(k));
+        }
+        let (len, period) = pacer.learned();
+        let period = period.unwrap().as_secs_f64() * 1e3;
+        let len = len.unwrap().as_secs_f64() * 1e3;
+        // One spell a step, from its start to the look that found it at work: no 9.4 ms
+        // period (before UNBROKEN_MERGE: 9.4, and a spell of 0.6 ms).
+        assert!((36.0..38.0).contains(&period), "{period}");
+        assert!((9.0..10.0).contains(&len), "{len}");
+        assert!(pacer.prediction().is_some());
     }
 
     #[test]
