@@ -294,6 +294,13 @@ const LEARN: f64 = 0.25;
 /// Periods learned before the pacer predicts the job's next spell.
 const PREDICT_AFTER: u32 = 3;
 
+/// The pacer predicts only a job whose period is at least this many times its spell:
+/// one whose spells come nearly back to back may be a service's queued requests (GPT-2
+/// decode at 2 a second beside our kernels on an H200: spells of 250 ms every 263 ms,
+/// docs/data/gap-trace-h200.txt), where a prediction says only "busy again soon" and
+/// holds off through spells that, once its queue empties, never come.
+const PREDICT_IDLE: f64 = 1.5;
+
 /// Before a predicted spell, no launch this long ahead of it (and a twentieth of the
 /// period more): the job's steps jitter, and a kernel of ours still queued when the job's
 /// work arrives gets in only in the middle of it (two switches and a kernel).
@@ -403,8 +410,10 @@ pub struct GapPacer {
     spell: Option<Spell>,
     /// The hold in force after a sign ([`GapPacer::set_hold`]).
     hold: Duration,
-    /// The last spell's anchor.
+    /// The anchor of the last spell whose start was seen exactly (the period's phase).
     last_anchor: Option<Time>,
+    /// Looks since our last kernel ([`GapPacer::looked`]): that kernel's end.
+    look_from: Option<Time>,
     /// Our last kernel ran clear (the job idle since the one before).
     last_clear: bool,
     /// Learned: a spell's length, the period between spells, and how many periods.
@@ -430,6 +439,9 @@ impl GapPacer {
     /// pair misses a job at work in its launch gaps) ended at `ended`: not judged, but
     /// the next kernel's timing, judged against it, is exact.
     pub fn looked(&mut self, ended: Time) {
+        if self.look_from.is_none() {
+            self.look_from = self.prev_end;
+        }
         self.prev_end = Some(ended);
         self.last_clear = false;
     }
@@ -451,6 +463,9 @@ impl GapPacer {
         let long = matches!(outcome, KernelOutcome::Busy | KernelOutcome::HeldBack)
             && self.kernel_for(launched) > GAP_KERNEL;
         self.last_clear = outcome == KernelOutcome::Clear;
+        // Since when the job's work is unseen: our previous kernel's end, or before the
+        // looks since it.
+        let look_from = self.look_from.take();
         let prev_end = self.prev_end.replace(ended);
         let mut report = GapReport {
             kernels: 1,
@@ -518,9 +533,19 @@ impl GapPacer {
             // not seen to start: anchored at the prediction, its length is not learned
             // from it, and it is no sample of the period (that would only repeat the
             // prediction). Only a start seen exactly is.
-            let predicted = prev_end.and_then(|p| self.predicted_between(p, launched));
+            //
+            // A sign right after a look (a probe pair that said "nobody", not believed)
+            // shows the job at work now, not since when: its start was not seen, and a
+            // predicted one lies between our kernel before the look and this sign.
+            // Beside a ResNet-18 trainer on an H200, a look after a predicted step found
+            // it still at work; taken as a start seen, that sign was a period sample that
+            // fit nothing and a spell of no length, and the prediction wore away.
+            let predicted = look_from
+                .or(prev_end)
+                .and_then(|p| self.predicted_between(p, launched));
             let anchor = predicted.unwrap_or(launched);
-            if predicted.is_none() && exact {
+            let start_seen = exact && look_from.is_none();
+            if predicted.is_none() && start_seen {
                 if let Some(last) = self.last_anchor {
                     self.learn_period(launched.saturating_since(last));
                 }
@@ -531,7 +556,7 @@ impl GapPacer {
                 last: if exact { launched } else { anchor },
                 inside: 0,
                 until: None,
-                censored: predicted.is_some() || !exact,
+                censored: predicted.is_some() || !start_seen,
                 anchored: predicted.is_some() || exact,
                 working: exact,
                 clear_since: None,
@@ -555,6 +580,7 @@ impl GapPacer {
         if clear_from.is_some_and(|p| p < t) {
             self.prev_end = Some(t);
             self.last_clear = true;
+            self.look_from = None;
         }
         if let Some(spell) = self
             .spell
@@ -590,14 +616,23 @@ impl GapPacer {
         (start > from && start <= to && !looked_at(n)).then_some(start)
     }
 
-    /// The last anchor, the period and the spell length, once the pacer predicts.
+    /// The last anchor, the period and the spell length, once the pacer predicts: a
+    /// period learned from [`PREDICT_AFTER`] samples, in which the job idles a third of
+    /// the time or more ([`PREDICT_IDLE`]).
     fn prediction(&self) -> Option<(Time, Duration, Duration)> {
         let (Some(anchor), Some(period), Some(len)) =
             (self.last_anchor, self.period, self.spell_len)
         else {
             return None;
         };
-        (self.periods >= PREDICT_AFTER && period > len + GUARD * 2).then_some((anchor, period, len))
+        let idles = period > (len + GUARD * 2).max(len.mul_f64(PREDICT_IDLE));
+        (self.periods >= PREDICT_AFTER && idles).then_some((anchor, period, len))
+    }
+
+    /// The shortest period the job can have: a spell as learned and a guard on either
+    /// side.
+    fn shortest_period(&self) -> Duration {
+        self.spell_len.unwrap_or_default() + GUARD * 2
     }
 
     /// Takes in the time between two spells' anchors. Holds and predictions skip spells,
@@ -605,7 +640,7 @@ impl GapPacer {
     /// ([`common_period`]), no shorter than a spell and a guard on either side. A sample
     /// that shares none with the period known is a new job's: start over from it.
     fn learn_period(&mut self, sample: Duration) {
-        let shortest = self.spell_len.unwrap_or_default() + GUARD * 2;
+        let shortest = self.shortest_period();
         let common = self
             .period
             .and_then(|known| common_period(known, sample, shortest).map(|p| (known, p)));
@@ -1007,6 +1042,75 @@ mod tests {
         assert!((36.0..38.0).contains(&period), "{period}");
         assert!((9.0..10.0).contains(&len), "{len}");
         assert!(pacer.prediction().is_some());
+    }
+
+    #[test]
+    fn spells_nearly_back_to_back_are_not_predicted_and_their_gaps_are_filled() {
+        // A service's queued requests (GPT-2 decode beside our kernels on an H200):
+        // spells of 250 ms every 263 ms, seen whole (a look every 5 ms finds each at
+        // work, then clear kernels for 4 ms).
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MIN_HOLD);
+        let mut end = Time::ZERO;
+        for k in 0..10 {
+            let start = 1000.0 + 263.0 * f64::from(k);
+            let mut at = start;
+            while at <= start + 250.0 {
+                pacer.kernel_done(t(at), t(at + 0.1), KernelOutcome::Busy);
+                at += 5.0;
+            }
+            pacer.kernel_done(t(at), t(at + 0.1), KernelOutcome::Clear);
+            pacer.kernel_done(t(at + 4.0), t(at + 4.1), KernelOutcome::Clear);
+            end = t(at + 4.1);
+        }
+        let (len, period) = pacer.learned();
+        assert!(
+            len.unwrap() > MS * 240 && period.unwrap() < MS * 270,
+            "{len:?} {period:?}"
+        );
+        // No prediction: the pacer fills from the spell's seen end on, with stretched
+        // kernels (its spells are long), not holding off for a spell due soon.
+        assert_eq!(pacer.prediction(), None);
+        let at = end + MS / 5;
+        assert_eq!(pacer.kernel_for(at), STRETCH_KERNEL);
+        assert_eq!(pacer.next_launch(at, STRETCH_KERNEL, MIN_HOLD), at);
+    }
+
+    #[test]
+    fn a_look_that_finds_a_predicted_step_still_at_work_keeps_the_prediction() {
+        // Steps of 11 ms seen whole, every 37.9 ms (a look every 5.5 ms, then clear
+        // kernels for 4 ms).
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MIN_HOLD);
+        let step = |n: u32| 1000.0 + 37.9 * f64::from(n);
+        for n in 0..6 {
+            let s = step(n);
+            for at in [0.0, 5.5, 11.0] {
+                pacer.kernel_done(t(s + at), t(s + at + 0.2), KernelOutcome::Busy);
+            }
+            pacer.kernel_done(t(s + 16.5), t(s + 16.6), KernelOutcome::Clear);
+            pacer.kernel_done(t(s + 20.1), t(s + 20.2), KernelOutcome::Clear);
+        }
+        assert!(pacer.prediction().is_some());
+        let len = pacer.learned().0.unwrap();
+        // Three steps running as an H200 trace showed them: our kernels clear until the
+        // guard before the predicted step, idle through it, then a look (a probe pair
+        // that said "nobody") and a kernel that starts late: the step ran 12.5 ms, longer
+        // than learned. Then clear kernels again.
+        for n in 6..9 {
+            let s = step(n);
+            pacer.kernel_done(t(s - 3.5), t(s - 3.0), KernelOutcome::Clear);
+            pacer.looked(t(s + 12.4));
+            pacer.kernel_done(t(s + 12.52), t(s + 12.95), KernelOutcome::AfterOthers);
+            pacer.kernel_done(t(s + 24.7), t(s + 24.8), KernelOutcome::Clear);
+            pacer.kernel_done(t(s + 28.3), t(s + 28.4), KernelOutcome::Clear);
+        }
+        // The sign was no start seen: no period sample, no spell of no length (before:
+        // the spell learned fell from 11 to 6.2 ms, and the prediction stopped).
+        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        assert!((37.0..38.5).contains(&period), "{period}");
+        assert!(pacer.learned().0.unwrap() >= len, "{pacer:?}");
+        assert!(pacer.prediction().is_some(), "{pacer:?}");
     }
 
     #[test]
