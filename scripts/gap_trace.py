@@ -19,6 +19,7 @@ Writes under $OUT (else /tmp/gap-trace): profile-*.json (the summaries), beside-
 (gpufill's log), beside-*.json (steps and kernels). Prints short tables.
 
   python3 scripts/gap_trace.py --gpu 0                 # both parts, trainer and decode
+  OUT=DIR python3 scripts/gap_trace.py --parts report  # the tables again, from DIR's files
 """
 import argparse
 import json
@@ -155,8 +156,20 @@ def beside(kind, a, dev, out):
                             int(f.get("hold_us", 0)), int(f.get("met", 0))))
         except (KeyError, ValueError):
             pass
-    json.dump({"steps": stamps, "kernels": kernels, "util": util},
+    json.dump({"steps": stamps, "kernels": kernels, "util": util, "t0": t0, "g_at": g_at,
+               "seconds": a.seconds},
               open(os.path.join(out, f"beside-{kind}.json"), "w"))
+    report(kind, out)
+
+
+def report(kind, out):
+    """The tables of `beside`, from its beside-KIND.json (and log) under `out`."""
+    d = json.load(open(os.path.join(out, f"beside-{kind}.json")))
+    stamps, kernels, util = d["steps"], d["kernels"], d["util"]
+    # Files written before t0 and g_at were kept: the defaults (6 s alone).
+    t0 = d.get("t0", stamps[0][0] - 0.05)
+    g_at = d.get("g_at", t0 + 6.0)
+    seconds = d.get("seconds", stamps[-1][1] - t0)
     split = g_at + 3.0  # gpufill's grace and start-up
     alone = [x for x in stamps if t0 + 1 < x[0] < g_at]
     withg = [x for x in stamps if x[0] > split]
@@ -165,7 +178,7 @@ def beside(kind, a, dev, out):
     u = lambda lo, hi: statistics.mean([v for t, v in util if lo < t < hi] or [float("nan")])
     print(f"\n{kind} beside gpufill: step/request median {dur(alone):.2f} ms alone, "
           f"{dur(withg):.2f} ms with; rate {rate(alone):.2f} -> {rate(withg):.2f} /s; "
-          f"GPU {u(t0 + 1, g_at):.1f} -> {u(split, t0 + a.seconds):.1f} %")
+          f"GPU {u(t0 + 1, g_at):.1f} -> {u(split, t0 + seconds):.1f} %")
     # Where our kernels fell: inside a step (from its start to its end) or outside.
     import bisect
     starts = [s for s, _ in stamps]
@@ -240,6 +253,8 @@ def main():
     for kind in a.jobs.split(","):
         if "beside" in a.parts:
             beside(kind, a, dev, out)
+        elif "report" in a.parts:
+            report(kind, out)
 
 
 if __name__ == "__main__":
