@@ -26,6 +26,14 @@
 //! this module sets), so that our kernels stay out of the job's inner gaps: each kernel
 //! of ours there costs the job's next kernel a switch.
 //!
+//! A spell goes on while nothing shows the job idle: signs with no clear kernel of ours
+//! between them are one spell (`UNBROKEN_MERGE`). Its start counts as seen (a sample
+//! of the period) only where our kernel before it was judged just before; a sign right
+//! after a look (a probe pair's "nobody", which is not believed) shows the job at work,
+//! not since when. The pacer predicts only a job idle a third of its period or more
+//! (`PREDICT_IDLE`): a service's queued requests come nearly back to back, and
+//! predicting them would hold off through requests that never come.
+//!
 //! Where the job is idle and should stay so for a while (between spells the pacer
 //! predicts, or between spells of [`STRETCH_FOR_SPELLS`] or more), our kernels are
 //! stretched to [`STRETCH_KERNEL`] ([`GapPacer::kernel_for`]): short kernels and their
