@@ -8,7 +8,7 @@ Workloads (`--workloads a,b,...`, in that order):
   `--wait-ms` (25) standing for the wait on its input; metric: steps per second. The
   worker prints what a step takes before its wait (the goal: 10-15 ms on an H100/H200).
 - `decode`: a GPT-2 (small, from GPT2Config) decode service, Poisson arrivals at 2 a
-  second, each request a 16-token prompt then `--new-tokens` (32) tokens one by one with
+  second (every run replays the same arrivals), each request a 16-token prompt then `--new-tokens` (32) tokens one by one with
   the KV cache, each token read back as it comes; metric: latency p50 and mean.
 - `sub-ms`: isolated sub-millisecond requests at 20 a second (`live`'s `mlp`: 6 bf16
   1024-wide layers at batch 1, input in and output out, ~0.65 ms); metric: p50, p99 and

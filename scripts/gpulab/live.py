@@ -129,6 +129,9 @@ def worker(argv, build=None):
     for i, seg in enumerate(plan):
         end = t + seg["secs"]
         if seg["kind"] == "requests":
+            # Every phase replays the same arrivals (seed 7, or the segment's "seed"), so
+            # that alone and with runs differ in gpufill, not in when requests came.
+            rng.seed(seg.get("seed", 7))
             nxt = t
             while True:
                 nxt += (rng.expovariate(seg["rate"]) if seg.get("poisson", True)
