@@ -35,7 +35,8 @@ the grace out of the statistics. `arrive`'s job is a newcomer that gpufill yield
 the grace. Per with-run, over the same
 window: its duty (`gpufill_duty_ratio`) and estimated cost
 (`gpufill_estimated_cost_ratio`, "missing" when not served), scraped each second, as
-means; its CPU (% of a core); and its log's lines, numbers blanked and counted, as the
+means; its CPU (% of a core, and by thread: the launcher, the loop, the rest); and its
+log's lines, numbers blanked and counted, as the
 reasons it filled or held off (start-up lines left out). The GPU's utilization (NVML,
 mean of the samples in the window) alone and with.
 
@@ -189,7 +190,7 @@ class Beside:
     gpufill-WORKLOAD.log), stopped on exit; `watch` scrapes it and reads its CPU."""
 
     def __init__(self, a, name):
-        self.a, self.name, self.scrapes, self.cpu_pct = a, name, [], None
+        self.a, self.name, self.scrapes, self.cpu_pct, self.cpu_split = a, name, [], None, {}
 
     def __enter__(self):
         a = self.a
@@ -224,7 +225,7 @@ class Beside:
         ends."""
         sleep_until(lo)
         self.check()
-        c0, t0 = self.g.cpu(), time.monotonic()
+        c0, t0, th0 = self.g.cpu(), time.monotonic(), self.g.threads_cpu()
         nxt = t0
         while True:
             now = time.monotonic()
@@ -235,13 +236,24 @@ class Beside:
                 break
             time.sleep(max(0.0, min(nxt, hi, now + 0.05 if done else hi) - now))
         self.check()
-        self.cpu_pct = (self.g.cpu() - c0) / max(1e-6, time.monotonic() - t0) * 100
+        span = max(1e-6, time.monotonic() - t0)
+        self.cpu_pct = (self.g.cpu() - c0) / span * 100
+        # The same by thread kind: the launcher (gpufill-cudaN: the pacing thread), the
+        # loop (gpufill-gpuN) and the rest (metrics server, signals, the main thread).
+        th = self.g.threads_cpu()
+        self.cpu_split = {}
+        for name, secs in th.items():
+            kind = ("launcher" if name.startswith("gpufill-cuda") else
+                    "loop" if name.startswith("gpufill-gpu") else "other")
+            self.cpu_split[kind] = (self.cpu_split.get(kind, 0.0)
+                                    + (secs - th0.get(name, 0.0)) / span * 100)
 
     def result(self):
         duty = [m[DUTY] for m in self.scrapes if DUTY in m]
         est = [m[EST] for m in self.scrapes if EST in m]
         return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
-                "cpu_pct": self.cpu_pct, "scrapes": len(self.scrapes), "healthy": self.healthy,
+                "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
+                "scrapes": len(self.scrapes), "healthy": self.healthy,
                 "rc": self.rc, "stop_s": round(self.stop_s, 3),
                 "reasons": dict(reasons(line for _, line in self.g.lines))}
 
@@ -416,6 +428,8 @@ def summarize(name, phases, runs):
     out["est"] = mean(r["est"] for r in withs if r.get("est") is not None)
     out["est_check"] = est_check(out["est"], out["cost"], out["noise"])
     out["cpu_pct"] = mean(r["cpu_pct"] for r in withs if r.get("cpu_pct") is not None)
+    out["cpu_split"] = {k: mean(r["cpu_split"].get(k, 0.0) for r in withs if r.get("cpu_split"))
+                        for k in ("launcher", "loop", "other")}
     total = collections.Counter()
     for r in withs:
         total.update(r.get("reasons", {}))
@@ -450,6 +464,11 @@ def table(summaries, top=6):
         cpu = "-" if s["cpu_pct"] is None else f"{s['cpu_pct']:.2f}"
         lines.append(f"{name:12} {util[0]} {util[1]} {duty:>6} {pc(s['est'], False) if s['est'] is not None else 'missing':>9} "
                      f"{s['est_check']:>8} {cpu:>6}  {s['pairs']}")
+    for name, s in summaries.items():
+        split = s.get("cpu_split") or {}
+        if any(v is not None for v in split.values()):
+            lines.append(f"{name}: CPU % by thread: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in split.items() if v is not None))
     for name, s in summaries.items():
         lines.append(f"\n{name}: gpufill's log over the with-runs (count, line):")
         lines += [f"  {n:6d}  {text[:160]}" for text, n in list(s["reasons"].items())[:top]]
