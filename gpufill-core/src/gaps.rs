@@ -340,6 +340,10 @@ const MAX_MERGE: Duration = Duration::from_millis(10);
 /// period's common divisor then kept (37 is about 4 x 9.4).
 const UNBROKEN_MERGE: Duration = Duration::from_millis(20);
 
+/// The longest wait between looks at a spell that outlasts its length as learned
+/// ([`Spell::look_after`]), unless the hold is longer.
+const MAX_LOOK: Duration = Duration::from_millis(40);
+
 /// After a predicted spell's end, this much more before the next launch.
 const AFTER_SPELL: Duration = Duration::from_micros(300);
 
@@ -371,9 +375,28 @@ struct Spell {
     /// spell seen only after the fact (the job worked somewhere in our wait) holds
     /// nothing: the next kernel, judged exactly, says whether it still works.
     working: bool,
+    /// Exact signs past the end of the spell as learned: each after the first doubles
+    /// the wait before the next look ([`Spell::backoff`]).
+    outlasted: u32,
 }
 
 impl Spell {
+    /// How long after its last sign the pacer looks again, at the hold `hold`: the hold,
+    /// or more where the spell outlasts its length as learned ([`Spell::backoff`]). A job that outlasts what was learned (a decode request longer than
+    /// most, requests queued back to back) is looked at less and less often: each look
+    /// that finds it at work is a meeting (beside GPT-2 decode on an H200, 10-40 a
+    /// request at a look every 5-12 ms).
+    fn look_after(&self, hold: Duration) -> Duration {
+        hold.max(self.backoff())
+    }
+
+    /// The shortest hold doubled for each sign past the spell's end as learned after the
+    /// first, up to [`MAX_LOOK`].
+    fn backoff(&self) -> Duration {
+        let doublings = self.outlasted.saturating_sub(1).min(8);
+        MIN_HOLD.saturating_mul(1 << doublings).min(MAX_LOOK)
+    }
+
     /// When it is seen to have ended, our kernels running clear from `clear_from` on
     /// (unless they already ran clear since its last sign): a shortest hold after that
     /// sign and [`CLEAR_FOR`] of clear kernels (a host gap inside the job's work lasts up
@@ -506,11 +529,13 @@ impl GapPacer {
         // up to MAX_MERGE (after a longer one the job may have begun another), right
         // after the pacer held off for its rest, or, seen at work now, up to
         // UNBROKEN_MERGE after its latest sign with no clear kernel of ours since.
-        let merge = self.hold.clamp(MIN_HOLD, MAX_MERGE);
         let same = self.spell.is_some_and(|s| {
+            let merge = self.hold.clamp(MIN_HOLD, MAX_MERGE).max(s.backoff());
             launched <= s.last.max(s.latest) + merge + CENSOR_SLACK
                 || s.until.is_some_and(|u| launched <= u + CENSOR_SLACK)
-                || (exact && s.clear_since.is_none() && launched <= s.latest + UNBROKEN_MERGE)
+                || (exact
+                    && s.clear_since.is_none()
+                    && launched <= s.latest + UNBROKEN_MERGE.max(merge + CENSOR_SLACK))
         });
         if same && let Some(spell) = &mut self.spell {
             report.met = spell.inside + 1;
@@ -525,6 +550,9 @@ impl GapPacer {
                 .until
                 .is_some_and(|u| launched + CENSOR_SLACK >= u && launched <= u + CENSOR_SLACK);
             if exact {
+                if spell.until.is_some_and(|u| launched > u + CENSOR_SLACK) {
+                    spell.outlasted = spell.outlasted.saturating_add(1);
+                }
                 spell.last = spell.last.max(launched);
                 spell.working = true;
             } else if after_rest {
@@ -567,6 +595,7 @@ impl GapPacer {
                 censored: predicted.is_some() || !start_seen,
                 anchored: predicted.is_some() || exact,
                 working: exact,
+                outlasted: 0,
                 clear_since: None,
                 latest: launched,
             });
@@ -748,7 +777,7 @@ impl GapPacer {
             // In a spell seen at work: the next look the bound's hold after its last
             // sign, and not before the end of the spell as learned.
             if spell.working {
-                at = at.max(spell.last.max(spell.anchor) + min_hold.max(MIN_HOLD));
+                at = at.max(spell.last.max(spell.anchor) + spell.look_after(min_hold));
             }
             if let Some(until) = spell.until {
                 at = at.max(until);
@@ -1119,6 +1148,47 @@ mod tests {
         assert!((37.0..38.5).contains(&period), "{period}");
         assert!(pacer.learned().0.unwrap() >= len, "{pacer:?}");
         assert!(pacer.prediction().is_some(), "{pacer:?}");
+    }
+
+    #[test]
+    fn a_spell_that_outlasts_its_learned_length_is_looked_at_less_and_less_often() {
+        // Spells of 10 ms learned (a look every 5 ms finds each at work, then clear
+        // kernels), at uneven times.
+        let mut pacer = GapPacer::new();
+        pacer.set_hold(MIN_HOLD);
+        for start in [1000.0, 1130.0, 1290.0, 1400.0, 1570.0] {
+            for at in [0.0, 5.0, 10.0] {
+                pacer.kernel_done(t(start + at), t(start + at + 0.1), KernelOutcome::Busy);
+            }
+            pacer.kernel_done(t(start + 15.5), t(start + 15.6), KernelOutcome::Clear);
+            pacer.kernel_done(t(start + 19.1), t(start + 19.2), KernelOutcome::Clear);
+        }
+        // Then a spell of 300 ms (requests queued back to back): each look while it
+        // lasts finds it at work.
+        let (start, end) = (2000.0, 2300.0);
+        let mut at = t(start);
+        let mut looks = 0;
+        while at < t(end) {
+            pacer.kernel_done(at, at + MS / 10, KernelOutcome::Busy);
+            looks += 1;
+            at = pacer.next_launch(at + MS / 4, GAP_KERNEL, MIN_HOLD);
+        }
+        // A look every 5 ms would be 60 meetings; doubling from the second sign past
+        // the learned end, up to 40 ms: about 11.
+        assert!(looks <= 14, "{looks}");
+        // And the pacer looks again within MAX_LOOK of the spell's end.
+        assert!(at <= t(end) + MAX_LOOK, "{at:?}");
+        // A new spell starts at the shortest hold again.
+        pacer.kernel_done(at, at + MS / 10, KernelOutcome::Clear);
+        let clear = at + MS * 4;
+        pacer.kernel_done(clear, clear + MS / 10, KernelOutcome::Clear);
+        let next = t(2500.0);
+        pacer.kernel_done(next, next + MS / 10, KernelOutcome::Busy);
+        let look = pacer.next_launch(next + MS / 4, GAP_KERNEL, MIN_HOLD);
+        assert!(
+            look <= next + MIN_HOLD.max(pacer.learned().0.unwrap()) + MS,
+            "{look:?}"
+        );
     }
 
     #[test]
