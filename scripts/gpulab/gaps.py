@@ -38,7 +38,7 @@ window: its duty (`gpufill_duty_ratio`) and estimated cost
 means; its CPU (% of a core, and by thread: the launcher, the loop, the rest); and its
 log's lines, numbers blanked and counted, as the
 reasons it filled or held off (start-up lines left out). The GPU's utilization (NVML,
-mean of the samples in the window) alone and with.
+mean of the samples in the window) alone and with, and the SM clock the same way.
 
 The job's cost: 1 - ratio for steps per second, ratio - 1 for latencies and times (median
 over the pairs); noise: half the alone runs' range over their median. A workload is "ok"
@@ -66,7 +66,7 @@ import subprocess
 import sys
 import time
 
-from .lib import (ROOT, Gpufill, UtilTrace, gpu_env, handle, interleave, mean,
+from .lib import (ROOT, Gpufill, UtilTrace, gpu_env, handle, interleave, mean, nvml,
                   neighbour_diffs, neighbour_ratios, out_dir, parser, pct, python_child, scrape,
                   spread)
 from .live import finish_worker, service_request, start_worker, training_step
@@ -290,7 +290,7 @@ def phase_stats(reqs, seg, lo, hi):
             "mean": statistics.mean(ms), "p99": pct(ms, 99)}
 
 
-def finish_runs(a, name, runs, trace):
+def finish_runs(a, name, runs, trace, clocks=None):
     """Each run's GPU utilization (the mean of NVML's samples in its window, once the
     trace has read past the last), then a line per run in gaps-runs.jsonl."""
     end = time.monotonic() + 2.5
@@ -299,11 +299,13 @@ def finish_runs(a, name, runs, trace):
     with open(os.path.join(a.out, "gaps-runs.jsonl"), "a") as f:
         for r in runs:
             r["util"] = mean(trace.between(*r["window"]))
+            if clocks is not None:
+                r["sm_mhz"] = mean(clocks.between(*r["window"]))
             f.write(json.dumps({"workload": name, **r}) + "\n")
     return runs
 
 
-def run_plan(a, name, trace):
+def run_plan(a, name, trace, clocks=None):
     """Alone and with, interleaved, in one worker process: (phases, runs)."""
     w = WORKLOADS[name]
     phases = interleave(a.pairs)
@@ -334,10 +336,10 @@ def run_plan(a, name, trace):
         lo, hi = start + i * a.phase + a.skip, start + (i + 1) * a.phase - 0.5
         runs.append({"phase": i, "variant": variant or "alone", "window": (unix(lo), unix(hi)),
                      **phase_stats(work["reqs"], i, lo, hi), **side[i]})
-    return phases, finish_runs(a, name, runs, trace)
+    return phases, finish_runs(a, name, runs, trace, clocks)
 
 
-def run_arrive(a, trace):
+def run_arrive(a, trace, clocks=None):
     """A fresh process per run, told to go once gpufill fills (with) or at once (alone)."""
     phases = interleave(a.pairs)
     runs, child, spare = [], None, spawn_arrive(a)
@@ -365,7 +367,7 @@ def run_arrive(a, trace):
         for p in (child, spare):
             if p is not None and p.poll() is None:
                 p.kill()
-    return phases, finish_runs(a, "arrive", runs, trace)
+    return phases, finish_runs(a, "arrive", runs, trace, clocks)
 
 
 # ------------------------------------------------------------------ summary
@@ -424,6 +426,9 @@ def summarize(name, phases, runs):
     withs = [r for r, p in zip(runs, phases) if p]
     out["util_alone"] = mean(r["util"] for r, p in zip(runs, phases) if p is None and r.get("util") is not None)
     out["util_with"] = mean(r["util"] for r in withs if r.get("util") is not None)
+    out["mhz_alone"] = mean(r["sm_mhz"] for r, p in zip(runs, phases)
+                            if p is None and r.get("sm_mhz") is not None)
+    out["mhz_with"] = mean(r["sm_mhz"] for r in withs if r.get("sm_mhz") is not None)
     out["duty"] = mean(r["duty"] for r in withs if r.get("duty") is not None)
     out["est"] = mean(r["est"] for r in withs if r.get("est") is not None)
     out["est_check"] = est_check(out["est"], out["cost"], out["noise"])
@@ -465,6 +470,9 @@ def table(summaries, top=6):
         lines.append(f"{name:12} {util[0]} {util[1]} {duty:>6} {pc(s['est'], False) if s['est'] is not None else 'missing':>9} "
                      f"{s['est_check']:>8} {cpu:>6}  {s['pairs']}")
     for name, s in summaries.items():
+        if s.get("mhz_alone") is not None and s.get("mhz_with") is not None:
+            lines.append(f"{name}: SM clock (NVML's samples, mean) alone {s['mhz_alone']:.0f} MHz, "
+                         f"with {s['mhz_with']:.0f} MHz")
         split = s.get("cpu_split") or {}
         if any(v is not None for v in split.values()):
             lines.append(f"{name}: CPU % by thread: " + ", ".join(
@@ -580,13 +588,17 @@ def main(argv):
         print(f"gaps: processes on the host's GPUs already: {host['apps']}", flush=True)
     t_all = time.monotonic()
     trace = UtilTrace(handle(a.gpu), every=1.0)
+    # The SM clock too: a job that leaves the GPU mostly idle may run at lower clocks
+    # alone than beside our kernels, which would hide a cost as a speed-up.
+    clocks = UtilTrace(handle(a.gpu), every=1.0, kind=nvml().NVML_PROCESSOR_CLK_SAMPLES)
     res = {"args": {k: v for k, v in vars(a).items() if k != "env"}, "host": host, "workloads": {}}
     summaries = {}
     try:
         for name in a.workloads:
             t = time.monotonic()
             try:
-                phases, runs = run_arrive(a, trace) if name == "arrive" else run_plan(a, name, trace)
+                phases, runs = (run_arrive(a, trace, clocks) if name == "arrive"
+                                else run_plan(a, name, trace, clocks))
             except Exception as e:  # one workload's failure leaves the others' runs
                 print(f"gaps {name}: failed: {e!r}", flush=True)
                 res["workloads"][name] = {"error": repr(e)}
