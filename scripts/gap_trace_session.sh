@@ -13,7 +13,7 @@ jobs=${1:-train}
 base=${OUT:-/tmp/gap-trace}
 nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader
 nvidia-smi compute-policy -l 2>/dev/null | head -5
-git log -1 --format='commit %h' 2>/dev/null || true
+carry/gpufill --version 2>/dev/null || true
 for bound in ${BOUNDS:-2 100}; do
   echo "=== --max-cost $bound"
   OUT=$base/bound-$bound python3 scripts/gap_trace.py --gpu 0 --parts beside --jobs "$jobs" \
