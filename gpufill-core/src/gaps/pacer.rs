@@ -1,300 +1,10 @@
-//! Filling the gaps of live work without MPS, at a cost the user bounds
-//! (`yield.beside_live = "fill_gaps"`): what our kernels charge a live job, estimated
-//! from their own timing, and the rate control that holds that estimate under the bound
-//! ([`GapCost`]).
-//!
-//! # The physics
-//! Measured on H200s (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps):
-//! without MPS the GPU runs one context at a time. A job's kernel that arrives while one
-//! kernel of ours runs waits the rest of it and one context switch (136 us); one that
-//! arrives while kernels of ours are queued back to back waits out a time slice (about
-//! 2 ms), whatever their length. A job whose context was not the last one on the GPU
-//! pays the switch even when ours is idle. So gpufill fills gaps with one short kernel
-//! at a time ([`crate::LaunchShape::Gaps`]), an idle gap longer than the switch after
-//! each (so the job gets in at the end of our kernel), and every time the job meets our
-//! context it pays about a switch and half a kernel.
-//!
-//! # What our kernels see, and what it costs
-//! A kernel of ours that finds the job's context on the GPU (it starts late, is held
-//! back or cut short) is a **meeting**, and a sign of the job's work. A job's work is
-//! not one block: a launch-bound training step or a decode request is mostly host-side
-//! gaps between short kernels (measured with `scripts/gap_trace.py`: a ResNet-18 step
-//! busy 5.9 ms of a 20 ms span, with gaps of up to 2.7 ms; a GPT-2 request busy 23 ms of
-//! 310 ms). Signs less than the shortest hold apart are one **spell**; the pacer
-//! ([`GapPacer`]) learns how long spells last and how often they come, and after each
-//! sign launches nothing for the rest of the spell as learned (and at least the hold
-//! this module sets), so that our kernels stay out of the job's inner gaps: each kernel
-//! of ours there costs the job's next kernel a switch.
-//!
-//! A spell goes on while nothing shows the job idle: signs with no clear kernel of ours
-//! between them are one spell (`UNBROKEN_MERGE`). Its start counts as seen (a sample
-//! of the period) only where our kernel before it was judged just before; a sign right
-//! after a look (a probe pair's "nobody", which is not believed) shows the job at work,
-//! not since when. The pacer predicts only a job idle a third of its period or more
-//! (`PREDICT_IDLE`): a service's queued requests come nearly back to back, and
-//! predicting them would hold off through requests that never come.
-//!
-//! Where the job is idle and should stay so for a while (between spells the pacer
-//! predicts, or between spells of [`STRETCH_FOR_SPELLS`] or more), our kernels are
-//! stretched to [`STRETCH_KERNEL`] ([`GapPacer::kernel_for`]): short kernels and their
-//! gaps hold at most 40 % of the GPU.
-//!
-//! Each meeting is charged a switch and half the kernel it met; a kernel of ours held
-//! back behind the job's queued work got in only at the end of the job's time slice or
-//! kernel, so it is charged two switches and a whole kernel more ([`GapCost::charge`]).
-//!
-//! The estimate is what that charge is worth against the job's time at work: its spells
-//! as our kernels saw them, or NVML's utilization less our kernels' share where that is
-//! more (a job of isolated sub-millisecond requests shows spells of no length). That is
-//! the slowdown of the job's work while it works: of a request's latency (a decode
-//! request is one spell). For a job on a clock (a trainer whose period the pacer
-//! predicts) it is weighed against all the time instead: its step rate pays for our
-//! kernels, the wait on its input included.
-//!
-//! # Rate control
-//! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
-//! grows by half (up to [`MAX_HOLD`]) where that sample's own cost is over it too (so a
-//! spike the smoothed estimate remembers grows it once), under 0.9 of the bound it
-//! shrinks (down to [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer
-//! of its busy spells meet our context: a service of sub-millisecond requests, each of
-//! which pays about a third of its length for a meeting, is filled beside only rarely,
-//! while a trainer whose steps are milliseconds long keeps most of its gaps filled.
+//! When the gap filler launches its next kernel: what the job's spells of work and their
+//! period are, learned from what our kernels met (the module docs of [`super`]).
 
 use std::time::Duration;
 
+use super::{GAP_KERNEL, GapReport, KernelOutcome, MIN_HOLD, STRETCH_FOR_SPELLS, STRETCH_KERNEL};
 use crate::time::Time;
-use crate::units::Utilization;
-
-/// One context switch between two contexts, as measured on H200s
-/// (docs/benchmarks.md#time-slicing-between-two-contexts-the-physics-of-filling-gaps).
-pub const CONTEXT_SWITCH: Duration = Duration::from_micros(136);
-
-/// The shortest idle gap after each kernel of ours while filling gaps: longer than a
-/// switch, so a job that is ready gets the GPU at the end of our kernel instead of our
-/// next launch winning the race (it won most of them with 20 us gaps: the same section).
-pub const MIN_GAP: Duration = Duration::from_micros(150);
-
-/// The length of each kernel of ours while filling gaps: long enough that a job's
-/// kernel which finds the GPU ready at its end gets in before our next launch (at 10-25
-/// us kernels our next one won most races), short enough that a job's kernel arriving
-/// during one waits little (half of it on average).
-pub const GAP_KERNEL: Duration = Duration::from_micros(100);
-
-/// The length of each kernel of ours while the job is, as the pacer predicts, idle for a
-/// while yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before
-/// the next predicted one. Short kernels and their gaps hold at most 40 % of the GPU; a
-/// job that comes early anyway waits what is left of this one (charged as half of it,
-/// [`GapReport::met_long`]).
-pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
-
-/// A job whose spells last at least this long pays at most 1 % more of one for meeting a
-/// stretched kernel of ours instead of a short one (half the difference, 200 us): the
-/// pacer stretches its kernels between such a job's spells even where it predicts none
-/// (a decode service's requests, which come when they come), once a spell is seen to end.
-pub const STRETCH_FOR_SPELLS: Duration = Duration::from_millis(20);
-
-/// The shortest hold after a meeting.
-pub const MIN_HOLD: Duration = Duration::from_millis(5);
-
-/// The longest hold after a meeting.
-pub const MAX_HOLD: Duration = Duration::from_secs(10);
-
-/// Under this share of the bound the hold shrinks; over the bound it grows: the rate
-/// control holds the estimate near the bound, not anywhere under it.
-const SHRINK_BELOW: f64 = 0.9;
-
-/// How much of the newest estimate each NVML sample takes in (the rest is the old one).
-const SMOOTHING: f64 = 0.3;
-
-/// The least job busy share the estimate divides by: below it NVML cannot tell a job's
-/// work from nothing, and the estimate stays large rather than unbounded.
-const MIN_BUSY: f64 = 0.01;
-
-/// What a load source saw while filling gaps ([`crate::LaunchShape::Gaps`]) since it was
-/// last asked ([`crate::LoadSource::gaps_seen`]); the pacer's reports
-/// ([`GapPacer::kernel_done`]) added up.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GapReport {
-    /// Kernels of ours that ran.
-    pub kernels: u32,
-    /// Meetings: kernels of ours that met the job (started late, held back, cut short
-    /// or ran long), and the kernels of ours launched inside a spell of its work before
-    /// one; each costs the job about a switch.
-    pub met: u32,
-    /// Of the kernels that met it, those held back behind its queued work: they got in
-    /// at the end of its time slice or kernel, in the middle of its work.
-    pub held_back: u32,
-    /// Of the meetings, those of a stretched kernel of ours ([`STRETCH_KERNEL`]): the job
-    /// came earlier than the pacer predicted, and waited more of our kernel.
-    pub met_long: u32,
-    /// The job's time at work, as our kernels saw its spells (from each spell's first
-    /// sign to its last), counted when a spell ends.
-    pub job_time: Duration,
-    /// The job's period, while the pacer predicts its spells: its work comes on a
-    /// clock (a training step and its wait on its input), and what our kernels charge
-    /// it is a share of its rate.
-    pub period: Option<Duration>,
-}
-
-impl std::ops::Add for GapReport {
-    type Output = GapReport;
-
-    /// What two reports saw together.
-    fn add(self, other: GapReport) -> GapReport {
-        GapReport {
-            kernels: self.kernels + other.kernels,
-            met: self.met + other.met,
-            held_back: self.held_back + other.held_back,
-            met_long: self.met_long + other.met_long,
-            job_time: self.job_time + other.job_time,
-            period: other.period.or(self.period),
-        }
-    }
-}
-
-impl std::ops::AddAssign for GapReport {
-    fn add_assign(&mut self, other: GapReport) {
-        *self = *self + other;
-    }
-}
-
-/// The cost estimate and the hold that keeps it under the bound (module docs).
-#[derive(Clone, Debug)]
-pub struct GapCost {
-    /// Each of our kernels' length.
-    kernel: Duration,
-    /// Since the last sample: what our kernels saw, and since when.
-    pending: GapReport,
-    since: Option<Time>,
-    /// The smoothed estimate, a ratio (0.02 is 2 %); `None` before the first sample.
-    estimate: Option<f64>,
-    /// The hold after a meeting.
-    hold: Duration,
-    /// Whether the estimate is over the bound: since it went over it, until it came
-    /// back under [`SHRINK_BELOW`] of it (the hold's own thresholds).
-    over: bool,
-}
-
-impl GapCost {
-    /// A meter for kernels of `kernel`, starting with the shortest hold.
-    pub fn new(kernel: Duration) -> Self {
-        GapCost {
-            kernel,
-            pending: GapReport::default(),
-            since: None,
-            estimate: None,
-            hold: MIN_HOLD,
-            over: false,
-        }
-    }
-
-    /// The estimated cost to the live work, a ratio; `None` before an estimate.
-    pub fn estimate(&self) -> Option<f64> {
-        self.estimate
-    }
-
-    /// The hold after a meeting in force.
-    pub fn hold(&self) -> Duration {
-        self.hold
-    }
-
-    /// Whether the estimate is over the bound: from when it went over to when it came
-    /// back under 0.9 of it, where the hold shrinks again.
-    pub fn over(&self) -> bool {
-        self.over
-    }
-
-    /// The job time that `report`'s meetings cost: a switch and half a kernel each, and
-    /// two switches and a whole kernel more for each kernel of ours held back.
-    pub fn charge(&self, report: GapReport) -> Duration {
-        let meeting = CONTEXT_SWITCH + self.kernel / 2;
-        let preemption = CONTEXT_SWITCH * 2 + self.kernel;
-        let longer = STRETCH_KERNEL.saturating_sub(self.kernel) / 2;
-        meeting * report.met + preemption * report.held_back + longer * report.met_long
-    }
-
-    /// Takes in what our kernels saw up to `now`, and, at a new NVML `sample`, updates
-    /// the estimate and the hold against `max_cost` (a ratio). Returns the new hold when
-    /// it changed.
-    pub fn update(
-        &mut self,
-        now: Time,
-        report: GapReport,
-        sample: Option<Utilization>,
-        max_cost: f64,
-    ) -> Option<Duration> {
-        let since = *self.since.get_or_insert(now);
-        self.pending += report;
-        let sample = sample?;
-        let elapsed = now.saturating_since(since).as_secs_f64();
-        if elapsed <= 0.0 {
-            return None;
-        }
-        let ours = (self.kernel * self.pending.kernels).as_secs_f64() / elapsed;
-        let spells = self.pending.job_time.as_secs_f64() / elapsed;
-        // A job on a clock pays for our kernels in its rate: against all the time.
-        let on_clock = if self.pending.period.is_some() {
-            1.0
-        } else {
-            0.0
-        };
-        let busy = (sample.fraction() - ours)
-            .max(spells)
-            .max(on_clock)
-            .max(MIN_BUSY);
-        let cost = self.charge(self.pending).as_secs_f64() / elapsed / busy;
-        let estimate = match self.estimate {
-            Some(old) => old + SMOOTHING * (cost - old),
-            None => cost,
-        };
-        self.estimate = Some(estimate);
-        self.pending = GapReport::default();
-        self.since = Some(now);
-        // The hold grows only on a sample whose own cost is over the bound too: a spike
-        // that the smoothed estimate still remembers (the pacer's first spells, before it
-        // knows the job) grows it once, not at every sample while it decays.
-        let hold = if estimate > max_cost {
-            self.over = true;
-            if cost > max_cost {
-                self.hold.mul_f64(1.5).min(MAX_HOLD)
-            } else {
-                self.hold
-            }
-        } else if estimate < max_cost * SHRINK_BELOW {
-            self.over = false;
-            self.hold.div_f64(1.2).max(MIN_HOLD)
-        } else {
-            self.hold
-        };
-        (hold != self.hold).then(|| {
-            self.hold = hold;
-            hold
-        })
-    }
-}
-
-/// How a kernel of ours ended, as the gap filler judges it ([`GapPacer::kernel_done`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelOutcome {
-    /// It ran as asked: nobody ran since our previous kernel ended.
-    Clear,
-    /// It started a context switch late, and then ran: the job ran since our previous
-    /// kernel ended (somewhere between its end and this launch) and had no work queued
-    /// at this launch.
-    AfterOthers,
-    /// The job's work cut it short or came between: the job works now.
-    Busy,
-    /// It waited behind the job's queued work (got in at the end of a time slice, or of
-    /// the job's kernel): the job works now, and our kernel ran in the middle of it.
-    HeldBack,
-}
-
-impl KernelOutcome {
-    /// Whether it shows the job's work since our previous kernel.
-    pub fn met(self) -> bool {
-        self != KernelOutcome::Clear
-    }
-}
 
 /// How much of a new sample the learned spell and period take in.
 const LEARN: f64 = 0.25;
@@ -418,7 +128,7 @@ impl Spell {
 ///   sign (or right after the pacer held off for the spell's rest), else a new one, whose
 ///   anchor's distance from the last one's is a sample of the job's period. After each
 ///   sign the pacer holds off for the hold that keeps the cost under the bound
-///   ([`GapCost`], passed to [`GapPacer::next_launch`]) and for what is left of the spell
+///   ([`GapCost`](super::GapCost), passed to [`GapPacer::next_launch`]) and for what is left of the spell
 ///   as learned, then looks again (the CUDA launcher with a probe pair).
 /// - A kernel that ran **clear** a shortest hold or more after the spell's last sign ends
 ///   the spell (the job was idle since our kernel before it): its length, from its
@@ -459,7 +169,7 @@ impl GapPacer {
         GapPacer::default()
     }
 
-    /// The hold in force after a sign (the cost bound's: [`GapCost::hold`]), which the
+    /// The hold in force after a sign (the cost bound's: [`GapCost::hold`](super::GapCost::hold)), which the
     /// launcher also passes to [`GapPacer::next_launch`]: a sign a hold after the last
     /// one may be the same spell's.
     pub fn set_hold(&mut self, hold: Duration) {
@@ -849,23 +559,6 @@ fn ewma(old: Option<Duration>, sample: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    const K: Duration = Duration::from_micros(100);
-
-    fn pct(p: f64) -> Utilization {
-        Utilization::saturating_from_fraction(p / 100.0)
-    }
-
-    /// Feeds `samples` NVML samples 200 ms apart, each after `report`, with the GPU at
-    /// `util`.
-    fn feed(cost: &mut GapCost, samples: u32, report: GapReport, util: f64) {
-        let start = Time::ZERO + Duration::from_secs(1);
-        cost.update(start, GapReport::default(), None, 0.02);
-        for i in 1..=samples {
-            let now = start + Duration::from_millis(200) * i;
-            cost.update(now, report, Some(pct(util)), 0.02);
-        }
-    }
-
     const MS: Duration = Duration::from_millis(1);
 
     fn t(ms: f64) -> Time {
@@ -1192,21 +885,6 @@ mod tests {
     }
 
     #[test]
-    fn a_stretched_kernel_that_meets_the_job_is_charged_half_of_it() {
-        let cost = GapCost::new(GAP_KERNEL);
-        let short = cost.charge(GapReport {
-            met: 1,
-            ..GapReport::default()
-        });
-        let long = cost.charge(GapReport {
-            met: 1,
-            met_long: 1,
-            ..GapReport::default()
-        });
-        assert_eq!(long - short, (STRETCH_KERNEL - GAP_KERNEL) / 2);
-    }
-
-    #[test]
     fn without_the_spell_our_kernels_would_fill_the_steps_inner_gaps() {
         // The same trainer, with spells cut at each inner gap (a hold shorter than the
         // gaps): the model the pacer replaced. Our kernels then run inside the steps.
@@ -1420,28 +1098,6 @@ mod tests {
     }
 
     #[test]
-    fn a_job_on_a_clock_is_charged_against_its_rate() {
-        // 5 meetings in 200 ms beside a job at 20 % of the GPU.
-        let report = GapReport {
-            kernels: 10,
-            met: 5,
-            ..GapReport::default()
-        };
-        let mut latency = GapCost::new(K);
-        feed(&mut latency, 1, report, 20.0);
-        let mut rate = GapCost::new(K);
-        let on_clock = GapReport {
-            period: Some(MS * 37),
-            ..report
-        };
-        feed(&mut rate, 1, on_clock, 20.0);
-        // 5 x 186 us in 200 ms: 0.47 % of the time; of the job's busy 19.5 %, 2.4 %.
-        let (l, r) = (latency.estimate().unwrap(), rate.estimate().unwrap());
-        assert!((0.0046..0.0048).contains(&r), "{r}");
-        assert!((0.023..0.025).contains(&l), "{l}");
-    }
-
-    #[test]
     fn kernels_of_ours_launched_inside_a_spell_are_charged_at_its_next_sign() {
         let mut pacer = GapPacer::new();
         pacer.kernel_done(t(10.0), t(10.2), KernelOutcome::Busy);
@@ -1450,121 +1106,5 @@ mod tests {
         pacer.kernel_done(t(12.3), t(12.4), KernelOutcome::Clear);
         let r = pacer.kernel_done(t(12.6), t(12.7), KernelOutcome::AfterOthers);
         assert_eq!(r.met, 3);
-    }
-
-    #[test]
-    fn a_meeting_costs_a_switch_and_half_a_kernel_and_a_held_back_kernel_more() {
-        let cost = GapCost::new(K);
-        let met = GapReport {
-            kernels: 10,
-            met: 1,
-            held_back: 0,
-            ..GapReport::default()
-        };
-        assert_eq!(cost.charge(met), Duration::from_micros(186));
-        let held = GapReport {
-            held_back: 1,
-            ..met
-        };
-        assert_eq!(cost.charge(held), Duration::from_micros(186 + 372));
-    }
-
-    #[test]
-    fn a_trainer_met_once_a_step_costs_little_of_its_busy_time_and_keeps_the_shortest_hold() {
-        // Steps of 12 ms busy and 25 ms waiting: 5.4 steps per 200 ms, each met once;
-        // 12 ms of our kernels in each 25 ms wait; the GPU at 50 %.
-        let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 100,
-            met: 5,
-            held_back: 0,
-            ..GapReport::default()
-        };
-        feed(&mut cost, 20, report, 50.0);
-        let estimate = cost.estimate().unwrap();
-        // 5 x 186 us in 200 ms, against a busy share of 50 % - 5 % = 45 %: about 1 %.
-        assert!((0.009..0.012).contains(&estimate), "{estimate}");
-        assert_eq!(cost.hold(), MIN_HOLD);
-    }
-
-    #[test]
-    fn sub_millisecond_requests_all_met_cost_a_third_and_the_hold_grows_to_its_longest() {
-        // 20 requests a second of 0.65 ms, each met: 4 a sample; the GPU at 5 %.
-        let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 4,
-            met: 4,
-            held_back: 0,
-            ..GapReport::default()
-        };
-        feed(&mut cost, 3, report, 1.5);
-        assert!(cost.estimate().unwrap() > 0.25, "{:?}", cost.estimate());
-        feed(&mut cost, 100, report, 1.5);
-        assert_eq!(cost.hold(), MAX_HOLD);
-    }
-
-    #[test]
-    fn a_single_spike_grows_the_hold_once_not_while_the_estimate_decays() {
-        let mut cost = GapCost::new(K);
-        let start = Time::ZERO + Duration::from_secs(1);
-        let sample = Duration::from_millis(200);
-        cost.update(start, GapReport::default(), None, 0.02);
-        // The pacer's first spells: 60 meetings in one sample.
-        let spike = GapReport {
-            kernels: 100,
-            met: 60,
-            ..GapReport::default()
-        };
-        let grown = cost.update(start + sample, spike, Some(pct(10.0)), 0.02);
-        assert_eq!(grown, Some(MIN_HOLD.mul_f64(1.5)));
-        // Then nothing met: the smoothed estimate stays over the bound for a while, and
-        // the hold stays where the spike put it (it grew by half at every one of these
-        // samples before).
-        let clear = GapReport {
-            kernels: 100,
-            ..GapReport::default()
-        };
-        for i in 2..=8 {
-            cost.update(start + sample * i, clear, Some(pct(10.0)), 0.02);
-            assert!(cost.over(), "{:?} at {i}", cost.estimate());
-            assert_eq!(cost.hold(), MIN_HOLD.mul_f64(1.5), "at {i}");
-        }
-    }
-
-    #[test]
-    fn the_hold_shrinks_again_once_nothing_is_met() {
-        let mut cost = GapCost::new(K);
-        let met = GapReport {
-            kernels: 4,
-            met: 4,
-            held_back: 1,
-            ..GapReport::default()
-        };
-        feed(&mut cost, 10, met, 10.0);
-        let long = cost.hold();
-        assert!(long > MIN_HOLD * 10, "{long:?}");
-        assert!(cost.over());
-        let quiet = GapReport {
-            kernels: 500,
-            ..GapReport::default()
-        };
-        feed(&mut cost, 200, quiet, 50.0);
-        assert!(cost.estimate().unwrap() < 0.001);
-        assert_eq!(cost.hold(), MIN_HOLD);
-        assert!(!cost.over());
-    }
-
-    #[test]
-    fn nothing_changes_between_samples() {
-        let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 4,
-            met: 4,
-            held_back: 0,
-            ..GapReport::default()
-        };
-        assert_eq!(cost.update(Time::ZERO, report, None, 0.02), None);
-        assert_eq!(cost.estimate(), None);
-        assert_eq!(cost.hold(), MIN_HOLD);
     }
 }

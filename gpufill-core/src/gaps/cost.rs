@@ -1,0 +1,311 @@
+//! What our kernels charge the live job, estimated from their own timing, and the rate
+//! control that holds that estimate under the bound (the module docs of [`super`]).
+
+use std::time::Duration;
+
+use super::{CONTEXT_SWITCH, GapReport, MAX_HOLD, MIN_HOLD, STRETCH_KERNEL};
+use crate::time::Time;
+use crate::units::Utilization;
+
+/// Under this share of the bound the hold shrinks; over the bound it grows: the rate
+/// control holds the estimate near the bound, not anywhere under it.
+const SHRINK_BELOW: f64 = 0.9;
+
+/// How much of the newest estimate each NVML sample takes in (the rest is the old one).
+const SMOOTHING: f64 = 0.3;
+
+/// The least job busy share the estimate divides by: below it NVML cannot tell a job's
+/// work from nothing, and the estimate stays large rather than unbounded.
+const MIN_BUSY: f64 = 0.01;
+/// The cost estimate and the hold that keeps it under the bound (module docs).
+#[derive(Clone, Debug)]
+pub struct GapCost {
+    /// Each of our kernels' length.
+    kernel: Duration,
+    /// Since the last sample: what our kernels saw, and since when.
+    pending: GapReport,
+    since: Option<Time>,
+    /// The smoothed estimate, a ratio (0.02 is 2 %); `None` before the first sample.
+    estimate: Option<f64>,
+    /// The hold after a meeting.
+    hold: Duration,
+    /// Whether the estimate is over the bound: since it went over it, until it came
+    /// back under [`SHRINK_BELOW`] of it (the hold's own thresholds).
+    over: bool,
+}
+
+impl GapCost {
+    /// A meter for kernels of `kernel`, starting with the shortest hold.
+    pub fn new(kernel: Duration) -> Self {
+        GapCost {
+            kernel,
+            pending: GapReport::default(),
+            since: None,
+            estimate: None,
+            hold: MIN_HOLD,
+            over: false,
+        }
+    }
+
+    /// The estimated cost to the live work, a ratio; `None` before an estimate.
+    pub fn estimate(&self) -> Option<f64> {
+        self.estimate
+    }
+
+    /// The hold after a meeting in force.
+    pub fn hold(&self) -> Duration {
+        self.hold
+    }
+
+    /// Whether the estimate is over the bound: from when it went over to when it came
+    /// back under 0.9 of it, where the hold shrinks again.
+    pub fn over(&self) -> bool {
+        self.over
+    }
+
+    /// The job time that `report`'s meetings cost: a switch and half a kernel each, and
+    /// two switches and a whole kernel more for each kernel of ours held back.
+    pub fn charge(&self, report: GapReport) -> Duration {
+        let meeting = CONTEXT_SWITCH + self.kernel / 2;
+        let preemption = CONTEXT_SWITCH * 2 + self.kernel;
+        let longer = STRETCH_KERNEL.saturating_sub(self.kernel) / 2;
+        meeting * report.met + preemption * report.held_back + longer * report.met_long
+    }
+
+    /// Takes in what our kernels saw up to `now`, and, at a new NVML `sample`, updates
+    /// the estimate and the hold against `max_cost` (a ratio). Returns the new hold when
+    /// it changed.
+    pub fn update(
+        &mut self,
+        now: Time,
+        report: GapReport,
+        sample: Option<Utilization>,
+        max_cost: f64,
+    ) -> Option<Duration> {
+        let since = *self.since.get_or_insert(now);
+        self.pending += report;
+        let sample = sample?;
+        let elapsed = now.saturating_since(since).as_secs_f64();
+        if elapsed <= 0.0 {
+            return None;
+        }
+        let ours = (self.kernel * self.pending.kernels).as_secs_f64() / elapsed;
+        let spells = self.pending.job_time.as_secs_f64() / elapsed;
+        // A job on a clock pays for our kernels in its rate: against all the time.
+        let on_clock = if self.pending.period.is_some() {
+            1.0
+        } else {
+            0.0
+        };
+        let busy = (sample.fraction() - ours)
+            .max(spells)
+            .max(on_clock)
+            .max(MIN_BUSY);
+        let cost = self.charge(self.pending).as_secs_f64() / elapsed / busy;
+        let estimate = match self.estimate {
+            Some(old) => old + SMOOTHING * (cost - old),
+            None => cost,
+        };
+        self.estimate = Some(estimate);
+        self.pending = GapReport::default();
+        self.since = Some(now);
+        // The hold grows only on a sample whose own cost is over the bound too: a spike
+        // that the smoothed estimate still remembers (the pacer's first spells, before it
+        // knows the job) grows it once, not at every sample while it decays.
+        let hold = if estimate > max_cost {
+            self.over = true;
+            if cost > max_cost {
+                self.hold.mul_f64(1.5).min(MAX_HOLD)
+            } else {
+                self.hold
+            }
+        } else if estimate < max_cost * SHRINK_BELOW {
+            self.over = false;
+            self.hold.div_f64(1.2).max(MIN_HOLD)
+        } else {
+            self.hold
+        };
+        (hold != self.hold).then(|| {
+            self.hold = hold;
+            hold
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gaps::GAP_KERNEL;
+
+    const K: Duration = Duration::from_micros(100);
+
+    fn pct(p: f64) -> Utilization {
+        Utilization::saturating_from_fraction(p / 100.0)
+    }
+
+    /// Feeds `samples` NVML samples 200 ms apart, each after `report`, with the GPU at
+    /// `util`.
+    fn feed(cost: &mut GapCost, samples: u32, report: GapReport, util: f64) {
+        let start = Time::ZERO + Duration::from_secs(1);
+        cost.update(start, GapReport::default(), None, 0.02);
+        for i in 1..=samples {
+            let now = start + Duration::from_millis(200) * i;
+            cost.update(now, report, Some(pct(util)), 0.02);
+        }
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_stretched_kernel_that_meets_the_job_is_charged_half_of_it() {
+        let cost = GapCost::new(GAP_KERNEL);
+        let short = cost.charge(GapReport {
+            met: 1,
+            ..GapReport::default()
+        });
+        let long = cost.charge(GapReport {
+            met: 1,
+            met_long: 1,
+            ..GapReport::default()
+        });
+        assert_eq!(long - short, (STRETCH_KERNEL - GAP_KERNEL) / 2);
+    }
+
+    #[test]
+    fn a_job_on_a_clock_is_charged_against_its_rate() {
+        // 5 meetings in 200 ms beside a job at 20 % of the GPU.
+        let report = GapReport {
+            kernels: 10,
+            met: 5,
+            ..GapReport::default()
+        };
+        let mut latency = GapCost::new(K);
+        feed(&mut latency, 1, report, 20.0);
+        let mut rate = GapCost::new(K);
+        let on_clock = GapReport {
+            period: Some(MS * 37),
+            ..report
+        };
+        feed(&mut rate, 1, on_clock, 20.0);
+        // 5 x 186 us in 200 ms: 0.47 % of the time; of the job's busy 19.5 %, 2.4 %.
+        let (l, r) = (latency.estimate().unwrap(), rate.estimate().unwrap());
+        assert!((0.0046..0.0048).contains(&r), "{r}");
+        assert!((0.023..0.025).contains(&l), "{l}");
+    }
+
+    #[test]
+    fn a_meeting_costs_a_switch_and_half_a_kernel_and_a_held_back_kernel_more() {
+        let cost = GapCost::new(K);
+        let met = GapReport {
+            kernels: 10,
+            met: 1,
+            held_back: 0,
+            ..GapReport::default()
+        };
+        assert_eq!(cost.charge(met), Duration::from_micros(186));
+        let held = GapReport {
+            held_back: 1,
+            ..met
+        };
+        assert_eq!(cost.charge(held), Duration::from_micros(186 + 372));
+    }
+
+    #[test]
+    fn a_trainer_met_once_a_step_costs_little_of_its_busy_time_and_keeps_the_shortest_hold() {
+        // Steps of 12 ms busy and 25 ms waiting: 5.4 steps per 200 ms, each met once;
+        // 12 ms of our kernels in each 25 ms wait; the GPU at 50 %.
+        let mut cost = GapCost::new(K);
+        let report = GapReport {
+            kernels: 100,
+            met: 5,
+            held_back: 0,
+            ..GapReport::default()
+        };
+        feed(&mut cost, 20, report, 50.0);
+        let estimate = cost.estimate().unwrap();
+        // 5 x 186 us in 200 ms, against a busy share of 50 % - 5 % = 45 %: about 1 %.
+        assert!((0.009..0.012).contains(&estimate), "{estimate}");
+        assert_eq!(cost.hold(), MIN_HOLD);
+    }
+
+    #[test]
+    fn sub_millisecond_requests_all_met_cost_a_third_and_the_hold_grows_to_its_longest() {
+        // 20 requests a second of 0.65 ms, each met: 4 a sample; the GPU at 5 %.
+        let mut cost = GapCost::new(K);
+        let report = GapReport {
+            kernels: 4,
+            met: 4,
+            held_back: 0,
+            ..GapReport::default()
+        };
+        feed(&mut cost, 3, report, 1.5);
+        assert!(cost.estimate().unwrap() > 0.25, "{:?}", cost.estimate());
+        feed(&mut cost, 100, report, 1.5);
+        assert_eq!(cost.hold(), MAX_HOLD);
+    }
+
+    #[test]
+    fn a_single_spike_grows_the_hold_once_not_while_the_estimate_decays() {
+        let mut cost = GapCost::new(K);
+        let start = Time::ZERO + Duration::from_secs(1);
+        let sample = Duration::from_millis(200);
+        cost.update(start, GapReport::default(), None, 0.02);
+        // The pacer's first spells: 60 meetings in one sample.
+        let spike = GapReport {
+            kernels: 100,
+            met: 60,
+            ..GapReport::default()
+        };
+        let grown = cost.update(start + sample, spike, Some(pct(10.0)), 0.02);
+        assert_eq!(grown, Some(MIN_HOLD.mul_f64(1.5)));
+        // Then nothing met: the smoothed estimate stays over the bound for a while, and
+        // the hold stays where the spike put it (it grew by half at every one of these
+        // samples before).
+        let clear = GapReport {
+            kernels: 100,
+            ..GapReport::default()
+        };
+        for i in 2..=8 {
+            cost.update(start + sample * i, clear, Some(pct(10.0)), 0.02);
+            assert!(cost.over(), "{:?} at {i}", cost.estimate());
+            assert_eq!(cost.hold(), MIN_HOLD.mul_f64(1.5), "at {i}");
+        }
+    }
+
+    #[test]
+    fn the_hold_shrinks_again_once_nothing_is_met() {
+        let mut cost = GapCost::new(K);
+        let met = GapReport {
+            kernels: 4,
+            met: 4,
+            held_back: 1,
+            ..GapReport::default()
+        };
+        feed(&mut cost, 10, met, 10.0);
+        let long = cost.hold();
+        assert!(long > MIN_HOLD * 10, "{long:?}");
+        assert!(cost.over());
+        let quiet = GapReport {
+            kernels: 500,
+            ..GapReport::default()
+        };
+        feed(&mut cost, 200, quiet, 50.0);
+        assert!(cost.estimate().unwrap() < 0.001);
+        assert_eq!(cost.hold(), MIN_HOLD);
+        assert!(!cost.over());
+    }
+
+    #[test]
+    fn nothing_changes_between_samples() {
+        let mut cost = GapCost::new(K);
+        let report = GapReport {
+            kernels: 4,
+            met: 4,
+            held_back: 0,
+            ..GapReport::default()
+        };
+        assert_eq!(cost.update(Time::ZERO, report, None, 0.02), None);
+        assert_eq!(cost.estimate(), None);
+        assert_eq!(cost.hold(), MIN_HOLD);
+    }
+}
