@@ -243,9 +243,7 @@ impl GapPacer {
             let merge = self.hold.clamp(MIN_HOLD, MAX_MERGE).max(s.backoff());
             launched <= s.last.max(s.latest) + merge + CENSOR_SLACK
                 || s.until.is_some_and(|u| launched <= u + CENSOR_SLACK)
-                || (exact
-                    && s.clear_since.is_none()
-                    && launched <= s.latest + UNBROKEN_MERGE.max(merge + CENSOR_SLACK))
+                || (exact && s.clear_since.is_none() && launched <= s.latest + UNBROKEN_MERGE)
         });
         if same && let Some(spell) = &mut self.spell {
             report.met = spell.inside + 1;
@@ -376,18 +374,12 @@ impl GapPacer {
         (self.periods >= PREDICT_AFTER && idles).then_some((anchor, period, len))
     }
 
-    /// The shortest period the job can have: a spell as learned and a guard on either
-    /// side.
-    fn shortest_period(&self) -> Duration {
-        self.spell_len.unwrap_or_default() + GUARD * 2
-    }
-
     /// Takes in the time between two spells' anchors. Holds and predictions skip spells,
     /// so samples span whole numbers of periods: the period is their common divisor
     /// ([`common_period`]), no shorter than a spell and a guard on either side. A sample
     /// that shares none with the period known is a new job's: start over from it.
     fn learn_period(&mut self, sample: Duration) {
-        let shortest = self.shortest_period();
+        let shortest = self.spell_len.unwrap_or_default() + GUARD * 2;
         let common = self
             .period
             .and_then(|known| common_period(known, sample, shortest).map(|p| (known, p)));
@@ -867,7 +859,7 @@ mod tests {
             at = pacer.next_launch(at + MS / 4, GAP_KERNEL, MIN_HOLD);
         }
         // A look every 5 ms would be 60 meetings; doubling from the second sign past
-        // the learned end, up to 40 ms: about 11.
+        // the learned end, up to 40 ms: 12.
         assert!(looks <= 14, "{looks}");
         // And the pacer looks again within MAX_LOOK of the spell's end.
         assert!(at <= t(end) + MAX_LOOK, "{at:?}");
