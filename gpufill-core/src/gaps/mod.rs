@@ -34,6 +34,13 @@
 //! (`PREDICT_IDLE`): a service's queued requests come nearly back to back, and
 //! predicting them would hold off through requests that never come.
 //!
+//! A spell's length is learned only where its end was seen: the clear kernel after its
+//! last sign came as soon as the pacer looks at a spell itself, not put off by a hold
+//! longer than the spell (then it is a lower bound, and the length learned stands for
+//! its time at work). Before any length is learned, a spell longer than `FIRST_LOOKS`
+//! is looked at less and less often, so that a service's first long requests are not
+//! met every shortest hold.
+//!
 //! Where the job is idle and should stay so for a while (between spells the pacer
 //! predicts, or between spells of [`STRETCH_FOR_SPELLS`] or more), our kernels are
 //! stretched to [`STRETCH_KERNEL`] ([`GapPacer::kernel_for`]): short kernels and their
