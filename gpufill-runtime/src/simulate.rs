@@ -22,9 +22,11 @@ use crate::{
 
 mod report;
 mod rows;
+mod spec;
 
 pub use report::{MpsReport, Report};
 pub use rows::Rows;
+pub use spec::{MAX_REQUESTS_PER_S, MAX_SIMULATED_S, MAX_STEP_MS};
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
 /// are CPU-bound, about 0.4 (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps).
