@@ -250,22 +250,12 @@ mod tests {
 
     #[test]
     fn control_characters_in_process_names_are_escaped() {
-        let gpu = GpuInfo {
-            index: 0,
-            uuid: "GPU-1".into(),
-            name: "NVIDIA H100".into(),
-            memory_used_bytes: 0,
-            memory_total_bytes: 1,
-            utilization_percent: Some(0),
-            power_watts: None,
-            mig_enabled: false,
-            processes: vec![ProcessEntry {
-                pid: 7,
-                used_memory_bytes: None,
-                name: Some("evil\u{1b}]0;pwned\u{7}\u{1b}[2J".into()),
-                mps_client: false,
-            }],
-        };
+        let gpu = gpu_with(vec![ProcessEntry {
+            pid: 7,
+            used_memory_bytes: None,
+            name: Some("evil\u{1b}]0;pwned\u{7}\u{1b}[2J".into()),
+            mps_client: false,
+        }]);
         let text = text_of(&gpu);
         assert!(
             !text.contains('\u{1b}') && !text.contains('\u{7}'),
