@@ -13,17 +13,15 @@ use std::path::PathBuf;
 
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
-pub use gpufill_runtime::simulate::{ForeignSpec, ServiceRequests, ServiceSpec};
+pub use gpufill_runtime::simulate::{ForeignSpec, MAX_SIMULATED_S, ServiceSpec, TrainingSpec};
 use gpufill_runtime::{GpuId, GpuSelector, TimeOfDay};
 
 use crate::config::Overrides;
 
 mod keys;
-mod training;
 pub mod unknown_env;
 
 pub use keys::{KeyFlags, KeySet, LoopKeys, RunKeys, env_var_of};
-pub use training::{MAX_STEP_MS, TrainingSpec, parse_training};
 
 /// Hold a GPU's utilization at a target with almost no GPU memory, and get out of the
 /// way the moment real work arrives.
@@ -264,7 +262,7 @@ pub struct SimulateArgs {
     pub duration: f64,
     /// A foreign job, START-END:LOAD (seconds, seconds, percent of time it wants the GPU),
     /// e.g. 5-12:30. Repeatable.
-    #[arg(long, value_name = "START-END:LOAD", value_parser = parse_foreign)]
+    #[arg(long, value_name = "START-END:LOAD", value_parser = ForeignSpec::parse)]
     pub foreign: Vec<ForeignSpec>,
     /// A service that holds its context from START to END (seconds) and answers
     /// requests: START-END:EVERY:BURST, a burst of ResNet-50 requests at batch 1 (as the
@@ -275,7 +273,7 @@ pub struct SimulateArgs {
     /// with :gpu after it, requests whose kernels fill every SM in a few waves (large
     /// matmuls), which under MPS pay for our long kernels, e.g. 2-60:5/s:2ms:gpu.
     /// The report gives its requests' latency against alone. Repeatable.
-    #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms[:gpu]", value_parser = parse_service)]
+    #[arg(long, value_name = "START-END:EVERY:BURST|START-END:RATE/s:LENGTHms[:gpu]", value_parser = ServiceSpec::parse)]
     pub service: Vec<ServiceSpec>,
     /// A training job that holds its context from START to END (seconds) and waits on
     /// its input: steps that keep the GPU busy STEP_MS each, in kernels of 300 us with
@@ -284,7 +282,7 @@ pub struct SimulateArgs {
     /// step's were measured), then WAIT_MS on its input, one step after another, e.g.
     /// 2-300:12:25. The report gives
     /// how much our kernels slowed its step rate. Repeatable.
-    #[arg(long, value_name = "START-END:STEP_MS:WAIT_MS", value_parser = parse_training)]
+    #[arg(long, value_name = "START-END:STEP_MS:WAIT_MS", value_parser = TrainingSpec::parse)]
     pub training: Vec<TrainingSpec>,
     /// Write every tick to this CSV file: t_s,target,util,duty,state.
     #[arg(long, value_name = "FILE")]
@@ -332,44 +330,6 @@ pub struct SimulateArgs {
     pub start_time: Option<TimeOfDay>,
 }
 
-/// The longest simulation, and so the latest time a `--foreign` job may name: 30 days.
-pub const MAX_SIMULATED_S: f64 = 30.0 * 86400.0;
-
-/// Parses `START-END:LOAD`, e.g. `5-12:30`.
-///
-/// # Errors
-/// A message saying what is wrong, for clap to print.
-pub fn parse_foreign(s: &str) -> Result<ForeignSpec, String> {
-    let bad = || format!("expected START-END:LOAD in seconds and percent, e.g. 5-12:30, got {s:?}");
-    let (span, load) = s.split_once(':').ok_or_else(bad)?;
-    let (start, end) = span.split_once('-').ok_or_else(bad)?;
-    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let (start_s, end_s, load_percent) = match (num(start), num(end), num(load)) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(bad()),
-    };
-    if start_s < 0.0 || end_s <= start_s {
-        return Err(format!(
-            "foreign job {s:?}: END must be after START, both at least 0"
-        ));
-    }
-    if end_s > MAX_SIMULATED_S {
-        return Err(format!(
-            "foreign job {s:?}: END must be at most {MAX_SIMULATED_S} seconds (30 days, the longest simulation)"
-        ));
-    }
-    if !(0.0..=100.0).contains(&load_percent) {
-        return Err(format!(
-            "foreign job {s:?}: LOAD must be a percent between 0 and 100"
-        ));
-    }
-    Ok(ForeignSpec {
-        start_s,
-        end_s,
-        load_percent,
-    })
-}
-
 /// `gpufill bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -413,158 +373,5 @@ fn parse_gpu(s: &str) -> Result<GpuId, String> {
     match s.trim().parse::<i64>() {
         Ok(index) => GpuId::from_index(index),
         Err(_) => GpuId::from_uuid(s.trim()),
-    }
-}
-
-/// The most isolated requests a second `--service` takes: the simulated GPU serves each
-/// one by one, and a month at this rate is already 260 million of them.
-pub const MAX_REQUESTS_PER_S: f64 = 100.0;
-
-/// Parses `START-END:EVERY:BURST`, e.g. `2-60:6:0.17`, or `START-END:RATE/s:LENGTHms`,
-/// e.g. `2-60:20/s:0.87ms`.
-///
-/// # Errors
-/// A message saying what is wrong, for clap to print.
-pub fn parse_service(s: &str) -> Result<ServiceSpec, String> {
-    let bad = || {
-        format!(
-            "expected START-END:EVERY:BURST in seconds, e.g. 2-60:6:0.17, or START-END:RATE/s:LENGTHms, e.g. 2-60:20/s:0.87ms, got {s:?}"
-        )
-    };
-    let (span, rest) = s.split_once(':').ok_or_else(bad)?;
-    let (first, second) = rest.split_once(':').ok_or_else(bad)?;
-    let load = format!("{span}:0");
-    let window = parse_foreign(&load).map_err(|e| e.replace(&load, s))?;
-    let num = |x: &str| x.trim().parse::<f64>().ok().filter(|v| v.is_finite());
-    let requests = if let Some(rate) = first.trim().strip_suffix("/s") {
-        let (second, fills_every_sm) = match second.trim().strip_suffix(":gpu") {
-            Some(length) => (length, true),
-            None => (second, false),
-        };
-        let length = second.trim().strip_suffix("ms").ok_or_else(bad)?;
-        let (Some(per_s), Some(request_ms)) = (num(rate), num(length)) else {
-            return Err(bad());
-        };
-        if !(per_s > 0.0 && per_s <= MAX_REQUESTS_PER_S) {
-            return Err(format!(
-                "service {s:?}: RATE must be more than 0 and at most {MAX_REQUESTS_PER_S} a second"
-            ));
-        }
-        if !(request_ms > 0.0 && request_ms <= 1000.0) {
-            return Err(format!(
-                "service {s:?}: LENGTH must be more than 0 and at most 1000 ms"
-            ));
-        }
-        ServiceRequests::Rate {
-            per_s,
-            request_ms,
-            fills_every_sm,
-        }
-    } else {
-        let (Some(every_s), Some(burst_s)) = (num(first), num(second)) else {
-            return Err(bad());
-        };
-        if !(burst_s > 0.0 && burst_s <= every_s && every_s <= 86400.0) {
-            return Err(format!(
-                "service {s:?}: BURST must be more than 0 and at most EVERY, EVERY at most 86400"
-            ));
-        }
-        ServiceRequests::Bursts { every_s, burst_s }
-    };
-    Ok(ServiceSpec {
-        start_s: window.start_s,
-        end_s: window.end_s,
-        requests,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_a_service_spec_and_rejects_bad_ones() {
-        assert_eq!(
-            parse_service("2-60:6:0.17").unwrap(),
-            ServiceSpec {
-                start_s: 2.0,
-                end_s: 60.0,
-                requests: ServiceRequests::Bursts {
-                    every_s: 6.0,
-                    burst_s: 0.17
-                }
-            }
-        );
-        assert_eq!(
-            parse_service("2-60:20/s:0.87ms").unwrap().requests,
-            ServiceRequests::Rate {
-                per_s: 20.0,
-                request_ms: 0.87,
-                fills_every_sm: false
-            }
-        );
-        assert_eq!(
-            parse_service("2-60:5/s:2ms:gpu").unwrap().requests,
-            ServiceRequests::Rate {
-                per_s: 5.0,
-                request_ms: 2.0,
-                fills_every_sm: true
-            }
-        );
-        for bad in [
-            "",
-            "2-60:6",
-            "2-60",
-            "60-2:6:0.1",
-            "2-60:6:0",
-            "2-60:1:2",
-            "2-60:x:1",
-            "2-60:20/s:0.87",
-            "2-60:20/s:0.87ms:cpu",
-            "2-60:6:0.1:gpu",
-            "2-60:20/s:0ms",
-            "2-60:0/s:1ms",
-            "2-60:101/s:1ms",
-            "2-60:20/s:1001ms",
-            "2-60:x/s:1ms",
-        ] {
-            assert!(parse_service(bad).is_err(), "{bad}");
-        }
-        assert!(
-            parse_service("9-3:6:1")
-                .unwrap_err()
-                .contains("\"9-3:6:1\""),
-            "names the whole spec"
-        );
-    }
-
-    #[test]
-    fn parses_a_foreign_job_spec() {
-        assert_eq!(
-            parse_foreign("5-12:30").unwrap(),
-            ForeignSpec {
-                start_s: 5.0,
-                end_s: 12.0,
-                load_percent: 30.0
-            }
-        );
-        assert_eq!(parse_foreign("0.5-1.5:100").unwrap().end_s, 1.5);
-    }
-
-    #[test]
-    fn rejects_malformed_foreign_job_specs() {
-        for bad in [
-            "",
-            "5-12",
-            "5:30",
-            "12-5:30",
-            "5-12:130",
-            "a-b:c",
-            "5-12:nan",
-            "-1-3:10",
-            "0-1e20:30",
-        ] {
-            assert!(parse_foreign(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -4,8 +4,9 @@
 //! exit codes. Each subcommand is a module ([`run`], [`simulate`], [`status`], [`mod@bench`]);
 //! the control logic lives in `gpufill-core`, the hardware in `gpufill-cuda` and
 //! `gpufill-nvml`, and the runtime (opening GPUs, the supervised agent, reloads' logic,
-//! `simulate`'s run, `bench`'s measurement, MPS restarts) in `gpufill-runtime`, which
-//! this crate reaches the hardware through.
+//! `simulate`'s run, `bench`'s measurement, MPS restarts, and the text, CSV and plot
+//! these commands print) in `gpufill-runtime`, which this crate reaches the hardware
+//! through.
 
 pub mod bench;
 pub mod cli;

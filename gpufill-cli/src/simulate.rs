@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use gpufill_core::{Tick, Utilization};
-use gpufill_runtime::simulate::{Hooks, Scenario, SimRun};
+use gpufill_core::Tick;
+use gpufill_runtime::simulate::{Hooks, Rows, Scenario, SimRun};
 use gpufill_runtime::{GpuLabels, PidView, Publisher, Registry, Settings, Time, TimeOfDay};
 use gpufill_sim::MAX_RANDOM_JOBS_PER_HOUR;
 
@@ -104,7 +104,7 @@ pub fn run(args: &SimulateArgs, config: &Config, out: &mut dyn Write) -> anyhow:
     let mut table = Table {
         out,
         csv,
-        sm: sim.measures_sm(),
+        rows: Rows::new(sim.measures_sm()),
         every: Time::from_secs_f64(args.every).since_epoch(),
         next_row: Time::ZERO,
         out_result: Ok(()),
@@ -168,7 +168,7 @@ fn start_metrics(args: &SimulateArgs, config: &Config) -> anyhow::Result<Option<
 struct Table<'a> {
     out: &'a mut dyn Write,
     csv: Option<(BufWriter<File>, PathBuf)>,
-    sm: bool,
+    rows: Rows,
     every: Duration,
     next_row: Time,
     /// The first error writing `out` (it ends the run), then the CSV file's.
@@ -186,29 +186,9 @@ impl<'a> Table<'a> {
     /// a schedule has windows).
     fn write_header(&mut self, start_time: Option<TimeOfDay>) -> std::io::Result<()> {
         if let Some((w, _)) = self.csv.as_mut() {
-            if self.sm {
-                writeln!(w, "t_s,target,sm,duty,width,state")?;
-            } else {
-                writeln!(w, "t_s,target,util,duty,state")?;
-            }
+            self.rows.write_csv_header(w)?;
         }
-        let out = &mut *self.out;
-        if let Some(start_time) = start_time {
-            writeln!(out, "time of day at the start: {start_time}")?;
-        }
-        if self.sm {
-            writeln!(
-                out,
-                "{:>8} {:>7} {:>6} {:>6} {:>6}  {:<9} foreign",
-                "t_s", "target", "sm", "duty", "width", "state"
-            )
-        } else {
-            writeln!(
-                out,
-                "{:>8} {:>7} {:>6} {:>6}  {:<9} foreign",
-                "t_s", "target", "util", "duty", "state"
-            )
-        }
+        self.rows.write_header(self.out, start_time)
     }
 
     /// The first write error, or the CSV file flushed; then `out` again for the summary.
@@ -238,10 +218,10 @@ impl Hooks for Table<'_> {
 
     fn tick(&mut self, tick: &Tick) {
         if let Some((w, _)) = self.csv.as_mut().filter(|_| self.io_result.is_ok()) {
-            self.io_result = write_csv_row(w, tick, self.sm);
+            self.io_result = self.rows.write_csv_row(w, tick);
         }
         if tick.at >= self.next_row && self.out_result.is_ok() {
-            self.out_result = write_row(self.out, tick, self.sm);
+            self.out_result = self.rows.write_row(self.out, tick);
             self.next_row += self.every;
         }
     }
@@ -252,58 +232,4 @@ impl Hooks for Table<'_> {
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
         }
     }
-}
-
-fn percent(u: Option<Utilization>) -> String {
-    u.map_or_else(String::new, |u| format!("{:.1}", u.percent()))
-}
-
-fn write_csv_row(w: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
-    if sm {
-        return writeln!(
-            w,
-            "{:.3},{:.1},{},{:.2},{},{}",
-            t.at.as_secs_f64(),
-            t.target.percent(),
-            percent(t.util),
-            t.duty.percent(),
-            t.width.get(),
-            t.state.as_str()
-        );
-    }
-    writeln!(
-        w,
-        "{:.3},{:.1},{},{:.2},{}",
-        t.at.as_secs_f64(),
-        t.target.percent(),
-        percent(t.util),
-        t.duty.percent(),
-        t.state.as_str()
-    )
-}
-
-fn write_row(out: &mut dyn Write, t: &Tick, sm: bool) -> std::io::Result<()> {
-    if sm {
-        return writeln!(
-            out,
-            "{:>8.2} {:>7.1} {:>6} {:>6.1} {:>6}  {:<9} {}",
-            t.at.as_secs_f64(),
-            t.target.percent(),
-            percent(t.util),
-            t.duty.percent(),
-            t.width.get(),
-            t.state.as_str(),
-            t.foreign
-        );
-    }
-    writeln!(
-        out,
-        "{:>8.2} {:>7.1} {:>6} {:>6.1}  {:<9} {}",
-        t.at.as_secs_f64(),
-        t.target.percent(),
-        percent(t.util),
-        t.duty.percent(),
-        t.state.as_str(),
-        t.foreign
-    )
 }

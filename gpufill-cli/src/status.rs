@@ -4,7 +4,8 @@
 //!
 //! What it shows is the runtime's `status::MachineStatus`, read from NVML only, never
 //! CUDA: it works where the driver's libcuda is missing, such as a container given only
-//! the `utility` driver capability. This module prints it.
+//! the `utility` driver capability; its text is the runtime's too
+//! (`MachineStatus::write_text`). This module prints it, and makes the JSON.
 
 use std::io::Write;
 use std::path::Path;
@@ -16,8 +17,6 @@ use gpufill_runtime::{GpuInfo, PidView};
 use serde_json::{Value, json};
 
 use crate::cli::StatusArgs;
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// Prints every GPU NVML sees; gpufill's own processes and MPS clients are marked.
 ///
@@ -49,49 +48,11 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(&to_json(driver, *view, pipe, daemon, gpus))?;
         writeln!(out, "{text}")
     } else {
-        write_all(out, driver, *view, pipe, daemon, gpus)
+        status.write_text(out)
     };
     written
         .and_then(|()| out.flush())
         .context("cannot write to standard output")
-}
-
-/// The whole report as text: the driver, the PID view, MPS, then each GPU.
-fn write_all(
-    out: &mut dyn Write,
-    driver: &str,
-    view: PidView,
-    pipe: &Path,
-    daemon: &Daemon,
-    gpus: &[GpuInfo],
-) -> std::io::Result<()> {
-    writeln!(out, "driver {driver}, {} GPU(s)", gpus.len())?;
-    writeln!(out, "{}", view_line(view))?;
-    writeln!(out, "{}", mps_line(pipe, daemon))?;
-    for gpu in gpus {
-        write_gpu(out, gpu)?;
-    }
-    Ok(())
-}
-
-/// What the MPS state means for the process lists below.
-fn mps_line(pipe: &Path, daemon: &Daemon) -> String {
-    let pipe = printable(&pipe.display().to_string());
-    match daemon {
-        Daemon::Running => format!(
-            "MPS: a control daemon runs ({pipe}): its clients (marked) share the SMs; the other \
-             processes time-slice with them"
-        ),
-        Daemon::Quitting => format!(
-            "MPS: a control daemon was told to quit ({pipe}): it waits for its clients (marked) \
-             to exit; the other processes time-slice with them"
-        ),
-        Daemon::Absent => format!("MPS: no control daemon ({pipe}): processes time-slice"),
-        Daemon::Untrusted(why) => format!(
-            "MPS: not trusted as a control daemon ({}): processes time-slice",
-            printable(why)
-        ),
-    }
 }
 
 /// The JSON status of a machine where NVML cannot start (no driver): no GPUs, and why.
@@ -147,59 +108,6 @@ fn to_json(driver: &str, view: PidView, pipe: &Path, daemon: &Daemon, gpus: &[Gp
     })
 }
 
-fn write_gpu(out: &mut dyn Write, gpu: &GpuInfo) -> std::io::Result<()> {
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    writeln!(
-        out,
-        "\nGPU {}  {}  {}{}",
-        gpu.index,
-        printable(&gpu.name),
-        printable(&gpu.uuid),
-        if gpu.mig_enabled { "  (MIG)" } else { "" }
-    )?;
-    writeln!(
-        out,
-        "  utilization {} %   memory {:.0} / {:.0} MiB   power {} W",
-        opt(gpu.utilization_percent.map(|u| u.to_string())),
-        gpu.memory_used_bytes as f64 / MIB,
-        gpu.memory_total_bytes as f64 / MIB,
-        opt(gpu.power_watts.map(|w| format!("{w:.0}"))),
-    )?;
-    if gpu.processes.is_empty() {
-        writeln!(out, "  no compute processes")?;
-    }
-    for p in &gpu.processes {
-        let name = printable(p.name.as_deref().unwrap_or("?"));
-        let ours = if is_ours(p) { "  (gpufill)" } else { "" };
-        let client = if p.mps_client { "  (MPS client)" } else { "" };
-        writeln!(
-            out,
-            "  pid {:>8}  {:>8} MiB  {name}{ours}{client}",
-            p.pid,
-            opt(p
-                .used_memory_bytes
-                .map(|b| format!("{:.0}", b as f64 / MIB)))
-        )?;
-    }
-    Ok(())
-}
-
-/// What the PID view means for the process lists below.
-fn view_line(view: PidView) -> &'static str {
-    match view {
-        PidView::Host => "PID view: host (NVML lists every compute process, with host PIDs)",
-        PidView::Namespace => {
-            "PID view: namespace (NVML lists only this PID namespace's processes; gpufill \
-             sees the others by the device memory they hold and their utilization)"
-        }
-    }
-}
-
-/// `s` safe for a terminal: a process name comes from its argv, which any user sets.
-fn printable(s: &str) -> String {
-    gpufill_runtime::escape_controls(s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,33 +134,6 @@ mod tests {
             name: Some(name.into()),
             mps_client,
         }
-    }
-
-    #[test]
-    fn mps_clients_are_marked_and_the_daemon_is_said() {
-        let gpu = gpu_with(vec![
-            process(10, "/usr/bin/gpufill", true),
-            process(11, "python3", true),
-            process(12, "other", false),
-        ]);
-        let mut out = Vec::new();
-        write_gpu(&mut out, &gpu).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let line = |pid: &str| text.lines().find(|l| l.contains(pid)).unwrap().to_owned();
-        assert!(
-            line(" 10 ").ends_with("/usr/bin/gpufill  (gpufill)  (MPS client)"),
-            "{text}"
-        );
-        assert!(line(" 11 ").ends_with("python3  (MPS client)"), "{text}");
-        assert!(line(" 12 ").ends_with("other"), "{text}");
-        let pipe = Path::new("/run/nvidia-mps");
-        assert!(
-            mps_line(pipe, &Daemon::Running)
-                .contains("(/run/nvidia-mps): its clients (marked) share the SMs")
-        );
-        assert!(mps_line(pipe, &Daemon::Absent).ends_with("processes time-slice"));
-        assert!(mps_line(pipe, &Daemon::Quitting).contains("told to quit"));
-        assert!(mps_line(pipe, &Daemon::Untrusted("x is a link".into())).contains("x is a link"));
     }
 
     #[test]
@@ -283,22 +164,12 @@ mod tests {
     }
 
     #[test]
-    fn a_gpufill_is_marked_by_its_program_s_file_name_as_run_s_claim_judges_it() {
+    fn a_gpufill_is_marked_in_the_json_by_its_program_s_file_name_as_run_s_claim_judges_it() {
         let gpu = gpu_with(vec![
             process(20, "/usr/bin/gpufill --config /etc/g.toml", false),
             process(21, "gpufill-bench", false),
             process(22, "/opt/gpufill/bin/gpufill", false),
         ]);
-        let mut out = Vec::new();
-        write_gpu(&mut out, &gpu).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let line = |pid: &str| text.lines().find(|l| l.contains(pid)).unwrap().to_owned();
-        assert!(
-            line(" 20 ").ends_with("/usr/bin/gpufill --config /etc/g.toml  (gpufill)"),
-            "{text}"
-        );
-        assert!(line(" 21 ").ends_with("gpufill-bench"), "{text}");
-        assert!(line(" 22 ").ends_with("(gpufill)"), "{text}");
         let value = to_json(
             "580.1",
             PidView::Host,
@@ -310,33 +181,5 @@ mod tests {
             .map(|i| &value["gpus"][0]["processes"][i]["gpufill"])
             .collect();
         assert_eq!(marks, [true, false, true]);
-    }
-
-    #[test]
-    fn control_characters_in_process_names_are_escaped() {
-        let gpu = GpuInfo {
-            index: 0,
-            uuid: "GPU-1".into(),
-            name: "NVIDIA H100".into(),
-            memory_used_bytes: 0,
-            memory_total_bytes: 1,
-            utilization_percent: Some(0),
-            power_watts: None,
-            mig_enabled: false,
-            processes: vec![ProcessEntry {
-                pid: 7,
-                used_memory_bytes: None,
-                name: Some("evil\u{1b}]0;pwned\u{7}\u{1b}[2J".into()),
-                mps_client: false,
-            }],
-        };
-        let mut out = Vec::new();
-        write_gpu(&mut out, &gpu).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        assert!(
-            !text.contains('\u{1b}') && !text.contains('\u{7}'),
-            "{text:?}"
-        );
-        assert!(text.contains("evil\\u{1b}]0;pwned"), "{text}");
     }
 }

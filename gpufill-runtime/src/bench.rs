@@ -1,10 +1,11 @@
 //! `gpufill bench`'s measurement: one fill loop driven through a [`Rig`] (a real GPU,
 //! [`RealRig`], with a foreign process the caller starts; or the simulated one,
 //! [`SimRig`]), the ticks, power and memory it records, and the summary maths
-//! ([`BenchSummary`]), and the foreign process's load ([`foreign_load`]). The binary
-//! adds the flags, starts the foreign process (itself, as `gpufill bench-foreign`), the
-//! progress bar, the table and the files (`bench.svg`,
-//! `bench.csv`, `bench.json`: this summary's serde form, feature `serde`).
+//! ([`BenchSummary`]), the foreign process's load ([`foreign_load`]), and what the
+//! files and the terminal show of them: the table ([`write_table`]), `bench.csv`
+//! ([`write_csv`]) and `bench.svg` ([`svg`]); `bench.json` is the summary's serde form
+//! (feature `serde`). The binary adds the flags, starts the foreign process (itself, as
+//! `gpufill bench-foreign`), the progress bar, and writes the files.
 //!
 //! Phases, all on one time axis:
 //! 1. each target for its seconds, one after the other without stopping;
@@ -22,6 +23,8 @@ mod foreign;
 mod real;
 mod sim;
 mod summary;
+pub mod svg;
+mod table;
 
 pub use foreign::{ForeignError, foreign_load};
 pub use real::{RealRig, RealRigError, SpawnForeign};
@@ -30,6 +33,7 @@ pub use summary::{
     BenchSummary, SETTLE_POINTS, TargetSummary, YieldObservation, YieldSummary, summarize_target,
     summarize_yield,
 };
+pub use table::{write_csv, write_table};
 
 /// How long the foreign process of the yield test runs.
 const FOREIGN_RUN: Duration = Duration::from_secs(3);

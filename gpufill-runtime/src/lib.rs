@@ -47,11 +47,12 @@
 //!   GPU (its model, `SimConfig` and `ForeignJob`, is the crate `gpufill-sim`, which
 //!   needs no GPU crate; this one builds on it); [`mps::SimDaemon`] and
 //!   [`mps::MpsFollower`], a simulated run's MPS daemon followed by the real watch.
-//! - [`simulate::SimRun`]: a simulated run in virtual time and its [`simulate::Report`]
-//!   (`gpufill simulate`); [`bench::measure`]: a bench over any [`bench::Rig`] (the
-//!   real [`bench::RealRig`] or the simulated [`bench::SimRig`]) and its
-//!   [`bench::BenchSummary`] (`gpufill bench`); [`status::MachineStatus`]: the GPUs,
-//!   their processes and MPS as NVML alone shows them (`gpufill status`).
+//! - [`simulate::SimRun`]: a simulated run in virtual time, its table's
+//!   [`simulate::Rows`] and its [`simulate::Report`] (`gpufill simulate`);
+//!   [`bench::measure`]: a bench over any [`bench::Rig`] (the real [`bench::RealRig`] or
+//!   the simulated [`bench::SimRig`]), its [`bench::BenchSummary`], table, CSV and plot
+//!   ([`bench::svg`]) (`gpufill bench`); [`status::MachineStatus`]: the GPUs, their
+//!   processes and MPS as NVML alone shows them, and as text (`gpufill status`).
 //!
 //! # Where things are decided (each one hop from here)
 //! - **The control law**: [`gpufill_core::controller`] (the PI controller with

@@ -1,8 +1,8 @@
 //! `gpufill simulate`'s run: the real fill loop against the simulated GPU, in virtual
-//! time, and its summary. The binary parses the flags into a [`Scenario`], prints the
-//! table and the CSV from [`Hooks::tick`], and prints the [`Report`]; everything else
-//! (the simulated GPU's jobs, the steering, MPS, reloads, what the summary judges) is
-//! here, and tested here.
+//! time, its table and its summary. The binary parses the flags into a [`Scenario`],
+//! writes the table's and the CSV's [`Rows`] from [`Hooks::tick`], and prints the
+//! [`Report`]; everything else (the simulated GPU's jobs, the steering, MPS, reloads,
+//! what the summary judges, the rows' columns) is here, and tested here.
 //!
 //! [`SimRun::new`] builds a run, [`SimRun::drive`] steps it to its end (or until
 //! [`Hooks::stop`]), [`SimRun::report`] summarizes it.
@@ -21,8 +21,12 @@ use crate::{
 };
 
 mod report;
+mod rows;
+mod spec;
 
 pub use report::{MpsReport, Report};
+pub use rows::Rows;
+pub use spec::{MAX_REQUESTS_PER_S, MAX_SIMULATED_S, MAX_STEP_MS};
 
 /// How busy a `--service` keeps the GPU inside a burst: ResNet-50 requests at batch 1
 /// are CPU-bound, about 0.4 (docs/benchmarks.md#beside-a-mostly-idle-service-and-under-mps).

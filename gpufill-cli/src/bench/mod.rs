@@ -1,16 +1,14 @@
 //! `gpufill bench`: tracking, memory, power and yield, measured on the user's own GPU
 //! (or on the simulated GPU with `--sim`), with a progress bar, a table and files.
 //!
-//! The measurement and its summary are the runtime's (`gpufill_runtime::bench`: the
-//! phases, the `Rig` it drives, the real `RealRig` and the simulated `SimRig`, the
-//! maths). This module adds the flags, the real rig's foreign CUDA process (this binary
-//! as `gpufill bench-foreign`, [`foreign`]), the progress bar,
-//! the table (`table`), the plot (`svg`), the CSV and the JSON; all of it is the
-//! same for both rigs, so `--sim` tests the whole command in CI.
+//! The measurement, its summary and their rendering are the runtime's
+//! (`gpufill_runtime::bench`: the phases, the `Rig` it drives, the real `RealRig` and
+//! the simulated `SimRig`, the maths, the table, the CSV and the plot). This module adds
+//! the flags, the real rig's foreign CUDA process (this binary as `gpufill
+//! bench-foreign`, [`foreign`]), the progress bar, and the files with the JSON; all of it
+//! is the same for both rigs, so `--sim` tests the whole command in CI.
 
 pub mod foreign;
-pub mod svg;
-mod table;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -22,8 +20,9 @@ use anyhow::{Context, bail};
 use gpufill_core::Utilization;
 use gpufill_runtime::bench::{
     self, BenchSummary, Plan, Progress, RealRig, RealRigError, Recording, Rig, RigError, SimRig,
+    svg,
 };
-use gpufill_runtime::{Metric, OpenError, Settings, Time};
+use gpufill_runtime::{Metric, OpenError, Settings};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::BenchArgs;
@@ -64,7 +63,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (recording, skipped) = recorded?;
     let summary = BenchSummary::new(rig.as_ref(), &plan, args.sim, &config, &recording, skipped);
     write_files(&args.out, &rig.name(), &recording, &summary)?;
-    table::write_table(&summary, out)?;
+    bench::write_table(&summary, out)?;
     writeln!(
         out,
         "wrote bench.svg, bench.csv and bench.json to {}",
@@ -191,9 +190,9 @@ fn write_files(
             .with_context(|| format!("cannot create {}", path.display()))
     };
     let mut csv = create("bench.csv")?;
-    write_csv(&mut csv, rec).and_then(|()| csv.flush())?;
+    bench::write_csv(&mut csv, rec).and_then(|()| csv.flush())?;
     let mut svg = create("bench.svg")?;
-    svg.write_all(svg::render(&plot(gpu, rec, summary.simulated)).as_bytes())
+    svg.write_all(svg::render(&svg::Plot::of(gpu, rec, summary.simulated)).as_bytes())
         .and_then(|()| svg.flush())?;
     let mut json = create("bench.json")?;
     serde_json::to_writer_pretty(&mut json, summary)?;
@@ -201,55 +200,10 @@ fn write_files(
     Ok(())
 }
 
-/// `t_s,target,util,duty,state`, one row per tick; `util` is the NVML sample read in
-/// that tick, empty when none arrived.
-fn write_csv(w: &mut dyn Write, rec: &Recording) -> std::io::Result<()> {
-    writeln!(w, "t_s,target,util,duty,state")?;
-    for t in &rec.ticks {
-        writeln!(
-            w,
-            "{:.3},{:.1},{},{:.2},{}",
-            t.at.saturating_since(rec.start).as_secs_f64(),
-            t.target.percent(),
-            t.sample
-                .map_or_else(String::new, |s| format!("{:.1}", s.percent())),
-            t.duty.percent(),
-            t.state.as_str()
-        )?;
-    }
-    Ok(())
-}
-
-fn plot(gpu: &str, rec: &Recording, simulated: bool) -> svg::Plot {
-    let secs = |t: Time| t.saturating_since(rec.start).as_secs_f64();
-    svg::Plot {
-        title: format!("gpufill bench: {gpu}"),
-        util_label: if simulated {
-            "simulated (model)"
-        } else {
-            "measured (NVML)"
-        },
-        util: rec
-            .ticks
-            .iter()
-            .filter_map(|t| t.sample.map(|s| (secs(t.at), s.percent())))
-            .collect(),
-        target: rec
-            .ticks
-            .iter()
-            .map(|t| (secs(t.at), t.target.percent()))
-            .collect(),
-        shaded: rec
-            .yield_test
-            .iter()
-            .map(|(_, _, from, to)| (secs(*from), secs(*to), "yield test".to_owned()))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufill_runtime::Time;
 
     fn args() -> BenchArgs {
         BenchArgs {

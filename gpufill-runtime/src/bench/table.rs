@@ -1,9 +1,9 @@
-//! `gpufill bench`'s table: one row per target, then the yield test, from the
-//! runtime's [`BenchSummary`] (whose maths are `gpufill_runtime::bench`'s).
+//! `gpufill bench`'s text: the table, one row per target, then the yield test, from a
+//! [`BenchSummary`]; and `bench.csv`, one row per tick of a [`Recording`].
 
 use std::io::{self, Write};
 
-use gpufill_runtime::bench::{BenchSummary, YieldSummary};
+use super::{BenchSummary, Recording, YieldSummary};
 
 fn opt(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
@@ -116,9 +116,31 @@ fn write_yield(out: &mut dyn Write, y: &YieldSummary) -> io::Result<()> {
     )
 }
 
+/// `t_s,target,util,duty,state`, one row per tick; `util` is the NVML sample read in
+/// that tick, empty when none arrived.
+///
+/// # Errors
+/// I/O errors of `w`.
+pub fn write_csv(w: &mut dyn Write, rec: &Recording) -> io::Result<()> {
+    writeln!(w, "t_s,target,util,duty,state")?;
+    for t in &rec.ticks {
+        writeln!(
+            w,
+            "{:.3},{:.1},{},{:.2},{}",
+            t.at.saturating_since(rec.start).as_secs_f64(),
+            t.target.percent(),
+            t.sample
+                .map_or_else(String::new, |s| format!("{:.1}", s.percent())),
+            t.duty.percent(),
+            t.state.as_str()
+        )?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use gpufill_runtime::bench::TargetSummary;
+    use super::super::TargetSummary;
 
     use super::*;
 

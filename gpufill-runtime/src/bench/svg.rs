@@ -1,5 +1,6 @@
 //! `bench.svg`: measured utilization and target against time, written by hand as a
-//! self-contained SVG (no plotting dependency, no scripts, no external fonts).
+//! self-contained SVG (no plotting dependency, no scripts, no external fonts);
+//! [`Plot::of`] takes what to draw from a [`Recording`].
 //!
 //! Layout: a fixed 960x420 canvas, the y axis fixed at 0-100 %, the x axis from 0 to
 //! the last time plotted, rounded up to a tick. Shaded spans (the yield test) lie
@@ -7,6 +8,10 @@
 //! the target a stepped `<polyline id="target">`.
 
 use std::fmt::Write as _;
+
+use gpufill_core::Time;
+
+use super::Recording;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 420.0;
@@ -29,6 +34,37 @@ pub struct Plot {
     pub target: Vec<(f64, f64)>,
     /// Spans to shade, (from s, to s, label).
     pub shaded: Vec<(f64, f64, String)>,
+}
+
+impl Plot {
+    /// The plot of `rec`, a bench of `gpu`: the samples, the target, the yield test
+    /// shaded; `simulated` names the utilization line as the model's.
+    pub fn of(gpu: &str, rec: &Recording, simulated: bool) -> Plot {
+        let secs = |t: Time| t.saturating_since(rec.start).as_secs_f64();
+        Plot {
+            title: format!("gpufill bench: {gpu}"),
+            util_label: if simulated {
+                "simulated (model)"
+            } else {
+                "measured (NVML)"
+            },
+            util: rec
+                .ticks
+                .iter()
+                .filter_map(|t| t.sample.map(|s| (secs(t.at), s.percent())))
+                .collect(),
+            target: rec
+                .ticks
+                .iter()
+                .map(|t| (secs(t.at), t.target.percent()))
+                .collect(),
+            shaded: rec
+                .yield_test
+                .iter()
+                .map(|(_, _, from, to)| (secs(*from), secs(*to), "yield test".to_owned()))
+                .collect(),
+        }
+    }
 }
 
 /// Maps data onto the canvas.
