@@ -604,6 +604,25 @@ mod tests {
         })
     }
 
+    /// A kernel of ours of `kernel` launched at `at`, our previous one having ended at
+    /// `prev_end`, beside a job that `works(from_ms, to_ms)` says works in that span: how
+    /// it ended (cut short by 0.2 ms where the job works during it), and when.
+    fn run_beside(
+        works: impl Fn(f64, f64) -> bool,
+        prev_end: Time,
+        at: Time,
+        kernel: Duration,
+    ) -> (KernelOutcome, Time) {
+        let ms = |at: Time| at.since_epoch().as_secs_f64() * 1e3;
+        if works(ms(at), ms(at + kernel)) {
+            (KernelOutcome::Busy, at + kernel + MS / 5)
+        } else if works(ms(prev_end), ms(at)) {
+            (KernelOutcome::AfterOthers, at + kernel)
+        } else {
+            (KernelOutcome::Clear, at + kernel)
+        }
+    }
+
     /// What a pacer did beside the trainer over its last `last` steps of `steps`.
     #[derive(Debug, Default)]
     struct Beside {
@@ -638,15 +657,7 @@ mod tests {
                 break;
             }
             let kernel = pacer.kernel_for(at);
-            let busy = trainer_works(ms(at), ms(at + kernel));
-            let outcome = if busy {
-                KernelOutcome::Busy
-            } else if trainer_works(ms(prev_end), ms(at)) {
-                KernelOutcome::AfterOthers
-            } else {
-                KernelOutcome::Clear
-            };
-            let ended = at + kernel + if busy { MS / 5 } else { Duration::ZERO };
+            let (outcome, ended) = run_beside(trainer_works, prev_end, at, kernel);
             let report = pacer.kernel_done(at, ended, outcome);
             if ms(at) >= from {
                 let into = (ms(at) - 12.0).rem_euclid(PERIOD_MS);
@@ -1088,15 +1099,7 @@ mod tests {
                 at += MS / 20;
             }
             let kernel = pacer.kernel_for(at);
-            let busy = request_works(ms(at), ms(at + kernel));
-            let outcome = if busy {
-                KernelOutcome::Busy
-            } else if request_works(ms(prev_end), ms(at)) {
-                KernelOutcome::AfterOthers
-            } else {
-                KernelOutcome::Clear
-            };
-            let ended = at + kernel + if busy { MS / 5 } else { Duration::ZERO };
+            let (outcome, ended) = run_beside(request_works, prev_end, at, kernel);
             seen += pacer.kernel_done(at, ended, outcome);
             prev_end = ended;
             now = ended + Duration::from_micros(150);
