@@ -66,7 +66,7 @@ import subprocess
 import sys
 import time
 
-from .lib import (ROOT, Gpufill, UtilTrace, gpu_env, handle, interleave, mean, nvml,
+from .lib import (ROOT, ClockPoll, Gpufill, UtilTrace, gpu_env, handle, interleave, mean,
                   neighbour_diffs, neighbour_ratios, out_dir, parser, pct, python_child, scrape,
                   spread)
 from .live import finish_worker, service_request, start_worker, training_step
@@ -590,7 +590,7 @@ def main(argv):
     trace = UtilTrace(handle(a.gpu), every=1.0)
     # The SM clock too: a job that leaves the GPU mostly idle may run at lower clocks
     # alone than beside our kernels, which would hide a cost as a speed-up.
-    clocks = UtilTrace(handle(a.gpu), every=1.0, kind=nvml().NVML_PROCESSOR_CLK_SAMPLES)
+    clocks = ClockPoll(handle(a.gpu))
     res = {"args": {k: v for k, v in vars(a).items() if k != "env"}, "host": host, "workloads": {}}
     summaries = {}
     try:
@@ -615,6 +615,7 @@ def main(argv):
                   f"[{time.monotonic() - t:.0f} s]", flush=True)
     finally:  # also when cut short (SIGTERM): the workloads done so far
         trace.finish()
+        clocks.finish()
         with open(os.path.join(a.out, "gaps-summary.json"), "w") as f:
             json.dump(res, f, indent=1, default=str)
         print()

@@ -590,6 +590,37 @@ class UtilTrace:
         return [v for t, v in self.samples if lo <= t < hi]
 
 
+class ClockPoll:
+    """The SM clock of one GPU, MHz, read every `every` s from a thread
+    (nvmlDeviceGetClockInfo; `read` in its place for tests): NVML's clock samples
+    (NVML_PROCESSOR_CLK_SAMPLES through `samples_since`) came back empty on H200s with
+    driver 580.159.04. `finish()` and `between()` as UtilTrace's."""
+
+    def __init__(self, h, every=0.1, read=None):
+        self._read = read or (lambda: nvml().nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM))
+        self.samples = []  # (Unix s, MHz)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every):
+        while True:
+            try:
+                self.samples.append((time.time(), self._read()))
+            except N.NVMLError:
+                return
+            if self._stop.wait(every):
+                return
+
+    def finish(self):
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def between(self, lo, hi=float("inf")):
+        return [v for t, v in self.samples if lo <= t < hi]
+
+
 def pids_on(h):
     """PIDs NVML lists as compute processes on device handle `h`."""
     return [p.pid for p in N.nvmlDeviceGetComputeRunningProcesses(h)]

@@ -379,6 +379,23 @@ class Physics(unittest.TestCase):
         self.assertEqual(len(cells), 11)
 
 
+class Clocks(unittest.TestCase):
+    def test_clock_poll_reads_until_finished_and_keeps_each_reading_with_its_time(self):
+        from .lib import ClockPoll
+        readings = iter([1980, 1755, 345] + [345] * 1000)
+        t0 = time.time()
+        poll = ClockPoll(None, every=0.01, read=lambda: next(readings))
+        time.sleep(0.1)
+        samples = poll.finish()
+        n = len(samples)
+        self.assertGreaterEqual(n, 3)
+        self.assertEqual([v for _, v in samples[:3]], [1980, 1755, 345])
+        self.assertEqual(poll.between(t0), [v for _, v in samples])
+        self.assertEqual(poll.between(time.time() + 1), [])
+        time.sleep(0.05)
+        self.assertEqual(len(poll.samples), n, "nothing read after finish()")
+
+
 class Gaps(unittest.TestCase):
     """`gaps`'s pure parts: arguments, the plan's time, each run's statistics, the summary."""
 
