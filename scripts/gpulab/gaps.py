@@ -471,7 +471,7 @@ def table(summaries, top=6):
                      f"{s['est_check']:>8} {cpu:>6}  {s['pairs']}")
     for name, s in summaries.items():
         if s.get("mhz_alone") is not None and s.get("mhz_with") is not None:
-            lines.append(f"{name}: SM clock (NVML's samples, mean) alone {s['mhz_alone']:.0f} MHz, "
+            lines.append(f"{name}: SM clock (polled, mean) alone {s['mhz_alone']:.0f} MHz, "
                          f"with {s['mhz_with']:.0f} MHz")
         split = s.get("cpu_split") or {}
         if any(v is not None for v in split.values()):
