@@ -262,6 +262,7 @@ impl ForeignJob {
             name: Some("train".into()),
             requests: Some(Requests::Steps {
                 wait,
+                per_s: None,
                 kernel,
                 launch_gap,
                 pieces: Self::TRAINING_PIECES,
@@ -271,6 +272,48 @@ impl ForeignJob {
             ..job
         }
         .with_load(busy)
+    }
+
+    /// The length of a decode service's kernels ([`ForeignJob::decode_requests`]): a
+    /// model choice, a GPT-2 small layer's matmuls at batch 1 (tens of microseconds).
+    pub const DECODE_KERNEL: Duration = Duration::from_micros(40);
+
+    /// A token-by-token decode service: requests `per_s` a second as a Poisson process
+    /// (seeded with its PID), each `pieces` bursts of kernels that keep the GPU busy
+    /// `busy` in all, in kernels of [`ForeignJob::DECODE_KERNEL`] with
+    /// [`ForeignJob::TRAINING_LAUNCH_GAP`] between them, and host-side gaps of mean
+    /// `host_gap` between two (the GPU idle while Python launches the next layer or
+    /// samples a token; drawn as a training step's are, 0.1-3 ms). A GPT-2 request on
+    /// H200s was busy 23 ms of 310 ms, with 200-300 gaps over 150 us
+    /// (docs/data/gap-trace-h200.txt): most of a request is host time, and NVML sees a
+    /// small share of the time its requests take.
+    pub fn decode_requests(
+        start_s: f64,
+        end_s: f64,
+        per_s: f64,
+        pieces: u32,
+        busy: Duration,
+        host_gap: Duration,
+    ) -> Self {
+        let (kernel, launch_gap) = (Self::DECODE_KERNEL, Self::TRAINING_LAUNCH_GAP);
+        let load = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
+        let job = ForeignJob::isolated_requests(start_s, end_s, 0.0, busy);
+        let seed = u64::from(job.pid);
+        ForeignJob {
+            request: busy.div_f64(load),
+            name: Some("decode".into()),
+            requests: Some(Requests::Steps {
+                wait: Duration::ZERO,
+                per_s: Some(per_s.max(0.0)),
+                kernel,
+                launch_gap,
+                pieces: pieces.max(1),
+                host_gap,
+                seed,
+            }),
+            ..job
+        }
+        .with_load(load)
     }
 
     fn with_load(self, load: f64) -> Self {

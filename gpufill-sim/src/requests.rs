@@ -45,6 +45,13 @@ pub enum Requests {
     Steps {
         /// How long it waits on its input after each step.
         wait: Duration,
+        /// `None`: a trainer, the next step `wait` after the previous one ended. Some
+        /// rate: a service whose requests are steps in pieces (a decode request: a
+        /// forward a token, with host work between), coming that many a second as a
+        /// Poisson process from the same generator, each served once the previous has
+        /// ended (its latency counted from when it starts, as the GPU lab's services
+        /// count theirs).
+        per_s: Option<f64>,
         /// The length of each of its kernels.
         kernel: Duration,
         /// The idle gap between two of its kernels inside a piece.
@@ -222,6 +229,8 @@ pub(super) struct Stream {
     window: usize,
     index: u64,
     rng: Option<Rng>,
+    /// Steps that come as a Poisson process: when the last came.
+    clock: Time,
     beside: Histogram,
     alone: Histogram,
     met: u64,
@@ -370,6 +379,7 @@ impl Stream {
             Some(Requests::InBursts) => self.in_window(job, Time::ZERO),
             Some(Requests::Steps { seed, .. }) => {
                 self.rng = Some(Rng::new(*seed));
+                self.clock = job.first_kernel;
                 self.step(job, job.first_kernel)
             }
             None => None,
@@ -394,6 +404,7 @@ impl Stream {
             }
             Some(&Requests::Steps {
                 wait,
+                per_s,
                 pieces,
                 host_gap,
                 ..
@@ -405,7 +416,15 @@ impl Stream {
                     return self.piece(job, end + gap, pieces);
                 }
                 self.step.piece = 0;
-                self.step(job, end + wait)
+                let Some(per_s) = per_s else {
+                    return self.step(job, end + wait);
+                };
+                let gap = match self.rng.as_mut() {
+                    Some(rng) => rng.exponential(1.0 / per_s.max(1e-9)),
+                    None => 1.0 / per_s.max(1e-9),
+                };
+                self.clock += Duration::from_secs_f64(gap.min(1e9));
+                self.step(job, self.clock.max(end))
             }
             None => None,
         }

@@ -148,3 +148,27 @@ fn services_of_every_request_length_pay_at_most_the_bound_and_long_ones_are_fill
         }
     }
 }
+
+#[test]
+fn beside_a_decode_service_its_requests_pay_at_most_the_bound() {
+    // GPT-2 decode as the GPU showed it: 2 requests a second, each busy 23 ms of about
+    // 320 ms, in 250 bursts with host gaps of about 1.15 ms between them.
+    let decode = ForeignJob::decode_requests(
+        2.0,
+        300.0,
+        2.0,
+        250,
+        Duration::from_millis(23),
+        Duration::from_micros(1150),
+    );
+    let (requests, costs, util) = fill_gaps_beside_with_util(decode);
+    eprintln!(
+        "decode: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %, {requests:?}",
+        requests.slowdown() * 100.0,
+        requests.mean_slowdown() * 100.0,
+        mean(&costs) * 100.0,
+        util * 100.0
+    );
+    assert!(requests.slowdown() <= 0.02, "{requests:?}");
+    assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
+}
