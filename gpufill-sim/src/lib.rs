@@ -86,6 +86,9 @@
 //!   Its utilization alone is its busy share; what our kernels cost it is what the model
 //!   charged its steps, against a step and its wait alone
 //!   ([`RequestReport::rate_slowdown`]).
+//!   A decode service ([`ForeignJob::decode_requests`], in the tests) is the same in
+//!   pieces, its requests coming as a Poisson process instead of after a wait: most of
+//!   a request is host time, as a GPT-2 request's was on H200s.
 //! - **Foreign processes** ([`ForeignJob`]): each is listed by the probe from
 //!   `listed_at`, runs its first kernel `first_kernel_after` later (NVML lists a
 //!   newcomer well before its context is ready), wants the GPU a share `load` of the

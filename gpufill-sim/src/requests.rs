@@ -33,7 +33,9 @@ pub enum Requests {
         /// How they are spaced.
         spacing: Spacing,
     },
-    /// A training job's steps ([`ForeignJob::training`](super::ForeignJob::training)):
+    /// A training job's steps ([`ForeignJob::training`](super::ForeignJob::training)),
+    /// or a decode service's requests when they come at a rate (`per_s`,
+    /// [`ForeignJob::decode_requests`](super::ForeignJob::decode_requests)):
     /// each [`ForeignJob::request`](super::ForeignJob::request) of GPU work alone, in
     /// `pieces` pieces with a host-side gap between two (its host launching and
     /// computing, the GPU idle), the next step `wait` after the previous one ended (on
@@ -625,5 +627,40 @@ mod tests {
         let r = s.report();
         assert_eq!(r.count, 4);
         assert_eq!(r.max_wait, Duration::from_millis(1));
+    }
+
+    #[test]
+    fn decode_requests_come_at_their_rate_in_pieces_each_after_the_last_has_ended() {
+        // 2 a second, each 10 pieces of 1 ms busy with host gaps of about 5 ms.
+        let job = ForeignJob::decode_requests(
+            0.0,
+            1000.0,
+            2.0,
+            10,
+            Duration::from_millis(10),
+            Duration::from_millis(5),
+        );
+        let mut s = Stream::default();
+        let mut starts = Vec::new();
+        let mut prev_end = Time::ZERO;
+        while s.report().count < 400 {
+            let req = served(&mut s, &job, 0);
+            // No piece starts before the one before it has ended.
+            assert!(req.start >= prev_end, "{req:?} {prev_end:?}");
+            prev_end = req.start + req.len;
+            if s.step.piece == 1 {
+                starts.push(req.start);
+            }
+        }
+        let span = starts[starts.len() - 1].saturating_since(starts[0]);
+        let per_s = (starts.len() - 1) as f64 / span.as_secs_f64();
+        assert!((per_s - 2.0).abs() < 0.2, "{per_s}");
+        // A request is its pieces and the host gaps between them: 9 gaps of 0.1-3 ms.
+        let r = s.report();
+        assert!(r.median_alone > job.request, "{r:?}");
+        assert!(
+            r.median_alone < job.request + Duration::from_millis(27),
+            "{r:?}"
+        );
     }
 }
