@@ -538,28 +538,23 @@ def handle(index=0):
     return nvml().nvmlDeviceGetHandleByIndex(index)
 
 
-def samples_since(h, last_ts, kind=None):
-    """NVML's samples of `kind` (default: utilization, %; NVML_PROCESSOR_CLK_SAMPLES: the
-    SM clock, MHz) newer than `last_ts` (microseconds) as [(Unix s, value)]. A kind the
-    GPU does not sample gives none."""
-    kind = N.NVML_GPU_UTILIZATION_SAMPLES if kind is None else kind
+def samples_since(h, last_ts):
+    """NVML's utilization samples newer than `last_ts` (microseconds) as [(Unix s, %)]."""
     try:
-        _, s = N.nvmlDeviceGetSamples(h, kind, last_ts)
+        _, s = N.nvmlDeviceGetSamples(h, N.NVML_GPU_UTILIZATION_SAMPLES, last_ts)
     except N.NVMLError as e:
-        if e.value == N.NVML_ERROR_NOT_FOUND or (
-                kind != N.NVML_GPU_UTILIZATION_SAMPLES and e.value == N.NVML_ERROR_NOT_SUPPORTED):
+        if e.value == N.NVML_ERROR_NOT_FOUND:
             return []
         raise
     return [(x.timeStamp / 1e6, x.sampleValue.uiVal) for x in s if x.timeStamp > last_ts]
 
 
 class UtilTrace:
-    """NVML's utilization samples of one GPU (or another `kind`, as `samples_since`), read
-    incrementally (NVML keeps only the last seconds): `read()` adds the new ones; `every`
-    > 0 reads from a thread."""
+    """NVML's utilization samples of one GPU, read incrementally (NVML keeps only the
+    last seconds): `read()` adds the new ones; `every` > 0 reads from a thread."""
 
-    def __init__(self, h, since=None, every=0.0, kind=None):
-        self.h, self.kind = h, kind
+    def __init__(self, h, since=None, every=0.0):
+        self.h = h
         self.last = int((time.time() if since is None else since) * 1e6)
         self.samples = []  # (Unix s, %)
         self._stop = threading.Event()
@@ -573,7 +568,7 @@ class UtilTrace:
             self.read()
 
     def read(self):
-        new = samples_since(self.h, self.last, self.kind)
+        new = samples_since(self.h, self.last)
         if new:
             self.last = int(new[-1][0] * 1e6)
             self.samples += new
@@ -593,7 +588,7 @@ class UtilTrace:
 class ClockPoll:
     """The SM clock of one GPU, MHz, read every `every` s from a thread
     (nvmlDeviceGetClockInfo; `read` in its place for tests): NVML's clock samples
-    (NVML_PROCESSOR_CLK_SAMPLES through `samples_since`) came back empty on H200s with
+    (nvmlDeviceGetSamples with NVML_PROCESSOR_CLK_SAMPLES) came back empty on H200s with
     driver 580.159.04. `finish()` and `between()` as UtilTrace's."""
 
     def __init__(self, h, every=0.1, read=None):
