@@ -94,15 +94,16 @@ struct Spell {
     /// nothing: the next kernel, judged exactly, says whether it still works.
     working: bool,
     /// Exact signs past the end of the spell as learned, or past [`FIRST_LOOKS`] while no
-    /// spell's length is learned yet: each after the first doubles
-    /// the wait before the next look ([`Spell::backoff`]).
+    /// spell's length is learned yet: each after the first doubles the wait before the
+    /// next look ([`Spell::backoff`]).
     outlasted: u32,
 }
 
 impl Spell {
     /// How long after its last sign the pacer looks again, at the hold `hold`: the hold,
-    /// or more where the spell outlasts its length as learned ([`Spell::backoff`]). A job that outlasts what was learned (a decode request longer than
-    /// most, requests queued back to back) is looked at less and less often: each look
+    /// or more where the spell outlasts its length as learned ([`Spell::backoff`]). A job
+    /// that outlasts what was learned (a decode request longer than most, requests
+    /// queued back to back) is looked at less and less often: each look
     /// that finds it at work is a meeting (beside GPT-2 decode on an H200, 10-40 a
     /// request at a look every 5-12 ms).
     fn look_after(&self, hold: Duration) -> Duration {
@@ -153,11 +154,14 @@ impl Spell {
 ///   sign (or right after the pacer held off for the spell's rest), else a new one, whose
 ///   anchor's distance from the last one's is a sample of the job's period. After each
 ///   sign the pacer holds off for the hold that keeps the cost under the bound
-///   ([`GapCost`](super::GapCost), passed to [`GapPacer::next_launch`]) and for what is left of the spell
-///   as learned, then looks again (the CUDA launcher with a probe pair).
+///   ([`GapCost`](super::GapCost), passed to [`GapPacer::next_launch`]) and for what is
+///   left of the spell as learned, then looks again (the CUDA launcher with a probe
+///   pair).
 /// - A kernel that ran **clear** a shortest hold or more after the spell's last sign ends
 ///   the spell (the job was idle since our kernel before it): its length, from its
-///   anchor to its last sign, is learned.
+///   anchor to its last sign, is learned where its start was seen and its end too (the
+///   look came as soon as the pacer looks by itself, not put off by a longer hold:
+///   `Spell::end_seen_by`).
 /// - **What it charges**: every sign costs the job about a switch (its work met our
 ///   context on its way in), and so does every kernel of ours launched inside a spell
 ///   (the job's next kernel waits for it and for the switch back): a spell's sign counts
@@ -194,9 +198,10 @@ impl GapPacer {
         GapPacer::default()
     }
 
-    /// The hold in force after a sign (the cost bound's: [`GapCost::hold`](super::GapCost::hold)), which the
-    /// launcher also passes to [`GapPacer::next_launch`]: a sign a hold after the last
-    /// one may be the same spell's.
+    /// The hold in force after a sign (the cost bound's:
+    /// [`GapCost::hold`](super::GapCost::hold)), which the launcher also passes to
+    /// [`GapPacer::next_launch`]: a sign a hold after the last one may be the same
+    /// spell's.
     pub fn set_hold(&mut self, hold: Duration) {
         self.hold = hold;
     }
@@ -369,8 +374,9 @@ impl GapPacer {
 
     /// Ends `spell`: learns its length if its start and end were seen (`first_clear`: the
     /// launch of the first kernel of ours that ran clear after its last sign, a shortest
-    /// hold or more after it, [`Spell::end_seen_by`]), and returns the job time it stands for (one not seen whole:
-    /// at least what was seen, and the length learned if that is more).
+    /// hold or more after it, [`Spell::end_seen_by`]), and returns the job time it stands
+    /// for (one not seen whole: at least what was seen, and the length learned if that is
+    /// more).
     fn close(&mut self, spell: Spell, first_clear: Option<Time>) -> Duration {
         self.spell = None;
         let seen = spell.last.saturating_since(spell.anchor);
@@ -970,25 +976,24 @@ mod tests {
 
     #[test]
     fn a_period_sample_spanning_skipped_spells_counts_as_that_many_periods() {
-        let mut pacer = GapPacer::new();
-        // Spells every 37 ms, met at the 1st, 2nd, 5th, 6th and 9th: the samples of 111
-        // and 148 ms are 3 and 4 periods.
-        for n in [0.0, 1.0, 4.0, 5.0, 9.0] {
-            let start = 1000.0 + 37.0 * n;
-            pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
-            pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
-        }
-        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        // The period (ms) a new pacer learns from spells every 37 ms of which it met
+        // the `met`th.
+        let learned = |met: [f64; 5]| {
+            let mut pacer = GapPacer::new();
+            for n in met {
+                let start = 1000.0 + 37.0 * n;
+                pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
+                pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
+            }
+            pacer.learned().1.unwrap().as_secs_f64() * 1e3
+        };
+        // Met at the 1st, 2nd, 5th, 6th and 9th: the samples of 111 and 148 ms are 3
+        // and 4 periods.
+        let period = learned([0.0, 1.0, 4.0, 5.0, 9.0]);
         assert!((36.0..38.0).contains(&period), "{period}");
         // A period learned from skipped spells is corrected by samples a third of it,
         // once they have outweighed it (one alone may be a piece of the job's work).
-        let mut pacer = GapPacer::new();
-        for n in [0.0, 3.0, 6.0, 7.0, 8.0] {
-            let start = 1000.0 + 37.0 * n;
-            pacer.kernel_done(t(start), t(start + 2.0), KernelOutcome::Busy);
-            pacer.kernel_done(t(start + 12.0), t(start + 12.1), KernelOutcome::Clear);
-        }
-        let period = pacer.learned().1.unwrap().as_secs_f64() * 1e3;
+        let period = learned([0.0, 3.0, 6.0, 7.0, 8.0]);
         assert!((36.0..38.0).contains(&period), "{period}");
     }
 
