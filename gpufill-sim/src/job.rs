@@ -253,25 +253,43 @@ impl ForeignJob {
     /// its input before the next ([`Requests::Steps`]). Whatever delays a step delays
     /// all later ones.
     pub fn training(start_s: f64, end_s: f64, step: Duration, wait: Duration) -> Self {
-        let (kernel, launch_gap) = (Self::TRAINING_KERNEL, Self::TRAINING_LAUNCH_GAP);
-        let busy = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
-        let job = ForeignJob::isolated_requests(start_s, end_s, 0.0, step);
-        let seed = u64::from(job.pid);
-        ForeignJob {
-            request: step.div_f64(busy),
-            name: Some("train".into()),
-            requests: Some(Requests::Steps {
+        let kernel = Self::TRAINING_KERNEL;
+        Self::in_pieces(start_s, end_s, "train", step, kernel, |seed| {
+            Requests::Steps {
                 wait,
                 per_s: None,
                 kernel,
-                launch_gap,
+                launch_gap: Self::TRAINING_LAUNCH_GAP,
                 pieces: Self::TRAINING_PIECES,
                 host_gap: Self::TRAINING_HOST_GAP,
                 seed,
-            }),
+            }
+        })
+    }
+
+    /// A job named `name` whose work comes in pieces of `kernel`-long kernels with
+    /// [`ForeignJob::TRAINING_LAUNCH_GAP`] between them, `busy` of GPU work a step or
+    /// request, as `steps` (given the job's seed) says: its load is its kernels' share of
+    /// a piece, and a step's length alone its busy time over that share.
+    fn in_pieces(
+        start_s: f64,
+        end_s: f64,
+        name: &str,
+        busy: Duration,
+        kernel: Duration,
+        steps: impl FnOnce(u64) -> Requests,
+    ) -> Self {
+        let launch_gap = Self::TRAINING_LAUNCH_GAP;
+        let load = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
+        let job = ForeignJob::isolated_requests(start_s, end_s, 0.0, busy);
+        let seed = u64::from(job.pid);
+        ForeignJob {
+            request: busy.div_f64(load),
+            name: Some(name.into()),
+            requests: Some(steps(seed)),
             ..job
         }
-        .with_load(busy)
+        .with_load(load)
     }
 
     /// The length of a decode service's kernels ([`ForeignJob::decode_requests`]): a
@@ -295,25 +313,18 @@ impl ForeignJob {
         busy: Duration,
         host_gap: Duration,
     ) -> Self {
-        let (kernel, launch_gap) = (Self::DECODE_KERNEL, Self::TRAINING_LAUNCH_GAP);
-        let load = kernel.as_secs_f64() / (kernel + launch_gap).as_secs_f64();
-        let job = ForeignJob::isolated_requests(start_s, end_s, 0.0, busy);
-        let seed = u64::from(job.pid);
-        ForeignJob {
-            request: busy.div_f64(load),
-            name: Some("decode".into()),
-            requests: Some(Requests::Steps {
+        let kernel = Self::DECODE_KERNEL;
+        Self::in_pieces(start_s, end_s, "decode", busy, kernel, |seed| {
+            Requests::Steps {
                 wait: Duration::ZERO,
                 per_s: Some(per_s.max(0.0)),
                 kernel,
-                launch_gap,
+                launch_gap: Self::TRAINING_LAUNCH_GAP,
                 pieces: pieces.max(1),
                 host_gap,
                 seed,
-            }),
-            ..job
-        }
-        .with_load(load)
+            }
+        })
     }
 
     fn with_load(self, load: f64) -> Self {
