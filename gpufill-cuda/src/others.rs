@@ -121,6 +121,26 @@ impl OthersWatch {
         &mut self,
         end: &CudaEvent,
     ) -> Result<Option<Option<OthersSign>>, CudaError> {
+        if self.pending.is_none()
+            || !end
+                .try_is_complete()
+                .map_err(|e| CudaError::driver("cuEventQuery", e))?
+        {
+            return Ok(None);
+        }
+        self.judge_finished(end).map(Some)
+    }
+
+    /// [`Self::judge`] for a caller that has already seen `end` complete (the pacing
+    /// thread checks it before each launch): one `cuEventQuery` a kernel fewer. The
+    /// sign of another context the pending group shows, if any; nothing without one.
+    ///
+    /// # Errors
+    /// A failed `cuEventElapsedTime`.
+    pub(crate) fn judge_finished(
+        &mut self,
+        end: &CudaEvent,
+    ) -> Result<Option<OthersSign>, CudaError> {
         let Some(Pending {
             start,
             recorded,
@@ -133,12 +153,6 @@ impl OthersWatch {
         else {
             return Ok(None);
         };
-        if !end
-            .try_is_complete()
-            .map_err(|e| CudaError::driver("cuEventQuery", e))?
-        {
-            return Ok(None);
-        }
         self.pending = None;
         let ran = self.starts[start]
             .elapsed_ms(end)
@@ -182,7 +196,7 @@ impl OthersWatch {
         if let Some(sign) = sign {
             tracing::debug!(%sign, "our kernels' timing shows another context, or the host");
         }
-        Ok(Some(sign))
+        Ok(sign)
     }
 
     /// Starts a new chain with the next launch, still judging the group in flight

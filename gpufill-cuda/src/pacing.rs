@@ -156,6 +156,8 @@ struct State {
     gaps: GapReport,
     /// Filling gaps: how long to launch nothing after a meeting.
     hold: Duration,
+    /// Times the thread slept on the condvar (its CPU is mostly its wake-ups).
+    sleeps: u64,
 }
 
 impl Shared {
@@ -172,6 +174,7 @@ impl Shared {
                 load_changed: false,
                 gaps: GapReport::default(),
                 hold,
+                sleeps: 0,
             }),
             wake: Condvar::new(),
         }
@@ -233,6 +236,7 @@ impl Shared {
             if left.is_some_and(|left| left.is_zero()) {
                 return true;
             }
+            state.sleeps += 1;
             state = match left {
                 Some(left) => {
                     self.wake
@@ -302,6 +306,9 @@ impl Pacing {
             epoch: Instant::now(),
             last_end: None,
             kernel,
+            stretched: 0,
+            probes: 0,
+            queries: std::cell::Cell::new(0),
         };
         let handle = std::thread::Builder::new()
             .name(format!("gpufill-cuda{ordinal}"))
@@ -406,6 +413,11 @@ struct Worker {
     /// The length of the last kernel launched: the cycle's, or while filling gaps the
     /// pacer's ([`GapPacer::kernel_for`]).
     kernel: Duration,
+    /// What the thread did, for its last log line: kernels longer than
+    /// [`GAP_KERNEL`](gpufill_core::gaps::GAP_KERNEL), probe pairs and event queries.
+    stretched: u64,
+    probes: u64,
+    queries: std::cell::Cell<u64>,
 }
 
 impl Worker {
@@ -416,6 +428,18 @@ impl Worker {
                 "pacing thread stopped on an error");
         }
         let mut state = self.shared.lock();
+        // Where its CPU went (docs/benchmarks.md, "CPU while filling gaps"):
+        // RUST_LOG=gpufill_cuda::pacing=debug.
+        tracing::debug!(
+            cycle = self.launcher.cycle.as_str(),
+            seconds = self.epoch.elapsed().as_secs_f64(),
+            kernels = state.kernels,
+            stretched = self.stretched,
+            probes = self.probes,
+            queries = self.queries.get(),
+            sleeps = state.sleeps,
+            "pacing thread stopped"
+        );
         state.error = outcome.err();
         state.exited = true;
         drop(state);
@@ -454,19 +478,20 @@ impl Worker {
             let launched = self.launch_one(kernel, width)?;
             // Filling gaps: one check just after the kernel's end is due; unfinished then,
             // the job's context was on the GPU ([`LATE_END`]).
-            let ended_late = match self.launcher.cycle {
+            let (ended_late, seen_done) = match self.launcher.cycle {
                 Cycle::Gaps => match self.ended_late(launched + kernel)? {
-                    Some(late) => late,
+                    Some(late) => (late, !late),
                     None => return Ok(()),
                 },
-                Cycle::OneInFlight { .. } => false,
+                Cycle::OneInFlight { .. } => (false, false),
             };
             // One wake-up a kernel (two while filling gaps): sleep its length and the gap
             // at once, then check that it has finished before the next launch.
             if !self.rest(launched + kernel) {
                 return Ok(());
             }
-            let Some(mut finished) = self.finish(launched + kernel)? else {
+            // Seen finished at the check after its end, it needs no second look.
+            let Some(mut finished) = self.finish(launched + kernel, !seen_done)? else {
                 return Ok(());
             };
             if ended_late && finished.sign.is_none() {
@@ -494,10 +519,15 @@ impl Worker {
     /// after its rest found it still running (slowed by another context's time slice),
     /// and judges it: held back past [`LATE`], or its timing shows another context's
     /// work (a start a context switch late, a run cut short by a preemption or long).
-    /// `None` once asked to stop.
-    fn finish(&mut self, planned_end: Instant) -> Result<Option<Finished>, CudaError> {
+    /// `None` once asked to stop. `may_run` is false where a check after its end was
+    /// due (filling gaps) already saw it finished: no driver call then.
+    fn finish(
+        &mut self,
+        planned_end: Instant,
+        may_run: bool,
+    ) -> Result<Option<Finished>, CudaError> {
         let mut held_back = None;
-        let slowed = !self.is_done()?;
+        let slowed = may_run && !self.is_done()?;
         if slowed {
             let unfinished_at = Instant::now();
             if !self.wait_done(FIRST_POLL)? {
@@ -524,6 +554,7 @@ impl Worker {
     /// Launches one kernel of `kernel` between our start and end events; returns when.
     fn launch_one(&mut self, kernel: Duration, width: u32) -> Result<Instant, CudaError> {
         self.kernel = kernel;
+        self.stretched += u64::from(kernel > gpufill_core::gaps::GAP_KERNEL);
         let ns = u64::try_from(kernel.as_nanos()).unwrap_or(u64::MAX);
         let l = &mut self.launcher;
         l.watch.before_launch(&l.stream)?;
@@ -543,8 +574,8 @@ impl Worker {
     /// that cannot be read shows nothing (the held-back check still works).
     fn judge(&mut self) -> Option<OthersSign> {
         let l = &mut self.launcher;
-        match l.watch.judge(&l.event) {
-            Ok(judged) => judged.flatten(),
+        match l.watch.judge_finished(&l.event) {
+            Ok(judged) => judged,
             Err(e) => {
                 tracing::debug!(error = %e, "kernel timing unavailable");
                 None
@@ -620,6 +651,7 @@ impl Worker {
     /// stop.
     fn probe_after_wait(&mut self) -> Result<bool, CudaError> {
         let launched = Instant::now();
+        self.probes += 1;
         let l = &mut self.launcher;
         let ran = crate::others::probe(&l.stream, &l.func, &mut l.watch, &l.event)?;
         if ran {
@@ -709,6 +741,7 @@ impl Worker {
 
     /// Whether the work recorded in the event has finished.
     fn is_done(&self) -> Result<bool, CudaError> {
+        self.queries.set(self.queries.get() + 1);
         self.launcher
             .event
             .try_is_complete()
