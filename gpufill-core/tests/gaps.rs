@@ -99,6 +99,7 @@ fn every_request_met(gpu: &Shared) {
     g.sample = Some(0.02);
     g.report = GapReport {
         kernels: 4,
+        ours: gpufill_core::gaps::GAP_KERNEL * 4,
         met: 4,
         held_back: 0,
         ..GapReport::default()

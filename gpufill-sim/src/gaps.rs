@@ -45,9 +45,7 @@
 use std::time::Duration;
 
 use super::kernels::{Layout, Plan, Served, Slicing};
-use gpufill_core::gaps::{
-    GAP_KERNEL, GapPacer, GapReport, KernelOutcome, MIN_GAP, MIN_HOLD, STRETCH_KERNEL,
-};
+use gpufill_core::gaps::{GAP_KERNEL, GapPacer, GapReport, KernelOutcome, MIN_GAP, MIN_HOLD};
 use gpufill_core::time::Time;
 
 /// A kernel of ours that ended this long after it was due to (it waited behind the job's
@@ -62,7 +60,7 @@ const LOOK_AHEAD: Duration = Duration::from_millis(250);
 /// How our kernels of `kernel` lie at `duty` while filling gaps: one every
 /// `max(kernel / duty, kernel + MIN_GAP)`, plus `overhead` (the launch and the sleep's
 /// overshoot lengthen the idle gap: a model choice, as the launch overhead of the other
-/// shapes is). `kernel` is [`GAP_KERNEL`], or [`STRETCH_KERNEL`] where the pacer
+/// shapes is). `kernel` is [`GAP_KERNEL`], or longer where the pacer
 /// stretches them ([`GapPacer::kernel_for`]).
 pub(super) fn layout(duty: f64, overhead: Duration, kernel: Duration) -> Layout {
     if duty <= 0.0 {
@@ -136,10 +134,12 @@ pub(super) struct GapFill {
     pacer: GapPacer,
     /// What our kernels met since the last report.
     seen: GapReport,
-    /// Kernels of ours laid out since the last report, in part.
+    /// Kernels of ours laid out since the last report, in part, and their GPU time (s).
     kernels: f64,
-    /// The kernels laid out are stretched ([`GapPacer::kernel_for`]).
-    pub(super) stretched: bool,
+    ours: f64,
+    /// The length of the kernels laid out: [`GAP_KERNEL`], or longer where the pacer
+    /// stretches them ([`GapPacer::kernel_for`]).
+    kernel: Duration,
 }
 
 impl Default for GapFill {
@@ -155,7 +155,8 @@ impl Default for GapFill {
             pacer: GapPacer::new(),
             seen: GapReport::default(),
             kernels: 0.0,
-            stretched: false,
+            ours: 0.0,
+            kernel: GAP_KERNEL,
         }
     }
 }
@@ -169,6 +170,7 @@ impl GapFill {
             met_at: self.met_at,
             seen: self.seen,
             kernels: self.kernels,
+            ours: self.ours,
             ..GapFill::default()
         };
         self.pacer.set_hold(self.hold);
@@ -206,15 +208,17 @@ impl GapFill {
     /// Counts the kernels of ours laid out over `dt` at the resident share `own`.
     pub(super) fn count(&mut self, dt: f64, own: f64) {
         self.kernels += own * dt / self.kernel().as_secs_f64();
+        self.ours += own * dt;
     }
 
     /// The length of the kernels laid out.
     pub(super) fn kernel(&self) -> Duration {
-        if self.stretched {
-            STRETCH_KERNEL
-        } else {
-            GAP_KERNEL
-        }
+        self.kernel
+    }
+
+    /// Whether the kernels laid out are stretched.
+    pub(super) fn stretched(&self) -> bool {
+        self.kernel > GAP_KERNEL
     }
 
     /// At `now`, filling: our kernels ran clear since the last one told (the spell in
@@ -222,8 +226,12 @@ impl GapFill {
     /// that changed (the launcher lays its kernels out anew).
     pub(super) fn restretch(&mut self, now: Time) -> bool {
         self.filled_clear_until(now);
-        let stretched = !self.holding(now) && self.pacer.kernel_for(now) > GAP_KERNEL;
-        std::mem::replace(&mut self.stretched, stretched) != stretched
+        let kernel = if self.holding(now) {
+            GAP_KERNEL
+        } else {
+            self.pacer.kernel_for(now)
+        };
+        std::mem::replace(&mut self.kernel, kernel) != kernel
     }
 
     /// What our kernels saw since the last call.
@@ -232,8 +240,10 @@ impl GapFill {
         self.kernels -= whole;
         let kernels = u32::try_from(whole as u64).unwrap_or(u32::MAX);
         let seen = std::mem::take(&mut self.seen);
+        let ours = Duration::from_secs_f64(std::mem::take(&mut self.ours));
         GapReport {
             kernels: seen.kernels.saturating_add(kernels),
+            ours: seen.ours + ours,
             ..seen
         }
     }
@@ -264,6 +274,7 @@ impl GapFill {
         let report = self.pacer.kernel_done(launched, checked, outcome);
         self.seen += GapReport {
             kernels: 0,
+            ours: Duration::ZERO,
             ..report
         };
     }
@@ -357,7 +368,7 @@ impl GapFill {
         self.stale = stale;
         self.defer = None;
         // The first kernel after a wait is a short one.
-        self.stretched = false;
+        self.kernel = GAP_KERNEL;
     }
 
     /// Our launcher launches again at `now`, its wait over: the first kernel after it
@@ -467,6 +478,7 @@ fn got_in(work: Work, work_from: Time, launch: Time, end: Time, slice: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufill_core::gaps::STRETCH_KERNEL;
 
     const S: Slicing = Slicing {
         time_slice: Duration::from_millis(2),
@@ -646,11 +658,11 @@ mod tests {
                 break defer;
             }
             g.restretch(defer.at);
-            stretched |= g.stretched;
+            stretched |= g.stretched();
             at = defer.at;
         };
         assert!(stretched, "kernels stretched between the steps");
-        assert!(!g.stretched, "and short again before the next");
+        assert!(!g.stretched(), "and short again before the next");
         let next = at_us(10_000 + 6 * period);
         assert!(defer.at < next && defer.at + us(5_000) > next, "{defer:?}");
         let until = defer.until.unwrap();

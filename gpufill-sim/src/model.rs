@@ -12,7 +12,7 @@ use super::job::{ForeignJob, ForeignReport, Ran, Tally};
 use super::kernels::{Layout, Plan, Served, Slicing, serve};
 use super::requests::{Request, Requests};
 use gpufill_core::device::LaunchShape;
-use gpufill_core::gaps::{GAP_KERNEL, STRETCH_KERNEL};
+use gpufill_core::gaps::GAP_KERNEL;
 use gpufill_core::kernel_timing::OthersSign;
 use gpufill_core::time::Time;
 use gpufill_core::units::Load;
@@ -123,11 +123,11 @@ impl Model {
         }
         match self.tail {
             Some((until, duty, sm)) if t < until => (duty, sm),
-            _ if self.shape == LaunchShape::Gaps && self.gaps.stretched => {
+            _ if self.shape == LaunchShape::Gaps && self.gaps.stretched() => {
                 // Longer kernels, the same least gap: resident more of the time.
                 let (duty, overhead) = (self.requested.duty.fraction(), self.cfg.launch_overhead);
                 let short = gaps::resident(duty, overhead, GAP_KERNEL);
-                let long = gaps::resident(duty, overhead, STRETCH_KERNEL);
+                let long = gaps::resident(duty, overhead, self.gaps.kernel());
                 let ratio = if short > 0.0 { long / short } else { 1.0 };
                 (self.own * ratio, self.own_sm * ratio)
             }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{CONTEXT_SWITCH, GapReport, MAX_HOLD, MIN_HOLD, STRETCH_KERNEL};
+use super::{CONTEXT_SWITCH, GapReport, MAX_HOLD, MIN_HOLD};
 use crate::time::Time;
 use crate::units::Utilization;
 
@@ -63,13 +63,13 @@ impl GapCost {
         self.over
     }
 
-    /// The job time that `report`'s meetings cost: a switch and half a kernel each, and
-    /// two switches and a whole kernel more for each kernel of ours held back.
+    /// The job time that `report`'s meetings cost: a switch and half a kernel each, two
+    /// switches and a whole kernel more for each kernel of ours held back, and what the
+    /// meetings of stretched kernels cost more ([`GapReport::long_wait`]).
     pub fn charge(&self, report: GapReport) -> Duration {
         let meeting = CONTEXT_SWITCH + self.kernel / 2;
         let preemption = CONTEXT_SWITCH * 2 + self.kernel;
-        let longer = STRETCH_KERNEL.saturating_sub(self.kernel) / 2;
-        meeting * report.met + preemption * report.held_back + longer * report.met_long
+        meeting * report.met + preemption * report.held_back + report.long_wait
     }
 
     /// Takes in what our kernels saw up to `now`, and, at a new NVML `sample`, updates
@@ -89,7 +89,7 @@ impl GapCost {
         if elapsed <= 0.0 {
             return None;
         }
-        let ours = (self.kernel * self.pending.kernels).as_secs_f64() / elapsed;
+        let ours = self.pending.ours.as_secs_f64() / elapsed;
         let spells = self.pending.job_time.as_secs_f64() / elapsed;
         // A job on a clock pays for our kernels in its rate: against all the time.
         let on_clock = if self.pending.period.is_some() {
@@ -135,7 +135,7 @@ impl GapCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gaps::GAP_KERNEL;
+    use crate::gaps::{GAP_KERNEL, STRETCH_KERNEL};
 
     const K: Duration = Duration::from_micros(100);
 
@@ -165,7 +165,7 @@ mod tests {
         });
         let long = cost.charge(GapReport {
             met: 1,
-            met_long: 1,
+            long_wait: (STRETCH_KERNEL - GAP_KERNEL) / 2,
             ..GapReport::default()
         });
         assert_eq!(long - short, (STRETCH_KERNEL - GAP_KERNEL) / 2);
@@ -176,6 +176,7 @@ mod tests {
         // 5 meetings in 200 ms beside a job at 20 % of the GPU.
         let report = GapReport {
             kernels: 10,
+            ours: GAP_KERNEL * 10,
             met: 5,
             ..GapReport::default()
         };
@@ -194,10 +195,28 @@ mod tests {
     }
 
     #[test]
+    fn our_share_is_what_our_kernels_asked_stretched_ones_at_their_length() {
+        // 100 kernels of 500 us in 200 ms: 25 % of the GPU is ours; NVML reads 30 %, so
+        // the job's is 5 %, not the 25 % that 100 short kernels would leave.
+        let report = GapReport {
+            kernels: 100,
+            ours: STRETCH_KERNEL * 100,
+            met: 2,
+            ..GapReport::default()
+        };
+        let mut cost = GapCost::new(K);
+        feed(&mut cost, 1, report, 30.0);
+        // 2 x 186 us in 200 ms against the job's 5 %: 3.7 %.
+        let estimate = cost.estimate().unwrap();
+        assert!((0.0365..0.0375).contains(&estimate), "{estimate}");
+    }
+
+    #[test]
     fn a_meeting_costs_a_switch_and_half_a_kernel_and_a_held_back_kernel_more() {
         let cost = GapCost::new(K);
         let met = GapReport {
             kernels: 10,
+            ours: GAP_KERNEL * 10,
             met: 1,
             held_back: 0,
             ..GapReport::default()
@@ -217,6 +236,7 @@ mod tests {
         let mut cost = GapCost::new(K);
         let report = GapReport {
             kernels: 100,
+            ours: GAP_KERNEL * 100,
             met: 5,
             held_back: 0,
             ..GapReport::default()
@@ -234,6 +254,7 @@ mod tests {
         let mut cost = GapCost::new(K);
         let report = GapReport {
             kernels: 4,
+            ours: GAP_KERNEL * 4,
             met: 4,
             held_back: 0,
             ..GapReport::default()
@@ -253,6 +274,7 @@ mod tests {
         // The pacer's first spells: 60 meetings in one sample.
         let spike = GapReport {
             kernels: 100,
+            ours: GAP_KERNEL * 100,
             met: 60,
             ..GapReport::default()
         };
@@ -263,6 +285,7 @@ mod tests {
         // samples before).
         let clear = GapReport {
             kernels: 100,
+            ours: GAP_KERNEL * 100,
             ..GapReport::default()
         };
         for i in 2..=8 {
@@ -277,6 +300,7 @@ mod tests {
         let mut cost = GapCost::new(K);
         let met = GapReport {
             kernels: 4,
+            ours: GAP_KERNEL * 4,
             met: 4,
             held_back: 1,
             ..GapReport::default()
@@ -287,6 +311,7 @@ mod tests {
         assert!(cost.over());
         let quiet = GapReport {
             kernels: 500,
+            ours: GAP_KERNEL * 500,
             ..GapReport::default()
         };
         feed(&mut cost, 200, quiet, 50.0);
@@ -300,6 +325,7 @@ mod tests {
         let mut cost = GapCost::new(K);
         let report = GapReport {
             kernels: 4,
+            ours: GAP_KERNEL * 4,
             met: 4,
             held_back: 0,
             ..GapReport::default()

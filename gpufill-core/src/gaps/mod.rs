@@ -41,10 +41,10 @@
 //! is looked at less and less often, so that a service's first long requests are not
 //! met every shortest hold.
 //!
-//! Where the job is idle and should stay so for a while (between spells the pacer
-//! predicts, or between spells of [`STRETCH_FOR_SPELLS`] or more), our kernels are
-//! stretched to [`STRETCH_KERNEL`] ([`GapPacer::kernel_for`]): short kernels and their
-//! gaps hold at most 40 % of the GPU.
+//! Where the job is idle and should stay so for a while, our kernels are stretched
+//! ([`GapPacer::kernel_for`]): to [`PREDICTED_STRETCH`] between spells the pacer
+//! predicts, to [`STRETCH_KERNEL`] between spells of [`STRETCH_FOR_SPELLS`] or more.
+//! Short kernels and their gaps hold at most 40 % of the GPU.
 //!
 //! Each meeting is charged a switch and half the kernel it met; a kernel of ours held
 //! back behind the job's queued work got in only at the end of the job's time slice or
@@ -90,12 +90,23 @@ pub const MIN_GAP: Duration = Duration::from_micros(150);
 /// during one waits little (half of it on average).
 pub const GAP_KERNEL: Duration = Duration::from_micros(100);
 
-/// The length of each kernel of ours while the job is, as the pacer predicts, idle for a
-/// while yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before
-/// the next predicted one. Short kernels and their gaps hold at most 40 % of the GPU; a
-/// job that comes early anyway waits what is left of this one (charged as half of it,
-/// [`GapReport::met_long`]).
+/// The length of each kernel of ours between the spells of a job whose spells are long
+/// ([`STRETCH_FOR_SPELLS`]) and come when they come (a decode service's requests): a
+/// request that comes while one runs waits what is left of it (charged as half the
+/// difference from a short one, [`GapReport::long_wait`]). Short kernels and their gaps
+/// hold at most 40 % of the GPU.
 pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
+
+/// The length of each kernel of ours where the pacer predicts the job idle for a while
+/// yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before the next
+/// predicted one (a trainer's step, on a clock). Longer than [`STRETCH_KERNEL`]: the
+/// launcher's CPU goes with its kernels (about 36 us of a core each on H200 hosts, two
+/// timed wake-ups and seven driver calls: docs/benchmarks.md, "CPU while filling gaps"),
+/// and most of the GPU these fill; a trainer met about 0.13 stretched kernels a step,
+/// which at 250 us more each is under 0.1 % of its rate. Not for jobs whose work comes
+/// when it comes: beside a service of 20 ms requests a second apart on average (the
+/// simulator's), 1 ms kernels cost the median request 2.4 %, 500 us ones 1.8 %.
+pub const PREDICTED_STRETCH: Duration = Duration::from_millis(1);
 
 /// A job whose spells last at least this long pays at most 1 % more of one for meeting a
 /// stretched kernel of ours instead of a short one (half the difference, 200 us): the
@@ -115,6 +126,8 @@ pub const MAX_HOLD: Duration = Duration::from_secs(10);
 pub struct GapReport {
     /// Kernels of ours that ran.
     pub kernels: u32,
+    /// The GPU time they asked for: short kernels and stretched ones.
+    pub ours: Duration,
     /// Meetings: kernels of ours that met the job (started late, held back, cut short
     /// or ran long), and the kernels of ours launched inside a spell of its work before
     /// one; each costs the job about a switch.
@@ -122,9 +135,11 @@ pub struct GapReport {
     /// Of the kernels that met it, those held back behind its queued work: they got in
     /// at the end of its time slice or kernel, in the middle of its work.
     pub held_back: u32,
-    /// Of the meetings, those of a stretched kernel of ours ([`STRETCH_KERNEL`]): the job
-    /// came earlier than the pacer predicted, and waited more of our kernel.
-    pub met_long: u32,
+    /// What the meetings of a stretched kernel of ours ([`STRETCH_KERNEL`],
+    /// [`PREDICTED_STRETCH`]) cost the job beyond meeting a short one: half the
+    /// difference each. The job came earlier than the pacer predicted, and waited more
+    /// of our kernel.
+    pub long_wait: Duration,
     /// The job's time at work, as our kernels saw its spells (from each spell's first
     /// sign to its last), counted when a spell ends.
     pub job_time: Duration,
@@ -141,9 +156,10 @@ impl std::ops::Add for GapReport {
     fn add(self, other: GapReport) -> GapReport {
         GapReport {
             kernels: self.kernels + other.kernels,
+            ours: self.ours + other.ours,
             met: self.met + other.met,
             held_back: self.held_back + other.held_back,
-            met_long: self.met_long + other.met_long,
+            long_wait: self.long_wait + other.long_wait,
             job_time: self.job_time + other.job_time,
             period: other.period.or(self.period),
         }

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use super::{GAP_KERNEL, GapReport, KernelOutcome, MIN_HOLD, STRETCH_FOR_SPELLS, STRETCH_KERNEL};
+use super::{
+    GAP_KERNEL, GapReport, KernelOutcome, MIN_HOLD, PREDICTED_STRETCH, STRETCH_FOR_SPELLS,
+    STRETCH_KERNEL,
+};
 use crate::time::Time;
 
 /// How much of a new sample the learned spell and period take in.
@@ -97,6 +100,9 @@ struct Spell {
     /// spell's length is learned yet: each after the first doubles the wait before the
     /// next look ([`Spell::backoff`]).
     outlasted: u32,
+    /// The job time already reported for it: from its anchor to its last sign, as its
+    /// signs came ([`GapReport::job_time`]); the rest when it closes.
+    reported: Duration,
 }
 
 impl Spell {
@@ -230,9 +236,13 @@ impl GapPacer {
         ended: Time,
         outcome: KernelOutcome,
     ) -> GapReport {
-        // The job came while a stretched kernel of ours ran, or queued behind it.
-        let long = matches!(outcome, KernelOutcome::Busy | KernelOutcome::HeldBack)
-            && self.kernel_for(launched) > GAP_KERNEL;
+        // The job came while a stretched kernel of ours ran, or queued behind it: it
+        // waited half of what the kernel was stretched by, on average.
+        let long_wait = if matches!(outcome, KernelOutcome::Busy | KernelOutcome::HeldBack) {
+            self.kernel_for(launched).saturating_sub(GAP_KERNEL) / 2
+        } else {
+            Duration::ZERO
+        };
         self.last_clear = outcome == KernelOutcome::Clear;
         // Since when the job's work is unseen: our previous kernel's end, or before the
         // looks since it.
@@ -240,8 +250,9 @@ impl GapPacer {
         let prev_end = self.prev_end.replace(ended);
         let mut report = GapReport {
             kernels: 1,
+            ours: self.kernel_for(launched),
             held_back: u32::from(outcome == KernelOutcome::HeldBack),
-            met_long: u32::from(long),
+            long_wait,
             period: self.prediction().map(|(_, period, _)| period),
             ..GapReport::default()
         };
@@ -304,6 +315,11 @@ impl GapPacer {
                 let half = p + launched.saturating_since(p) / 2;
                 spell.last = spell.last.max(half);
             }
+            // Its time at work so far, as it goes: a spell longer than an NVML sample
+            // (a decode request) is not counted all in the sample it closes in.
+            let so_far = spell.last.saturating_since(spell.anchor);
+            report.job_time = so_far.saturating_sub(spell.reported);
+            spell.reported = spell.reported.max(so_far);
         } else {
             if let Some(old) = self.spell.take() {
                 report.job_time = self.close(old, None);
@@ -341,6 +357,7 @@ impl GapPacer {
                 outlasted: 0,
                 clear_since: None,
                 latest: launched,
+                reported: Duration::ZERO,
             });
             report.met = 1;
         }
@@ -376,16 +393,18 @@ impl GapPacer {
     /// launch of the first kernel of ours that ran clear after its last sign, a shortest
     /// hold or more after it, [`Spell::end_seen_by`]), and returns the job time it stands
     /// for (one not seen whole: at least what was seen, and the length learned if that is
-    /// more).
+    /// more), less what was reported as its signs came.
     fn close(&mut self, spell: Spell, first_clear: Option<Time>) -> Duration {
         self.spell = None;
         let seen = spell.last.saturating_since(spell.anchor);
         let seen_end = first_clear.is_some_and(|c| spell.end_seen_by(c));
-        if spell.censored || !seen_end {
-            return seen.max(self.spell_len.unwrap_or_default());
-        }
-        self.spell_len = Some(ewma(self.spell_len, seen));
-        seen
+        let time = if spell.censored || !seen_end {
+            seen.max(self.spell_len.unwrap_or_default())
+        } else {
+            self.spell_len = Some(ewma(self.spell_len, seen));
+            seen
+        };
+        time.saturating_sub(spell.reported)
     }
 
     /// The start of the last spell the pacer predicted (and stayed idle through) within
@@ -447,14 +466,16 @@ impl GapPacer {
         }
     }
 
-    /// The length of a kernel of ours launched at `at`: [`STRETCH_KERNEL`] where no spell
-    /// of the job is open, our kernel before ran clear just before `at`, and either the
-    /// job's next spell is predicted far enough ahead (a stretched kernel and the guard end
-    /// before the next predicted start, LOOK_EVERY's included) or its spells are long
-    /// ([`STRETCH_FOR_SPELLS`]); else [`GAP_KERNEL`].
+    /// The length of a kernel of ours launched at `at`, where no spell of the job is open
+    /// and our kernel before ran clear just before `at`: [`PREDICTED_STRETCH`] where the
+    /// job's next spell is predicted far enough ahead (a stretched kernel and the guard
+    /// end before the next predicted start, LOOK_EVERY's included), else
+    /// [`STRETCH_KERNEL`] where its spells are long ([`STRETCH_FOR_SPELLS`]); otherwise
+    /// [`GAP_KERNEL`].
     pub fn kernel_for(&self, at: Time) -> Duration {
         match self.stretch_until(at) {
-            Some(until) if at < until => STRETCH_KERNEL,
+            Some(Time::MAX) => STRETCH_KERNEL,
+            Some(until) if at < until => PREDICTED_STRETCH,
             _ => GAP_KERNEL,
         }
     }
@@ -503,7 +524,7 @@ impl GapPacer {
             return None;
         }
         let next = start + period;
-        let until = next.since_epoch().checked_sub(guard + STRETCH_KERNEL)?;
+        let until = next.since_epoch().checked_sub(guard + PREDICTED_STRETCH)?;
         Some(Time::from_duration(until)).filter(|&u| u > at)
     }
 
@@ -715,7 +736,7 @@ mod tests {
         assert!(ours >= 20.0 * 9.0, "{ours} ms: {seen:?}");
         assert_eq!(seen.long_inside, 0, "{seen:?}");
         // And the job met none of them.
-        assert_eq!(seen.report.met_long, 0, "{seen:?}");
+        assert_eq!(seen.report.long_wait, Duration::ZERO, "{seen:?}");
     }
 
     #[test]
@@ -737,11 +758,21 @@ mod tests {
         pacer.kernel_done(start + MS * 19, start + MS * 19, KernelOutcome::Clear);
         let clear = start + MS * 23;
         pacer.kernel_done(clear, clear, KernelOutcome::Clear);
-        assert_eq!(pacer.kernel_for(clear), STRETCH_KERNEL);
+        assert_eq!(pacer.kernel_for(clear), PREDICTED_STRETCH);
         let until = pacer.kernel_changes_at(clear).unwrap();
         let left = (start + MS * 41).saturating_since(until);
-        assert!(left > GUARD + STRETCH_KERNEL && left < MS * 5, "{left:?}");
+        assert!(
+            left > GUARD + PREDICTED_STRETCH && left < MS * 5,
+            "{left:?}"
+        );
         assert_eq!(pacer.kernel_for(until), GAP_KERNEL);
+        // A job that comes early and meets one waits half of what it was stretched by.
+        let met = pacer
+            .clone()
+            .kernel_done(clear, clear + MS, KernelOutcome::Busy);
+        assert_eq!(met.long_wait, (PREDICTED_STRETCH - GAP_KERNEL) / 2);
+        let met = pacer.kernel_done(until, until + MS / 10, KernelOutcome::Busy);
+        assert_eq!(met.long_wait, Duration::ZERO);
     }
 
     #[test]
@@ -1021,13 +1052,16 @@ mod tests {
         // A sign within the hold of the last one is the same spell, and one after a
         // late start a long idle wait after our last kernel says only that the job ran
         // in that wait: the spell's last exact sign stays.
+        // Its time at work is reported as its signs come: 5 ms by the sign at 15 ms.
         let r = pacer.kernel_done(t(15.0), t(15.3), KernelOutcome::HeldBack);
         assert_eq!((r.met, r.held_back), (1, 1));
+        assert_eq!(r.job_time, MS * 5);
         let r = pacer.kernel_done(t(19.9), t(20.0), KernelOutcome::AfterOthers);
         assert_eq!(r.met, 1);
         // Clear kernels for 3.5 ms, a shortest hold after the last sign, end the spell: the job's
         // last work lay between 15.3 and 19.9 ms (it ran unseen after 15), taken as 17.6:
-        // 7.6 ms is learned.
+        // 7.6 ms is learned, and had been reported by the sign that said so.
+        assert_eq!(r.job_time, Duration::from_micros(2600));
         let r = pacer.kernel_done(t(25.0), t(25.1), KernelOutcome::Clear);
         assert_eq!(
             r.job_time,
@@ -1036,7 +1070,7 @@ mod tests {
         );
         let r = pacer.kernel_done(t(28.5), t(28.6), KernelOutcome::Clear);
         assert_eq!(r.met, 0);
-        assert_eq!(r.job_time, Duration::from_micros(7600));
+        assert_eq!(r.job_time, Duration::ZERO);
         assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
         // After it, nothing is held.
         assert_eq!(pacer.next_launch(t(25.3), MS, MS * 20), t(25.3));
@@ -1044,20 +1078,28 @@ mod tests {
         // late start right after that (the job worked, as expected) says nothing new.
         pacer.kernel_done(t(80.0), t(80.2), KernelOutcome::Busy);
         assert_eq!(pacer.next_launch(t(80.4), MS, MIN_HOLD), t(87.9));
-        pacer.kernel_done(t(87.9), t(88.0), KernelOutcome::AfterOthers);
+        let r = pacer.kernel_done(t(87.9), t(88.0), KernelOutcome::AfterOthers);
+        assert_eq!(r.job_time, Duration::ZERO, "its rest unseen");
         let r = pacer.kernel_done(t(93.0), t(93.1), KernelOutcome::Clear);
         assert_eq!(
             r.job_time,
             Duration::ZERO,
             "one clear kernel may be in a gap"
         );
+        // At its end the length learned stands for its time at work.
         let r = pacer.kernel_done(t(96.5), t(96.6), KernelOutcome::Clear);
         assert_eq!(r.job_time, Duration::from_micros(7600));
         assert_eq!(pacer.learned().0, Some(Duration::from_micros(7600)));
         // A spell seen to its end is learned: 120-126 ms, to the one before 3:1.
-        pacer.kernel_done(t(120.0), t(120.2), KernelOutcome::Busy);
-        pacer.kernel_done(t(125.0), t(125.2), KernelOutcome::Busy);
-        pacer.kernel_done(t(126.0), t(126.1), KernelOutcome::AfterOthers);
+        let mut job = pacer
+            .kernel_done(t(120.0), t(120.2), KernelOutcome::Busy)
+            .job_time;
+        job += pacer
+            .kernel_done(t(125.0), t(125.2), KernelOutcome::Busy)
+            .job_time;
+        job += pacer
+            .kernel_done(t(126.0), t(126.1), KernelOutcome::AfterOthers)
+            .job_time;
         let r = pacer.kernel_done(t(131.2), t(131.3), KernelOutcome::Clear);
         assert_eq!(
             r.job_time,
@@ -1065,7 +1107,7 @@ mod tests {
             "one clear kernel may be in a gap"
         );
         let r = pacer.kernel_done(t(134.7), t(134.8), KernelOutcome::Clear);
-        assert_eq!(r.job_time, MS * 6);
+        assert_eq!(job + r.job_time, MS * 6);
         let len = pacer.learned().0.unwrap().as_secs_f64() * 1e3;
         assert!((len - (0.75 * 7.6 + 0.25 * 6.0)).abs() < 1e-6, "{len}");
     }
@@ -1157,10 +1199,11 @@ mod tests {
         // Looked at again after the 8 ms hold: the job still works, the same spell.
         let r = pacer.kernel_done(t(8.5), t(8.7), KernelOutcome::Busy);
         assert_eq!(r.met, 1);
+        let job = r.job_time;
         pacer.kernel_done(t(8.9), t(9.0), KernelOutcome::Clear);
         let r = pacer.kernel_done(t(13.6), t(13.7), KernelOutcome::Clear);
         assert_eq!(
-            r.job_time,
+            job + r.job_time,
             Duration::from_micros(8500),
             "one spell, 0-8.5 ms"
         );
