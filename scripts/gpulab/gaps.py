@@ -253,9 +253,32 @@ class Beside:
         est = [m[EST] for m in self.scrapes if EST in m]
         return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
                 "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
+                "pacing": pacing_counts(line for _, line in self.g.lines),
                 "scrapes": len(self.scrapes), "healthy": self.healthy,
                 "rc": self.rc, "stop_s": round(self.stop_s, 3),
                 "reasons": dict(reasons(line for _, line in self.g.lines))}
+
+
+PACING_FIELDS = ("seconds", "kernels", "stretched", "probes", "queries", "sleeps")
+
+
+def pacing_counts(lines):
+    """What the gaps pacing thread did over its life, from its last "pacing thread
+    stopped" line (RUST_LOG gpufill_cuda::pacing=debug): each field's rate a second, and
+    the seconds; None without the line."""
+    found = None
+    for line in lines:
+        if "pacing thread stopped" in line and re.search(r"cycle=\"?gaps", line):
+            found = line
+    if found is None:
+        return None
+    fields = dict(re.findall(r"(\w+)=([0-9.]+)", found))
+    try:
+        counts = {k: float(fields[k]) for k in PACING_FIELDS}
+    except (KeyError, ValueError):
+        return None
+    secs = max(counts.pop("seconds"), 1e-9)
+    return {"seconds": secs, **{k: v / secs for k, v in counts.items()}}
 
 
 def sleep_until(t):
@@ -435,6 +458,9 @@ def summarize(name, phases, runs):
     out["cpu_pct"] = mean(r["cpu_pct"] for r in withs if r.get("cpu_pct") is not None)
     out["cpu_split"] = {k: mean(r["cpu_split"].get(k, 0.0) for r in withs if r.get("cpu_split"))
                         for k in ("launcher", "loop", "other")}
+    paced = [r["pacing"] for r in withs if r.get("pacing")]
+    out["pacing"] = ({k: mean(p[k] for p in paced) for k in PACING_FIELDS[1:]}
+                     if paced else None)
     total = collections.Counter()
     for r in withs:
         total.update(r.get("reasons", {}))
@@ -477,6 +503,13 @@ def table(summaries, top=6):
         if any(v is not None for v in split.values()):
             lines.append(f"{name}: CPU % by thread: " + ", ".join(
                 f"{k} {v:.2f}" for k, v in split.items() if v is not None))
+        paced = s.get("pacing")
+        if paced and paced["kernels"] > 0 and split.get("launcher") is not None:
+            per = split["launcher"] / 100 * 1e6 / paced["kernels"]
+            lines.append(f"{name}: launcher a second: {paced['kernels']:.0f} kernels "
+                         f"({paced['stretched']:.0f} stretched), {paced['probes']:.1f} probe "
+                         f"pairs, {paced['queries']:.0f} event queries, {paced['sleeps']:.0f} "
+                         f"sleeps; {per:.1f} us of CPU a kernel")
     for name, s in summaries.items():
         lines.append(f"\n{name}: gpufill's log over the with-runs (count, line):")
         lines += [f"  {n:6d}  {text[:160]}" for text, n in list(s["reasons"].items())[:top]]
@@ -525,7 +558,8 @@ def parse(argv):
     ap.add_argument("--gpufill", default=os.path.join(ROOT, "carry", "gpufill"))
     ap.add_argument("--gpufill-args", default="--beside-live fill-gaps --max-cost 2",
                     help="added to `gpufill run --gpus N --metrics ...` (one string)")
-    ap.add_argument("--rust-log", default="gpufill=info,gpufill_runtime=debug")
+    ap.add_argument("--rust-log",
+                    default="gpufill=info,gpufill_runtime=debug,gpufill_cuda::pacing=debug")
     ap.add_argument("--out", default=None, help="default $OUT, else /tmp/gpulab-gaps")
     ap.add_argument("--train-model", default="resnet18")
     ap.add_argument("--batch", type=int, default=64)

@@ -422,6 +422,17 @@ class Gaps(unittest.TestCase):
         for heavy in ("pynvml", "torch"):
             self.assertNotIn(heavy, sys.modules)
 
+    def test_the_pacing_threads_last_line_gives_its_rates(self):
+        from .gaps import pacing_counts
+        line = ("2026-11-29T02:00:00.1Z DEBUG gpu{{gpu=0}}: gpufill_cuda::pacing: pacing thread "
+                "stopped cycle=\"{}\" seconds=10.0 kernels=8000 stretched=3000 probes=250 "
+                "queries=16500 sleeps=17000")
+        got = pacing_counts(["other", line.format("one_in_flight"), line.format("gaps")])
+        self.assertEqual(got, {"seconds": 10.0, "kernels": 800.0, "stretched": 300.0,
+                               "probes": 25.0, "queries": 1650.0, "sleeps": 1700.0})
+        self.assertIsNone(pacing_counts([line.format("one_in_flight")]))
+        self.assertIsNone(pacing_counts([line.format("gaps").replace("sleeps=17000", "")]))
+
     def test_flags_the_binary_lacks_and_log_lines_as_reasons(self):
         from .gaps import missing_flags, reasons
         helptext = "      --beside-live <MODE>  ...\n      --max-cost <PCT>\n      --gpus <LIST>"
