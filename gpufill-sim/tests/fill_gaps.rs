@@ -103,6 +103,8 @@ fn beside_sub_millisecond_requests_the_hold_grows_until_they_barely_pay() {
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
     let estimate = mean(&costs);
+    // The rate control holds its own estimate under the bound, on average.
+    assert!(estimate <= 0.02, "{estimate}");
     assert!(estimate >= requests.mean_slowdown(), "{estimate}");
     assert!(
         estimate <= 3.0 * requests.mean_slowdown() + 0.01,

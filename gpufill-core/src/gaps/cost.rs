@@ -7,9 +7,26 @@ use super::{CONTEXT_SWITCH, GapReport, MAX_HOLD, MIN_HOLD};
 use crate::time::Time;
 use crate::units::Utilization;
 
-/// Under this share of the bound the hold shrinks; over the bound it grows: the rate
-/// control holds the estimate near the bound, not anywhere under it.
+/// Under this share of the bound an estimate that went over it is back under
+/// ([`GapCost::over`], which the log reports).
 const SHRINK_BELOW: f64 = 0.9;
+
+/// The share of the bound that the rate control steers the samples' own costs to, on
+/// average: under the bound with room for the estimate's swings.
+const SET_POINT: f64 = 0.8;
+
+/// How far one sample moves the hold's logarithm for each set point its own cost is off:
+/// a sample with no meeting shortens the hold by a tenth, one that costs twice the set
+/// point lengthens it by a tenth, one beside isolated requests that costs six times the
+/// set point (a meeting against the job's 1 % of the GPU) by two thirds. Small, so that
+/// the hold moves little between meetings; uncapped up to [`MAX_GROWTH`], so that the
+/// costs average the set point however rare and large the meeting samples are (a cap
+/// they reach leaves the average above it).
+const GAIN: f64 = 0.1;
+
+/// The most one sample lengthens the hold by: a first sample's spike (the pacer's first
+/// spells, before it knows the job) would otherwise hold off for seconds.
+const MAX_GROWTH: f64 = 32.0;
 
 /// How much of the newest estimate each NVML sample takes in (the rest is the old one).
 const SMOOTHING: f64 = 0.3;
@@ -109,22 +126,22 @@ impl GapCost {
         self.estimate = Some(estimate);
         self.pending = GapReport::default();
         self.since = Some(now);
-        // The hold grows only on a sample whose own cost is over the bound too: a spike
-        // that the smoothed estimate still remembers (the pacer's first spells, before it
-        // knows the job) grows it once, not at every sample while it decays.
-        let hold = if estimate > max_cost {
+        if estimate > max_cost {
             self.over = true;
-            if cost > max_cost {
-                self.hold.mul_f64(1.5).min(MAX_HOLD)
-            } else {
-                self.hold
-            }
         } else if estimate < max_cost * SHRINK_BELOW {
             self.over = false;
-            self.hold.div_f64(1.2).max(MIN_HOLD)
-        } else {
-            self.hold
-        };
+        }
+        // Integral control of the hold's logarithm by each sample's own cost against the
+        // set point: the costs settle at the set point on average, whatever share of the
+        // samples has a meeting (beside isolated requests a meeting sample costs several
+        // times the bound, and most samples have none). A job that costs less than the
+        // set point at the shortest hold keeps the shortest hold.
+        let target = max_cost * SET_POINT;
+        let step = (GAIN * (cost - target) / target).min(MAX_GROWTH.ln());
+        let hold = Duration::from_secs_f64(
+            (self.hold.as_secs_f64() * step.exp())
+                .clamp(MIN_HOLD.as_secs_f64(), MAX_HOLD.as_secs_f64()),
+        );
         (hold != self.hold).then(|| {
             self.hold = hold;
             hold
@@ -266,7 +283,7 @@ mod tests {
     }
 
     #[test]
-    fn a_single_spike_grows_the_hold_once_not_while_the_estimate_decays() {
+    fn a_single_spike_grows_the_hold_once_and_it_shrinks_while_the_estimate_decays() {
         let mut cost = GapCost::new(K);
         let start = Time::ZERO + Duration::from_secs(1);
         let sample = Duration::from_millis(200);
@@ -278,21 +295,66 @@ mod tests {
             met: 60,
             ..GapReport::default()
         };
-        let grown = cost.update(start + sample, spike, Some(pct(10.0)), 0.02);
-        assert_eq!(grown, Some(MIN_HOLD.mul_f64(1.5)));
+        let grown = cost
+            .update(start + sample, spike, Some(pct(10.0)), 0.02)
+            .unwrap();
+        assert!(
+            grown > MIN_HOLD * 2 && grown <= MIN_HOLD.mul_f64(MAX_GROWTH),
+            "{grown:?}"
+        );
         // Then nothing met: the smoothed estimate stays over the bound for a while, and
-        // the hold stays where the spike put it (it grew by half at every one of these
-        // samples before).
+        // the hold shrinks at every one of these samples (it is steered by each sample's
+        // own cost, not by the estimate that still remembers the spike).
         let clear = GapReport {
             kernels: 100,
             ours: GAP_KERNEL * 100,
             ..GapReport::default()
         };
+        let mut last = grown;
         for i in 2..=8 {
             cost.update(start + sample * i, clear, Some(pct(10.0)), 0.02);
             assert!(cost.over(), "{:?} at {i}", cost.estimate());
-            assert_eq!(cost.hold(), MIN_HOLD.mul_f64(1.5), "at {i}");
+            assert!(cost.hold() < last, "at {i}: {:?}", cost.hold());
+            last = cost.hold();
         }
+    }
+
+    #[test]
+    fn beside_isolated_requests_the_estimate_settles_under_the_bound() {
+        // A job of isolated requests, as the pacer meets them: after each meeting the
+        // hold in force (re-timed as it changes) passes before the next, which then comes
+        // within a sample. Each meeting sample costs several times the bound against the
+        // job's 1 % of the GPU, and most samples have none.
+        let mut cost = GapCost::new(K);
+        let sample = Duration::from_millis(200);
+        let mut now = Time::ZERO + Duration::from_secs(1);
+        cost.update(now, GapReport::default(), None, 0.02);
+        let (met, quiet) = (
+            GapReport {
+                kernels: 300,
+                ours: GAP_KERNEL * 300,
+                met: 1,
+                ..GapReport::default()
+            },
+            GapReport {
+                kernels: 300,
+                ours: GAP_KERNEL * 300,
+                ..GapReport::default()
+            },
+        );
+        let mut last_met = now;
+        let mut estimates = Vec::new();
+        for _ in 0..3000 {
+            now += sample;
+            let meets = now.saturating_since(last_met) >= cost.hold();
+            if meets {
+                last_met = now;
+            }
+            cost.update(now, if meets { met } else { quiet }, Some(pct(7.0)), 0.02);
+            estimates.push(cost.estimate().unwrap());
+        }
+        let mean = estimates[500..].iter().sum::<f64>() / 2500.0;
+        assert!(mean <= 0.02 && mean >= 0.02 * SET_POINT * 0.7, "{mean}");
     }
 
     #[test]

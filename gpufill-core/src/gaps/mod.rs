@@ -59,13 +59,18 @@
 //! kernels, the wait on its input included.
 //!
 //! # Rate control
-//! At every NVML sample the estimate is updated and the hold adjusted: over the bound it
-//! grows by half (up to [`MAX_HOLD`]) where that sample's own cost is over it too (so a
-//! spike the smoothed estimate remembers grows it once), under 0.9 of the bound it
-//! shrinks (down to [`MIN_HOLD`]). A longer hold fills fewer of the job's gaps, so fewer
-//! of its busy spells meet our context: a service of sub-millisecond requests, each of
-//! which pays about a third of its length for a meeting, is filled beside only rarely,
-//! while a trainer whose steps are milliseconds long keeps most of its gaps filled.
+//! At every NVML sample the estimate is updated and the hold adjusted by that sample's
+//! own cost: its logarithm moves in proportion to how far the cost is from 0.8 of the
+//! bound (integral control, [`GapCost`]), between [`MIN_HOLD`] and [`MAX_HOLD`]. So the
+//! samples' costs, and the estimate that smooths them, average 0.8 of the bound whatever
+//! share of the samples has a meeting, and a job that costs less at the shortest hold
+//! keeps it. A longer hold fills fewer of the job's gaps, so fewer of its busy spells meet
+//! our context: a service of sub-millisecond requests, each of which pays about a third
+//! of its length for a meeting, is filled beside only rarely, while a trainer whose steps
+//! are milliseconds long keeps most of its gaps filled. (Up to e18b116 the hold grew by
+//! half at a sample over the bound and shrank by a sixth at each one under 0.9 of it:
+//! beside isolated requests, whose meeting samples cost several times the bound and
+//! come one in five, that settled with the estimate at about twice the bound.)
 
 use std::time::Duration;
 
