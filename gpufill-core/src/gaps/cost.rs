@@ -354,7 +354,7 @@ mod tests {
             estimates.push(cost.estimate().unwrap());
         }
         let mean = estimates[500..].iter().sum::<f64>() / 2500.0;
-        assert!(mean <= 0.02 && mean >= 0.02 * SET_POINT * 0.7, "{mean}");
+        assert!((0.02 * SET_POINT * 0.7..=0.02).contains(&mean), "{mean}");
     }
 
     #[test]
