@@ -107,7 +107,10 @@ impl GapCost {
             return None;
         }
         let ours = self.pending.ours.as_secs_f64() / elapsed;
-        let spells = self.pending.job_time.as_secs_f64() / elapsed;
+        // A spell that closes in this sample may stand for more than the sample (its
+        // learned length, where its end was not seen): the job cannot work more than all
+        // of the time.
+        let spells = (self.pending.job_time.as_secs_f64() / elapsed).min(1.0);
         // A job on a clock pays for our kernels in its rate: against all the time.
         let on_clock = if self.pending.period.is_some() {
             1.0
@@ -226,6 +229,23 @@ mod tests {
         // 2 x 186 us in 200 ms against the job's 5 %: 3.7 %.
         let estimate = cost.estimate().unwrap();
         assert!((0.0365..0.0375).contains(&estimate), "{estimate}");
+    }
+
+    #[test]
+    fn the_jobs_time_at_work_counts_at_most_all_of_a_sample() {
+        // A spell that closes stands for its learned 800 ms in a 200 ms sample.
+        let report = GapReport {
+            kernels: 10,
+            ours: GAP_KERNEL * 10,
+            met: 5,
+            job_time: MS * 800,
+            ..GapReport::default()
+        };
+        let mut cost = GapCost::new(K);
+        feed(&mut cost, 1, report, 20.0);
+        // 5 x 186 us in 200 ms against all of the time: 0.47 %, not a quarter of it.
+        let estimate = cost.estimate().unwrap();
+        assert!((0.0046..0.0048).contains(&estimate), "{estimate}");
     }
 
     #[test]
