@@ -140,7 +140,12 @@ impl GapCost {
         // times the bound, and most samples have none). A job that costs less than the
         // set point at the shortest hold keeps the shortest hold.
         let target = max_cost * SET_POINT;
-        let step = (GAIN * (cost - target) / target).min(MAX_GROWTH.ln());
+        let step = if target > 0.0 {
+            (GAIN * (cost - target) / target).min(MAX_GROWTH.ln())
+        } else {
+            // A bound of 0: nothing may be charged, so the hold only grows.
+            MAX_GROWTH.ln()
+        };
         let hold = Duration::from_secs_f64(
             (self.hold.as_secs_f64() * step.exp())
                 .clamp(MIN_HOLD.as_secs_f64(), MAX_HOLD.as_secs_f64()),
@@ -400,6 +405,29 @@ mod tests {
         assert!(cost.estimate().unwrap() < 0.001);
         assert_eq!(cost.hold(), MIN_HOLD);
         assert!(!cost.over());
+    }
+
+    #[test]
+    fn a_bound_of_zero_holds_off_longest() {
+        let mut cost = GapCost::new(K);
+        let quiet = GapReport {
+            kernels: 100,
+            ours: GAP_KERNEL * 100,
+            ..GapReport::default()
+        };
+        feed(&mut cost, 1, quiet, 10.0);
+        let mut zero = GapCost::new(K);
+        let start = Time::ZERO + Duration::from_secs(1);
+        zero.update(start, GapReport::default(), None, 0.0);
+        for i in 1..=10 {
+            zero.update(
+                start + Duration::from_millis(200) * i,
+                quiet,
+                Some(pct(10.0)),
+                0.0,
+            );
+        }
+        assert_eq!((cost.hold(), zero.hold()), (MIN_HOLD, MAX_HOLD));
     }
 
     #[test]
