@@ -102,6 +102,10 @@ fn beside_sub_millisecond_requests_the_hold_grows_until_they_barely_pay() {
     );
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
+    // Issue 40's bound for such requests: p99 at most 0.1 ms more than alone. (Kernels of
+    // 1 ms between spells the pacer predicted wrongly beside them put it at +0.137 ms.)
+    let p99_more = requests.p99.saturating_sub(requests.p99_alone);
+    assert!(p99_more <= Duration::from_micros(100), "{requests:?}");
     let estimate = mean(&costs);
     // The rate control holds its own estimate under the bound, on average.
     assert!(estimate <= 0.02, "{estimate}");
