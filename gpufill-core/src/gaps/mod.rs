@@ -43,7 +43,8 @@
 //!
 //! Where the job is idle and should stay so for a while, our kernels are stretched
 //! ([`GapPacer::kernel_for`]): to [`PREDICTED_STRETCH`] between spells the pacer
-//! predicts, to [`STRETCH_KERNEL`] between spells of [`STRETCH_FOR_SPELLS`] or more.
+//! predicts at least ten such kernels apart, to [`STRETCH_KERNEL`] between spells
+//! predicted closer together or between spells of [`STRETCH_FOR_SPELLS`] or more.
 //! Short kernels and their gaps hold at most 40 % of the GPU.
 //!
 //! Each meeting is charged a switch and half the kernel it met; a kernel of ours held
