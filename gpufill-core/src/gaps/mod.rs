@@ -105,7 +105,8 @@ pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
 
 /// The length of each kernel of ours where the pacer predicts the job idle for a while
 /// yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before the next
-/// predicted one (a trainer's step, on a clock). Longer than [`STRETCH_KERNEL`]: the
+/// predicted one (a trainer's step, on a clock), where the predicted gaps hold ten of
+/// them (shorter ones keep [`STRETCH_KERNEL`]). Longer than [`STRETCH_KERNEL`]: the
 /// launcher's CPU goes with its kernels (about 36 us of a core each on H200 hosts, two
 /// timed wake-ups and seven driver calls: docs/benchmarks.md, "CPU while filling gaps"),
 /// and most of the GPU these fill; a trainer met about 0.13 stretched kernels a step,

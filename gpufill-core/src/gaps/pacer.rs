@@ -471,11 +471,11 @@ impl GapPacer {
     }
 
     /// The length of a kernel of ours launched at `at`, where no spell of the job is open
-    /// and our kernel before ran clear just before `at`: [`PREDICTED_STRETCH`] where the
-    /// job's next spell is predicted far enough ahead (a stretched kernel and the guard
-    /// end before the next predicted start, LOOK_EVERY's included), else
-    /// [`STRETCH_KERNEL`] where its spells are long ([`STRETCH_FOR_SPELLS`]); otherwise
-    /// [`GAP_KERNEL`].
+    /// and our kernel before ran clear just before `at`: where the job's next spell is
+    /// predicted far enough ahead (a stretched kernel and the guard end before the next
+    /// predicted start, LOOK_EVERY's included), [`PREDICTED_STRETCH`] if the predicted
+    /// gaps hold [`LONG_IDLE`] of them, else [`STRETCH_KERNEL`]; [`STRETCH_KERNEL`] too
+    /// where its spells are long ([`STRETCH_FOR_SPELLS`]); otherwise [`GAP_KERNEL`].
     pub fn kernel_for(&self, at: Time) -> Duration {
         match self.stretch_until(at) {
             Some(Time::MAX) => STRETCH_KERNEL,
