@@ -474,7 +474,7 @@ impl GapPacer {
     /// and our kernel before ran clear just before `at`: where the job's next spell is
     /// predicted far enough ahead (a stretched kernel and the guard end before the next
     /// predicted start, LOOK_EVERY's included), [`PREDICTED_STRETCH`] if the predicted
-    /// gaps hold [`LONG_IDLE`] of them, else [`STRETCH_KERNEL`]; [`STRETCH_KERNEL`] too
+    /// gaps hold ten of them (`LONG_IDLE`), else [`STRETCH_KERNEL`]; [`STRETCH_KERNEL`] too
     /// where its spells are long ([`STRETCH_FOR_SPELLS`]); otherwise [`GAP_KERNEL`].
     pub fn kernel_for(&self, at: Time) -> Duration {
         match self.stretch_until(at) {
