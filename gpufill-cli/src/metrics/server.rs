@@ -13,10 +13,7 @@
 //!   newcomer answered `503`;
 //! - **health probes first**: a `/healthz` or `/health` probe whose whole head has
 //!   arrived when it is accepted is answered by the acceptor, before it needs a slot,
-//!   and one evicted after its head arrived is answered all the same; on Linux a
-//!   connection is accepted only once its first bytes have arrived (`TCP_DEFER_ACCEPT`),
-//!   so a probe's head is there when it is accepted, and a client that connects and
-//!   sends nothing takes no slot;
+//!   and one evicted after its head arrived is answered all the same;
 //! - **one deadline per request**: the head must arrive within
 //!   [`ServerSettings::request_deadline`] (2 s) in total, however it trickles in (the read
 //!   timeout shrinks to what is left of the deadline before each read), else `408`; the
@@ -246,9 +243,6 @@ pub fn serve_on(
     settings: ServerSettings,
 ) -> io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
-    if let Err(e) = defer_accept(&listener) {
-        debug!("metrics: no deferred accept ({e}): a connection is accepted before it sends");
-    }
     let shared = Arc::new(Shared {
         exposition,
         settings,
@@ -309,43 +303,6 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
             debug!("metrics: cannot start a connection thread: {e}");
         }
     }
-}
-
-/// Accepts a connection only once its first bytes have arrived (Linux's
-/// `TCP_DEFER_ACCEPT`, as nginx's `deferred` and Apache's `AcceptFilter http data`): a
-/// probe's head is then there when the acceptor looks ([`answer_probe_at_once`]), where
-/// before the acceptor could look in the microseconds between the handshake and the
-/// head and hand the probe to the slots, which refuse newcomers `503` while evicted
-/// connections are still ending; and a client that connects and says nothing takes no
-/// slot (the kernel holds it: after a few seconds it is accepted all the same, and
-/// answered `408` at its deadline).
-#[cfg(target_os = "linux")]
-fn defer_accept(listener: &TcpListener) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // Seconds the kernel waits for data before it accepts the connection anyway.
-    let seconds: libc::c_int = 2;
-    // SAFETY: a plain setsockopt on a listening socket this function borrows, with a
-    // pointer to an int that lives through the call and its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&raw const seconds).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Elsewhere a connection is accepted as soon as it is made.
-#[cfg(not(target_os = "linux"))]
-fn defer_accept(_: &TcpListener) -> io::Result<()> {
-    Ok(())
 }
 
 /// Answers a health probe from the acceptor, before it needs a slot, when its whole
