@@ -803,7 +803,8 @@ fn shapes_switch_between_bursts_one_in_flight_and_gaps_never_queueing_two_beside
 /// Where the pacing thread's CPU goes while filling gaps (`scripts/gaps_cpu_calls.sh`):
 /// this thread's CPU per driver call and per timed wake-up, then per cycle of the gaps
 /// shape's calls (start record, launch, end record, a check, a rest, a check, two
-/// elapsed times). Prints only; asserts only that each figure was measured.
+/// elapsed times). Prints; asserts that each figure was read and that a cycle costs at
+/// least a timed wake-up. Runs on the stand-in libcuda too.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn cpu_per_driver_call_and_wake_up() {
@@ -813,9 +814,6 @@ fn cpu_per_driver_call_and_wake_up() {
     use std::sync::{Condvar, Mutex};
 
     let _gpu = exclusive();
-    if on_the_fake() {
-        return;
-    }
     let ctx = CudaContext::new(0).unwrap();
     // SAFETY: no device allocations are made, so there is nothing to track.
     unsafe { ctx.disable_event_tracking() };
@@ -921,5 +919,9 @@ fn cpu_per_driver_call_and_wake_up() {
         wall.as_secs_f64() * 1e6 / f64::from(n_wake)
     );
     rows.push(cycle);
-    assert!(rows.iter().all(|r| r.is_finite() && *r > 0.0), "{rows:?}");
+    // Each figure was read (a thread's schedstat), and a cycle with two timed wake-ups
+    // costs at least one of them. On the stand-in libcuda the driver calls cost almost
+    // nothing and the wake-ups as much as on a GPU.
+    assert!(rows.iter().all(|r| r.is_finite() && *r >= 0.0), "{rows:?}");
+    assert!(cycle >= rows[4], "{rows:?}");
 }
