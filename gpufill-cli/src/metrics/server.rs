@@ -244,6 +244,9 @@ pub fn serve_on(
     settings: ServerSettings,
 ) -> io::Result<SocketAddr> {
     let bound = listener.local_addr()?;
+    if let Err(e) = widen_backlog(&listener) {
+        debug!("metrics: the listen backlog stays at std's 128: {e}");
+    }
     let refuser = Refuser::spawn(Arc::clone(&exposition))?;
     let shared = Arc::new(Shared {
         exposition,
@@ -358,6 +361,32 @@ fn whole_head(bytes: &[u8]) -> Option<Request> {
 fn is_probe(request: &Request) -> bool {
     matches!(request.method.as_str(), "GET" | "HEAD")
         && matches!(request.path.as_str(), "/healthz" | "/health")
+}
+
+/// The listen backlog asked for (the kernel caps it at `net.core.somaxconn`, 4096 by
+/// default on current Linux). std's `TcpListener::bind` asks for 128: a wave of
+/// connections made at once overflowed that queue, the kernel dropped the SYNs beyond
+/// it, and a health probe among them was answered only after its SYN was sent again, a
+/// second later (`scripts/endpoint_flood.py`).
+const LISTEN_BACKLOG: libc::c_int = 4096;
+
+/// Asks the kernel for a longer queue of connections waiting to be accepted
+/// ([`LISTEN_BACKLOG`]): `listen` again on a listening socket changes its backlog.
+#[cfg(unix)]
+fn widen_backlog(listener: &TcpListener) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `listen` on a socket this function borrows; no pointers.
+    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere the backlog stays std's.
+#[cfg(not(unix))]
+fn widen_backlog(_: &TcpListener) -> io::Result<()> {
+    Ok(())
 }
 
 /// How long a connection refused at the hard cap is given for a health probe's head to
