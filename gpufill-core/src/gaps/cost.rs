@@ -164,6 +164,16 @@ mod tests {
 
     const K: Duration = Duration::from_micros(100);
 
+    /// `kernels` short kernels of ours, `met` of them meeting the job.
+    fn short(kernels: u32, met: u32) -> GapReport {
+        GapReport {
+            kernels,
+            ours: GAP_KERNEL * kernels,
+            met,
+            ..GapReport::default()
+        }
+    }
+
     fn pct(p: f64) -> Utilization {
         Utilization::saturating_from_fraction(p / 100.0)
     }
@@ -199,12 +209,7 @@ mod tests {
     #[test]
     fn a_job_on_a_clock_is_charged_against_its_rate() {
         // 5 meetings in 200 ms beside a job at 20 % of the GPU.
-        let report = GapReport {
-            kernels: 10,
-            ours: GAP_KERNEL * 10,
-            met: 5,
-            ..GapReport::default()
-        };
+        let report = short(10, 5);
         let mut latency = GapCost::new(K);
         feed(&mut latency, 1, report, 20.0);
         let mut rate = GapCost::new(K);
@@ -240,11 +245,8 @@ mod tests {
     fn the_jobs_time_at_work_counts_at_most_all_of_a_sample() {
         // A spell that closes stands for its learned 800 ms in a 200 ms sample.
         let report = GapReport {
-            kernels: 10,
-            ours: GAP_KERNEL * 10,
-            met: 5,
             job_time: MS * 800,
-            ..GapReport::default()
+            ..short(10, 5)
         };
         let mut cost = GapCost::new(K);
         feed(&mut cost, 1, report, 20.0);
@@ -256,13 +258,7 @@ mod tests {
     #[test]
     fn a_meeting_costs_a_switch_and_half_a_kernel_and_a_held_back_kernel_more() {
         let cost = GapCost::new(K);
-        let met = GapReport {
-            kernels: 10,
-            ours: GAP_KERNEL * 10,
-            met: 1,
-            held_back: 0,
-            ..GapReport::default()
-        };
+        let met = short(10, 1);
         assert_eq!(cost.charge(met), Duration::from_micros(186));
         let held = GapReport {
             held_back: 1,
@@ -276,13 +272,7 @@ mod tests {
         // Steps of 12 ms busy and 25 ms waiting: 5.4 steps per 200 ms, each met once;
         // 12 ms of our kernels in each 25 ms wait; the GPU at 50 %.
         let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 100,
-            ours: GAP_KERNEL * 100,
-            met: 5,
-            held_back: 0,
-            ..GapReport::default()
-        };
+        let report = short(100, 5);
         feed(&mut cost, 20, report, 50.0);
         let estimate = cost.estimate().unwrap();
         // 5 x 186 us in 200 ms, against a busy share of 50 % - 5 % = 45 %: about 1 %.
@@ -294,13 +284,7 @@ mod tests {
     fn sub_millisecond_requests_all_met_cost_a_third_and_the_hold_grows_to_its_longest() {
         // 20 requests a second of 0.65 ms, each met: 4 a sample; the GPU at 5 %.
         let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 4,
-            ours: GAP_KERNEL * 4,
-            met: 4,
-            held_back: 0,
-            ..GapReport::default()
-        };
+        let report = short(4, 4);
         feed(&mut cost, 3, report, 1.5);
         assert!(cost.estimate().unwrap() > 0.25, "{:?}", cost.estimate());
         feed(&mut cost, 100, report, 1.5);
@@ -314,12 +298,7 @@ mod tests {
         let sample = Duration::from_millis(200);
         cost.update(start, GapReport::default(), None, 0.02);
         // The pacer's first spells: 60 meetings in one sample.
-        let spike = GapReport {
-            kernels: 100,
-            ours: GAP_KERNEL * 100,
-            met: 60,
-            ..GapReport::default()
-        };
+        let spike = short(100, 60);
         let grown = cost
             .update(start + sample, spike, Some(pct(10.0)), 0.02)
             .unwrap();
@@ -330,11 +309,7 @@ mod tests {
         // Then nothing met: the smoothed estimate stays over the bound for a while, and
         // the hold shrinks at every one of these samples (it is steered by each sample's
         // own cost, not by the estimate that still remembers the spike).
-        let clear = GapReport {
-            kernels: 100,
-            ours: GAP_KERNEL * 100,
-            ..GapReport::default()
-        };
+        let clear = short(100, 0);
         let mut last = grown;
         for i in 2..=8 {
             cost.update(start + sample * i, clear, Some(pct(10.0)), 0.02);
@@ -354,19 +329,7 @@ mod tests {
         let sample = Duration::from_millis(200);
         let mut now = Time::ZERO + Duration::from_secs(1);
         cost.update(now, GapReport::default(), None, 0.02);
-        let (met, quiet) = (
-            GapReport {
-                kernels: 300,
-                ours: GAP_KERNEL * 300,
-                met: 1,
-                ..GapReport::default()
-            },
-            GapReport {
-                kernels: 300,
-                ours: GAP_KERNEL * 300,
-                ..GapReport::default()
-            },
-        );
+        let (met, quiet) = (short(300, 1), short(300, 0));
         let mut last_met = now;
         let mut estimates = Vec::new();
         for _ in 0..3000 {
@@ -386,21 +349,14 @@ mod tests {
     fn the_hold_shrinks_again_once_nothing_is_met() {
         let mut cost = GapCost::new(K);
         let met = GapReport {
-            kernels: 4,
-            ours: GAP_KERNEL * 4,
-            met: 4,
             held_back: 1,
-            ..GapReport::default()
+            ..short(4, 4)
         };
         feed(&mut cost, 10, met, 10.0);
         let long = cost.hold();
         assert!(long > MIN_HOLD * 10, "{long:?}");
         assert!(cost.over());
-        let quiet = GapReport {
-            kernels: 500,
-            ours: GAP_KERNEL * 500,
-            ..GapReport::default()
-        };
+        let quiet = short(500, 0);
         feed(&mut cost, 200, quiet, 50.0);
         assert!(cost.estimate().unwrap() < 0.001);
         assert_eq!(cost.hold(), MIN_HOLD);
@@ -410,11 +366,7 @@ mod tests {
     #[test]
     fn a_bound_of_zero_holds_off_longest() {
         let mut cost = GapCost::new(K);
-        let quiet = GapReport {
-            kernels: 100,
-            ours: GAP_KERNEL * 100,
-            ..GapReport::default()
-        };
+        let quiet = short(100, 0);
         feed(&mut cost, 1, quiet, 10.0);
         let mut zero = GapCost::new(K);
         let start = Time::ZERO + Duration::from_secs(1);
@@ -433,13 +385,7 @@ mod tests {
     #[test]
     fn nothing_changes_between_samples() {
         let mut cost = GapCost::new(K);
-        let report = GapReport {
-            kernels: 4,
-            ours: GAP_KERNEL * 4,
-            met: 4,
-            held_back: 0,
-            ..GapReport::default()
-        };
+        let report = short(4, 4);
         assert_eq!(cost.update(Time::ZERO, report, None, 0.02), None);
         assert_eq!(cost.estimate(), None);
         assert_eq!(cost.hold(), MIN_HOLD);
