@@ -504,7 +504,9 @@ def table(summaries, top=6):
             lines.append(f"{name}: CPU % by thread: " + ", ".join(
                 f"{k} {v:.2f}" for k, v in split.items() if v is not None))
         paced = s.get("pacing")
-        if paced and paced["kernels"] > 0 and split.get("launcher") is not None:
+        # The launcher's CPU is read by thread name over the watch window: a thread that
+        # was started again in it reads as less than nothing, so no figure a kernel then.
+        if paced and paced["kernels"] > 0 and (split.get("launcher") or 0) > 0:
             per = split["launcher"] / 100 * 1e6 / paced["kernels"]
             lines.append(f"{name}: launcher a second: {paced['kernels']:.0f} kernels "
                          f"({paced['stretched']:.0f} stretched), {paced['probes']:.1f} probe "
