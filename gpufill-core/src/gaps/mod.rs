@@ -106,13 +106,12 @@ pub const STRETCH_KERNEL: Duration = Duration::from_micros(500);
 /// The length of each kernel of ours where the pacer predicts the job idle for a while
 /// yet ([`GapPacer::kernel_for`]): between a spell seen to end and a guard before the next
 /// predicted one (a trainer's step, on a clock), where the predicted gaps hold ten of
-/// them (shorter ones keep [`STRETCH_KERNEL`]). Longer than [`STRETCH_KERNEL`]: the
-/// launcher's CPU goes with its kernels (about 36 us of a core each on H200 hosts, two
-/// timed wake-ups and seven driver calls: docs/benchmarks.md, "CPU while filling gaps"),
-/// and most of the GPU these fill; a trainer met about 0.13 stretched kernels a step,
-/// which at 250 us more each is under 0.1 % of its rate. Not for jobs whose work comes
-/// when it comes: beside a service of 20 ms requests a second apart on average (the
-/// simulator's), 1 ms kernels cost the median request 2.4 %, 500 us ones 1.8 %.
+/// them (shorter ones keep [`STRETCH_KERNEL`]). Longer than [`STRETCH_KERNEL`] because
+/// the launcher's CPU goes with its kernels (two timed wake-ups and seven driver calls
+/// each: docs/benchmarks.md, "CPU while filling gaps") and these fill most of the GPU;
+/// a trainer meets few of them (the one that comes early waits 250 us more). Not for jobs
+/// whose work comes when it comes: beside the simulator's service of 20 ms requests a
+/// second apart on average, 1 ms kernels there put the median request over the bound.
 pub const PREDICTED_STRETCH: Duration = Duration::from_millis(1);
 
 /// A job whose spells last at least this long pays at most 1 % more of one for meeting a
