@@ -240,10 +240,13 @@ impl GapPacer {
         ended: Time,
         outcome: KernelOutcome,
     ) -> GapReport {
+        // The kernel that ran, as chosen at its launch: asked before this report moves
+        // the pacer's state (prev_end, last_clear), which would choose another.
+        let ours = self.kernel_for(launched);
         // The job came while a stretched kernel of ours ran, or queued behind it: it
         // waited half of what the kernel was stretched by, on average.
         let long_wait = if matches!(outcome, KernelOutcome::Busy | KernelOutcome::HeldBack) {
-            self.kernel_for(launched).saturating_sub(GAP_KERNEL) / 2
+            ours.saturating_sub(GAP_KERNEL) / 2
         } else {
             Duration::ZERO
         };
@@ -254,7 +257,7 @@ impl GapPacer {
         let prev_end = self.prev_end.replace(ended);
         let mut report = GapReport {
             kernels: 1,
-            ours: self.kernel_for(launched),
+            ours,
             held_back: u32::from(outcome == KernelOutcome::HeldBack),
             long_wait,
             period: self.prediction().map(|(_, period, _)| period),
