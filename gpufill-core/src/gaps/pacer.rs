@@ -786,6 +786,11 @@ mod tests {
             "{left:?}"
         );
         assert_eq!(pacer.kernel_for(until), GAP_KERNEL);
+        // A stretched kernel's report counts the GPU time it asked, whatever it met.
+        for outcome in [KernelOutcome::Clear, KernelOutcome::Busy] {
+            let ran = pacer.clone().kernel_done(clear, clear + MS, outcome);
+            assert_eq!(ran.ours, PREDICTED_STRETCH, "{outcome:?}");
+        }
         // A job that comes early and meets one waits half of what it was stretched by.
         let met = pacer
             .clone()
