@@ -30,8 +30,6 @@ mod metrics;
 mod overrides;
 #[cfg(test)]
 mod props;
-#[cfg(test)]
-mod tests;
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};

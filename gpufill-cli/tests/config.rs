@@ -1,16 +1,15 @@
-//! Tests of the configuration: parsing, errors, layering.
+//! Tests of the configuration (`gpufill_cli::config`): parsing, errors, layering.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpufill_cli::config::{Config, ConfigError, Overrides, Position};
 use gpufill_core::YieldMode;
 use gpufill_runtime::{
-    ControllerKind, GpuId, GpuSelector, Metric, SpinKernel, TimeOfDay, WindowSettings,
+    ControllerKind, GpuId, GpuSelector, Metric, Settings, SpinKernel, TimeOfDay, WindowSettings,
 };
 
-use super::*;
-
-const EXAMPLE: &str = include_str!("../../gpufill.example.toml");
+const EXAMPLE: &str = include_str!("../gpufill.example.toml");
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::from_toml_str(text, Some(Path::new("gpufill.toml")))
@@ -322,14 +321,14 @@ fn unknown_names_for_controller_and_policy_are_refused() {
         e.to_string(),
         "gpufill.toml:1:14: controller: expected \"pi\" or \"window\", got \"PI\""
     );
-    let flag = <crate::cli::Cli as clap::Parser>::try_parse_from([
+    let flag = <gpufill_cli::cli::Cli as clap::Parser>::try_parse_from([
         "gpufill",
         "simulate",
         "--controller",
         "window",
     ])
     .unwrap();
-    let crate::cli::Command::Simulate(args) = flag.command else {
+    let gpufill_cli::cli::Command::Simulate(args) = flag.command else {
         panic!("not simulate")
     };
     let mut config = Config::default();
