@@ -62,10 +62,11 @@
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted by that sample's
 //! own cost: its logarithm moves in proportion to how far the cost is from 0.8 of the
-//! bound (integral control, [`GapCost`]), between [`MIN_HOLD`] and [`MAX_HOLD`]. So the
-//! samples' costs, and the estimate that smooths them, average 0.8 of the bound whatever
-//! share of the samples has a meeting, and a job that costs less at the shortest hold
-//! keeps it. A longer hold fills fewer of the job's gaps, so fewer of its busy spells meet
+//! bound, twice as fast up as down (integral control, [`GapCost`]), between [`MIN_HOLD`]
+//! and [`MAX_HOLD`]. So the samples' costs, and the estimate that smooths them, settle
+//! under 0.8 of the bound whatever share of the samples has a meeting (about half the
+//! bound beside isolated requests), a fill that starts beside a job it costs much is held
+//! off within a second, and a job that costs less at the shortest hold keeps it. A longer hold fills fewer of the job's gaps, so fewer of its busy spells meet
 //! our context: a service of sub-millisecond requests, each of which pays about a third
 //! of its length for a meeting, is filled beside only rarely, while a trainer whose steps
 //! are milliseconds long keeps most of its gaps filled. (Up to e18b116 the hold grew by
