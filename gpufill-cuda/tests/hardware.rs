@@ -659,6 +659,7 @@ fn filling_gaps_alone_launches_short_kernels_with_gaps_meets_nobody_and_holds_af
     gpu.set_gap_hold(gpufill_core::gaps::MIN_HOLD);
     let kernel = gpufill_core::gaps::GAP_KERNEL;
     let mut on_time = Vec::new();
+    let (first, mut reported) = (gpu.stats(), 0u64);
     for (duty, length) in [(0.3, 2000 * MS), (1.0, 500 * MS)] {
         let before = gpu.stats();
         let (wall, pacing_cpu, _) = drive_paced(&mut gpu, load(duty), length);
@@ -674,9 +675,13 @@ fn filling_gaps_alone_launches_short_kernels_with_gaps_meets_nobody_and_holds_af
             held * 100.0,
         );
         assert_eq!(s.bursts, 0, "no bursts while filling gaps: {s:?}");
-        // The kernel in flight when the stats were read is reported once it has ended.
-        let unreported = s.one_in_flight - u64::from(seen.kernels);
-        assert!(unreported <= 1, "{seen:?} {s:?}");
+        // The kernel in flight when the report was taken, and one launched between it and
+        // the stats, are reported with the next (on host 76914a63 the second phase's
+        // report held 2 kernels more than it launched): over both phases, at most 2 out.
+        reported += u64::from(seen.kernels);
+        let launched = delta(first, gpu.stats()).one_in_flight;
+        let unreported = launched.checked_sub(reported);
+        assert!(unreported.is_some_and(|n| n <= 2), "{seen:?} {s:?}");
         assert_eq!(s.late_kernels, 0, "nothing goes to others_seen: {s:?}");
         assert_eq!(gpu.others_seen(), None, "nothing goes to others_seen");
         // Alone, nothing is met but what the host's own start jitter fakes: a weak late
