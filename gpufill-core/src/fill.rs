@@ -157,7 +157,7 @@ pub enum Event {
         pids: Vec<u32>,
     },
     /// Filling gaps: the estimated cost to the live work went over the bound (`over`),
-    /// so gpufill holds off longer after each meeting, or came back under 0.8 of it
+    /// so gpufill holds off longer after each meeting, or came back under 0.9 of it
     /// ([`GapCost::over`]), so it holds off less.
     CostBound {
         /// Whether it is over the bound now.
@@ -166,6 +166,8 @@ pub enum Event {
         estimate: f64,
         /// The hold after each meeting now.
         hold: Duration,
+        /// What the last sample's cost was weighed against.
+        weighed: Option<crate::gaps::Weighed>,
     },
     /// Applying or launching the load failed transiently, retried next tick; or the
     /// load source failed for good and no load runs until its replacement
@@ -687,6 +689,7 @@ impl<P: Probe, L: LoadSource, C: Controller> FillLoop<P, L, C> {
                 over: cost.over(),
                 estimate,
                 hold: cost.hold(),
+                weighed: cost.weighed(),
             });
         }
     }

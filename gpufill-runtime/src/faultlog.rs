@@ -98,18 +98,26 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
                 over: true,
                 estimate,
                 hold,
+                weighed,
             } => info!(
                 estimate_percent = estimate * 100.0,
                 hold_ms = hold.as_secs_f64() * 1e3,
+                job_percent = weighed.map(|w| w.job * 100.0),
+                weighed_by = weighed.map(|w| tracing::field::display(w.by)),
+                ours_percent = weighed.map(|w| w.ours * 100.0),
                 "estimated cost to live work over the bound: holding off longer after each meeting"
             ),
             Event::CostBound {
                 over: false,
                 estimate,
                 hold,
+                weighed,
             } => info!(
                 estimate_percent = estimate * 100.0,
                 hold_ms = hold.as_secs_f64() * 1e3,
+                job_percent = weighed.map(|w| w.job * 100.0),
+                weighed_by = weighed.map(|w| tracing::field::display(w.by)),
+                ours_percent = weighed.map(|w| w.ours * 100.0),
                 "estimated cost to live work back under the bound: filling more of its gaps"
             ),
             Event::ProbeFault { message } => {

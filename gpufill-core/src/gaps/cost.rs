@@ -25,10 +25,10 @@ const GAIN: f64 = 0.1;
 /// meeting against the job's 1 % of the GPU) by nearly three times. Twice [`GAIN`], so
 /// that a fill that starts at the shortest hold beside such a job is held off within a
 /// second of samples (on an H200 at [`GAIN`] for both, the hold took 4-6 s of each run
-/// beside 20 requests a second to grow, and their p50 rose 5 %), and the costs settle under the set point, at
-/// about half the bound beside isolated requests. Uncapped up to [`MAX_GROWTH`], so that
-/// rare, large meeting samples count in full (a cap they reach leaves the average above
-/// it).
+/// beside 20 requests a second to grow, and their p50 rose 5 %), and the costs settle
+/// under the set point, at about half the bound beside isolated requests. Uncapped up to
+/// [`MAX_GROWTH`], so that rare, large meeting samples count in full (a cap they reach
+/// leaves the average above it).
 const GROW_GAIN: f64 = 0.2;
 
 /// The most one sample lengthens the hold by: a first sample's spike (the pacer's first
@@ -56,6 +56,45 @@ pub struct GapCost {
     /// Whether the estimate is over the bound: since it went over it, until it came
     /// back under [`SHRINK_BELOW`] of it (the hold's own thresholds).
     over: bool,
+    /// What the last sample's cost was weighed against; `None` before the first.
+    weighed: Option<Weighed>,
+}
+
+/// What a sample's charge was divided by to make its cost, for the log: the job's share of
+/// the time, where it came from, and our kernels' share beside it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weighed {
+    /// The job's share of the sample's time that the charge was weighed against, a ratio.
+    pub job: f64,
+    /// Where that share came from.
+    pub by: WeighedBy,
+    /// The GPU time our kernels asked for in the sample, a share of it.
+    pub ours: f64,
+}
+
+/// Where the job's share a cost was weighed against came from: the largest of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeighedBy {
+    /// A period the pacer predicts: a job on a clock pays in its rate, against all the
+    /// time.
+    Clock,
+    /// The job's spells of work as our kernels saw them.
+    Spells,
+    /// NVML's utilization less our kernels' share.
+    Nvml,
+    /// The least share an estimate divides by (1 %).
+    Floor,
+}
+
+impl std::fmt::Display for WeighedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WeighedBy::Clock => "its period (a job on a clock)",
+            WeighedBy::Spells => "its spells as our kernels saw them",
+            WeighedBy::Nvml => "NVML's utilization less ours",
+            WeighedBy::Floor => "the floor of 1 %",
+        })
+    }
 }
 
 impl GapCost {
@@ -68,6 +107,7 @@ impl GapCost {
             estimate: None,
             hold: MIN_HOLD,
             over: false,
+            weighed: None,
         }
     }
 
@@ -85,6 +125,11 @@ impl GapCost {
     /// back under 0.9 of it, where the hold shrinks again.
     pub fn over(&self) -> bool {
         self.over
+    }
+
+    /// What the last sample's cost was weighed against; `None` before the first.
+    pub fn weighed(&self) -> Option<Weighed> {
+        self.weighed
     }
 
     /// The job time that `report`'s meetings cost: a switch and half a kernel each, two
@@ -124,10 +169,21 @@ impl GapCost {
         } else {
             0.0
         };
-        let busy = (sample.fraction() - ours)
-            .max(spells)
-            .max(on_clock)
-            .max(MIN_BUSY);
+        let (busy, by) = [
+            (on_clock, WeighedBy::Clock),
+            (spells, WeighedBy::Spells),
+            (sample.fraction() - ours, WeighedBy::Nvml),
+            (MIN_BUSY, WeighedBy::Floor),
+        ]
+        .into_iter()
+        .fold((0.0, WeighedBy::Floor), |best, next| {
+            if next.0 > best.0 { next } else { best }
+        });
+        self.weighed = Some(Weighed {
+            job: busy,
+            by,
+            ours,
+        });
         let cost = self.charge(self.pending).as_secs_f64() / elapsed / busy;
         let estimate = match self.estimate {
             Some(old) => old + SMOOTHING * (cost - old),
@@ -142,10 +198,10 @@ impl GapCost {
             self.over = false;
         }
         // Integral control of the hold's logarithm by each sample's own cost against the
-        // set point: the costs settle at the set point on average, whatever share of the
-        // samples has a meeting (beside isolated requests a meeting sample costs several
-        // times the bound, and most samples have none). A job that costs less than the
-        // set point at the shortest hold keeps the shortest hold.
+        // set point, faster up than down: the costs settle at or under the set point on
+        // average, whatever share of the samples has a meeting (beside isolated requests
+        // a meeting sample costs several times the bound, and most samples have none). A
+        // job that costs less than the set point at the shortest hold keeps it.
         let target = max_cost * SET_POINT;
         let step = if target > 0.0 {
             let gain = if cost > target { GROW_GAIN } else { GAIN };
@@ -355,6 +411,33 @@ mod tests {
             (0.02 * SET_POINT * 0.4..=0.02 * SET_POINT).contains(&mean),
             "{mean}"
         );
+    }
+
+    #[test]
+    fn each_sample_says_what_its_cost_was_weighed_against() {
+        let by = |report: GapReport, util: f64| {
+            let mut cost = GapCost::new(K);
+            feed(&mut cost, 1, report, util);
+            let w = cost.weighed().unwrap();
+            (
+                w.by,
+                (w.job * 1e3).round() / 1e3,
+                (w.ours * 1e3).round() / 1e3,
+            )
+        };
+        // 200 ms samples: 100 short kernels are 5 % of one.
+        assert_eq!(by(short(100, 1), 5.0), (WeighedBy::Floor, 0.01, 0.05));
+        assert_eq!(by(short(100, 1), 25.0), (WeighedBy::Nvml, 0.2, 0.05));
+        let spells = GapReport {
+            job_time: Duration::from_millis(60),
+            ..short(100, 1)
+        };
+        assert_eq!(by(spells, 25.0), (WeighedBy::Spells, 0.3, 0.05));
+        let clock = GapReport {
+            period: Some(Duration::from_millis(37)),
+            ..spells
+        };
+        assert_eq!(by(clock, 25.0), (WeighedBy::Clock, 1.0, 0.05));
     }
 
     #[test]

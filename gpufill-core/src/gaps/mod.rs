@@ -79,7 +79,7 @@ use std::time::Duration;
 mod cost;
 mod pacer;
 
-pub use cost::GapCost;
+pub use cost::{GapCost, Weighed, WeighedBy};
 pub use pacer::GapPacer;
 
 /// One context switch between two contexts, as measured on H200s
