@@ -177,12 +177,53 @@ fn beside_a_decode_service_its_requests_pay_at_most_the_bound() {
     );
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
-    // The estimate follows what the requests paid (their mean): a request outlasts
+    // The estimate follows what the requests paid (their mean), within issue 40's rule
+    // for the metric (at most three times the cost and a point): a request outlasts
     // NVML's samples, so its time at work is counted as its signs come, and the
-    // stretched kernels between requests count as their own length in our share.
+    // stretched kernels between requests count as their own length in our share. (It
+    // runs above the cost since a spell seen only after others, in a wait of ours, is
+    // credited what was seen of it and not the length learned: 1.0 % against 0.1 %.)
     let (estimate, paid) = (mean(&costs), requests.mean_slowdown());
     assert!(
-        estimate >= paid / 2.0 && estimate <= paid * 2.0 + 0.002,
+        estimate >= paid / 2.0 && estimate <= paid * 3.0 + 0.01,
         "estimated {estimate}, paid {paid}"
     );
+}
+
+#[test]
+fn beside_sub_millisecond_requests_in_pieces_the_estimate_sees_what_they_pay() {
+    // Requests as the GPU's sub-ms service runs them: a few bursts of kernels with
+    // host gaps between them, 0.4 ms busy in all, about 20 a second at slightly
+    // different rates and starts (so different arrival sequences). Each request's tail
+    // ran in the wait after the kernel of ours that met it, a spell seen only after
+    // others: credited the spell length learned at the start (6-12 ms, from requests
+    // merged before the hold grew), those spells weighed the charge against 20-50 %
+    // of the time, and the fill ran beside one shape at 28 % of the GPU while its
+    // requests paid 31 % at p50 and the estimate read 1.5 %.
+    for i in 0..12_u32 {
+        let pieces = 2 + i % 4;
+        let service = ForeignJob::decode_requests(
+            2.0 + f64::from(i) * 0.0137,
+            300.0,
+            20.0 + f64::from(i) * 0.11,
+            pieces,
+            Duration::from_micros(400),
+            Duration::from_micros(100),
+        );
+        let (requests, costs, util) = fill_gaps_beside_with_util(service);
+        let estimate = mean(&costs);
+        eprintln!(
+            "{pieces} pieces: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
+            requests.slowdown() * 100.0,
+            requests.mean_slowdown() * 100.0,
+            estimate * 100.0,
+            util * 100.0
+        );
+        assert!(requests.slowdown() <= 0.02, "shape {i}: {requests:?}");
+        assert!(
+            estimate >= requests.mean_slowdown() / 3.0,
+            "shape {i}: estimated {estimate}, {requests:?}"
+        );
+        assert!(util <= 0.10, "shape {i}: GPU {util}");
+    }
 }

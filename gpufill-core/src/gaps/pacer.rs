@@ -399,13 +399,19 @@ impl GapPacer {
     /// Ends `spell`: learns its length if its start and end were seen (`first_clear`: the
     /// launch of the first kernel of ours that ran clear after its last sign, a shortest
     /// hold or more after it, [`Spell::end_seen_by`]), and returns the job time it stands
-    /// for (one not seen whole: at least what was seen, and the length learned if that is
-    /// more), less what was reported as its signs came.
+    /// for (one anchored but not seen whole: at least what was seen, and the length
+    /// learned if that is more; one never anchored, seen only after others in a wait of
+    /// ours: what was seen), less what was reported as its signs came.
     fn close(&mut self, spell: Spell, first_clear: Option<Time>) -> Duration {
         self.spell = None;
         let seen = spell.last.saturating_since(spell.anchor);
         let seen_end = first_clear.is_some_and(|c| spell.end_seen_by(c));
-        let time = if spell.censored || !seen_end {
+        let time = if !spell.anchored {
+            // Seen only as work somewhere in a wait of ours (after others, long after our
+            // previous kernel): how much of that wait it took is unknown, and crediting
+            // it the length learned would weigh the charge against work never seen.
+            seen
+        } else if spell.censored || !seen_end {
             seen.max(self.spell_len.unwrap_or_default())
         } else {
             self.spell_len = Some(ewma(self.spell_len, seen));
