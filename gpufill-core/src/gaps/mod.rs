@@ -37,7 +37,9 @@
 //! A spell's length is learned only where its end was seen: the clear kernel after its
 //! last sign came as soon as the pacer looks at a spell itself, not put off by a hold
 //! longer than the spell (then it is a lower bound, and the length learned stands for
-//! its time at work). Before any length is learned, a spell longer than `FIRST_LOOKS`
+//! its time at work, where its start was seen or predicted; a spell seen only after
+//! others, somewhere in a wait of ours, stands for what was seen of it). Before any
+//! length is learned, a spell longer than `FIRST_LOOKS`
 //! is looked at less and less often, so that a service's first long requests are not
 //! met every shortest hold.
 //!
