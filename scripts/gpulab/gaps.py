@@ -37,7 +37,8 @@ window: its duty (`gpufill_duty_ratio`) and estimated cost
 (`gpufill_estimated_cost_ratio`, "missing" when not served), scraped each second, as
 means; its CPU (% of a core, and by thread: the launcher, the loop, the rest); and its
 log's lines, numbers blanked and counted, as the
-reasons it filled or held off (start-up lines left out). The GPU's utilization (NVML,
+reasons it filled or held off (start-up lines left out), and from its cost-bound lines
+what the estimate divided its charge by (the job's share and where it came from). The GPU's utilization (NVML,
 mean of the samples in the window) alone and with, and the SM clock the same way.
 
 The job's cost: 1 - ratio for steps per second, ratio - 1 for latencies and times (median
@@ -254,6 +255,7 @@ class Beside:
         return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
                 "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
                 "pacing": pacing_counts(line for _, line in self.g.lines),
+                "weighing": weighing(line for _, line in self.g.lines),
                 "scrapes": len(self.scrapes), "healthy": self.healthy,
                 "rc": self.rc, "stop_s": round(self.stop_s, 3),
                 "reasons": dict(reasons(line for _, line in self.g.lines))}
@@ -279,6 +281,21 @@ def pacing_counts(lines):
         return None
     secs = max(counts.pop("seconds"), 1e-9)
     return {"seconds": secs, **{k: v / secs for k, v in counts.items()}}
+
+
+WEIGHED = re.compile(r'job_percent=([0-9.]+)\s+weighed_by="?(.+?)"?\s+ours_percent=')
+
+
+def weighing(lines):
+    """What the estimate divided its charge by, from the cost-bound lines (97b8d0e on):
+    {"by": {source: count}, "job_pct": [the job's share, %, at each]}; None without one."""
+    by, job = collections.Counter(), []
+    for line in lines:
+        m = WEIGHED.search(line) if "estimated cost to live work" in line else None
+        if m:
+            job.append(float(m.group(1)))
+            by[m.group(2)] += 1
+    return {"by": dict(by), "job_pct": job} if job else None
 
 
 def sleep_until(t):
@@ -461,6 +478,13 @@ def summarize(name, phases, runs):
     paced = [r["pacing"] for r in withs if r.get("pacing")]
     out["pacing"] = ({k: mean(p[k] for p in paced) for k in PACING_FIELDS[1:]}
                      if paced else None)
+    weighed = [r["weighing"] for r in withs if r.get("weighing")]
+    by = collections.Counter()
+    for w_ in weighed:
+        by.update(w_["by"])
+    job = [x for w_ in weighed for x in w_["job_pct"]]
+    out["weighing"] = ({"by": dict(by.most_common()), "job_pct": statistics.median(job)}
+                       if job else None)
     total = collections.Counter()
     for r in withs:
         total.update(r.get("reasons", {}))
@@ -512,6 +536,11 @@ def table(summaries, top=6):
                          f"({paced['stretched']:.0f} stretched), {paced['probes']:.1f} probe "
                          f"pairs, {paced['queries']:.0f} event queries, {paced['sleeps']:.0f} "
                          f"sleeps; {per:.1f} us of CPU a kernel")
+        weighed = s.get("weighing")
+        if weighed:
+            lines.append(f"{name}: the estimate weighed against, at its bound crossings: "
+                         + ", ".join(f"{k} {n}" for k, n in weighed["by"].items())
+                         + f"; the job's share there, median {weighed['job_pct']:.1f} %")
     for name, s in summaries.items():
         lines.append(f"\n{name}: gpufill's log over the with-runs (count, line):")
         lines += [f"  {n:6d}  {text[:160]}" for text, n in list(s["reasons"].items())[:top]]

@@ -447,6 +447,28 @@ class Gaps(unittest.TestCase):
         self.assertEqual(got, {"INFO gpufill_runtime::faultlog: yielding foreign=[N]": 2,
                                "INFO gpufill_runtime::faultlog: estimated cost N over": 1})
 
+    def test_the_cost_bound_lines_say_what_the_estimate_divided_by(self):
+        from .gaps import weighing
+        head = "2026-11-29T04:00:00.1Z  INFO gpu{gpu=0}: estimated cost to live work "
+        lines = [
+            head + "over the bound: holding off longer after each meeting estimate_percent=5.08 "
+            "hold_ms=7.7 job_percent=2.7 weighed_by=its spells as our kernels saw them "
+            "ours_percent=5.0",
+            head + "back under the bound: filling more of its gaps estimate_percent=1.7 "
+            "hold_ms=39.8 job_percent=100.0 weighed_by=its period (a job on a clock) "
+            "ours_percent=12.1",
+            head + "back under the bound: filling more of its gaps estimate_percent=1.5 "
+            "hold_ms=40 job_percent=1.0 weighed_by=the floor of 1 % ours_percent=0.4",
+            # A build before 97b8d0e: no such fields.
+            head + "over the bound: holding off longer after each meeting estimate_percent=13.7 "
+            "hold_ms=22.7",
+        ]
+        self.assertEqual(weighing(lines), {
+            "by": {"its spells as our kernels saw them": 1, "its period (a job on a clock)": 1,
+                   "the floor of 1 %": 1},
+            "job_pct": [2.7, 100.0, 1.0]})
+        self.assertIsNone(weighing(lines[3:]))
+
     def test_a_runs_statistics_keep_its_segment_and_window(self):
         from .gaps import phase_stats
         reqs = [(t, t + 0.040, 1) for t in (10.0, 10.04, 10.08, 10.12)] + [(9.0, 9.5, 0), (10.16, 12, 1)]
@@ -467,8 +489,11 @@ class Gaps(unittest.TestCase):
         from .gaps import summarize, table
         # Alone 100 / 102 / 98 ..., with 99 between 100 and 102: ratio 99/101.
         phases, runs = self.runs("rate", [100, 99, 102, 100, 98, 97, 98, 99, 100],
-                                 duty=0.4, est=0.012, cpu_pct=2.0, reasons={"filling": 1})
+                                 duty=0.4, est=0.012, cpu_pct=2.0, reasons={"filling": 1},
+                                 weighing={"by": {"its period (a job on a clock)": 2},
+                                           "job_pct": [100.0, 30.0]})
         s = summarize("train-input", phases, runs)
+        self.assertEqual(s["weighing"], {"by": {"its period (a job on a clock)": 8}, "job_pct": 65.0})
         m = s["metrics"]["rate"]
         self.assertEqual(m["alone"], 100)
         self.assertAlmostEqual(m["alone_spread"][0], -0.02)
@@ -483,6 +508,8 @@ class Gaps(unittest.TestCase):
         self.assertEqual(s["pairs"], 4)
         lines = table({"train-input": s})
         self.assertTrue(any(line.startswith("train-input  rate") and "ok, unresolved" in line for line in lines))
+        self.assertIn("train-input: the estimate weighed against, at its bound crossings: its period "
+                      "(a job on a clock) 8; the job's share there, median 65.0 %", lines)
         self.assertEqual(lines[-1].split(), ["4", "filling"])
 
     def test_summary_of_latencies_gates_p50_and_the_p99s_milliseconds(self):
