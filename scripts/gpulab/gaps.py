@@ -42,10 +42,13 @@ what the estimate divided its charge by (the job's share and where it came from)
 mean of the samples in the window) alone and with, and the SM clock the same way.
 
 The job's cost: 1 - ratio for steps per second, ratio - 1 for latencies and times (median
-over the pairs); noise: half the alone runs' range over their median. A workload is "ok"
-when the cost is within its bound (1 % for train-input, 2 % otherwise; sub-ms also p99
-+0.1 ms at most), "unresolved" when the noise is larger than the bound. The estimate
-"holds" (issue 40, item 2) when cost - noise <= estimate <= 3 x cost + 1 point.
+over the pairs), with a distribution-free interval of that median (order statistics: with
+5 pairs the lowest and highest ratio, 94 %; with 15 the 4th from either end, 96 %);
+noise: half the alone runs' range over their median. A workload is "ok" when the cost is
+within its bound (1 % for train-input, 2 % otherwise; sub-ms also p99 +0.1 ms at most),
+"unresolved" unless its cost interval lies wholly under the bound or over it (more pairs
+narrow the interval; the alone runs' range does not). The estimate "holds" (issue 40,
+item 2) when cost - noise <= estimate <= 3 x cost + 1 point.
 
 Writes under `--out` (default $OUT, else /tmp/gpulab-gaps): gaps-runs.jsonl (a line per
 run), gaps-summary.json (host, GPU, driver, compute policy, gpufill's version, the
@@ -416,11 +419,44 @@ def cost_of(metric, ratio):
     return 1 - ratio if metric in HIGHER_IS_BETTER else ratio - 1
 
 
-def verdict(cost, noise, bound):
+def median_ci(xs, level=0.9):
+    """A distribution-free confidence interval of the median of xs: the k-th smallest and
+    k-th largest, with the largest k whose coverage is still at least `level` (the median
+    lies below the k-th smallest only when k or more of n fair coin flips land one way),
+    else (min, max). Returns (lo, hi, coverage); 5 values give (min, max) at 94 %, 15
+    give the 4th from either end at 96 %."""
+    xs = sorted(xs)
+    n = len(xs)
+
+    def coverage(k):  # of [xs[k], xs[n - 1 - k]]
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+    k = 0
+    while k + 1 <= n - 2 - k and coverage(k + 1) >= level:
+        k += 1
+    return xs[k], xs[n - 1 - k], coverage(k)
+
+
+def cost_ci(metric, ratios):
+    """The cost's interval from the ratios' median interval ([`median_ci`]): (lo, hi,
+    coverage)."""
+    lo, hi, cover = median_ci(ratios)
+    a, b = cost_of(metric, lo), cost_of(metric, hi)
+    return min(a, b), max(a, b), cover
+
+
+def verdict(cost, noise, bound, cis=None):
+    """"ok" or "over" by the median cost; ", unresolved" unless the gated metrics' cost
+    intervals (`cis`, [`cost_ci`]) all lie under the bound, or one lies over it (without
+    intervals: unless the alone runs' noise is under the bound)."""
     if cost is None:
         return "-"
     word = "ok" if cost <= bound else "over"
-    return word + (", unresolved" if noise > bound else "")
+    if cis:
+        resolved = all(hi <= bound for _, hi, _ in cis) or any(lo > bound for lo, _, _ in cis)
+    else:
+        resolved = noise <= bound
+    return word + ("" if resolved else ", unresolved")
 
 
 def est_check(est, cost, noise):
@@ -449,7 +485,8 @@ def summarize(name, phases, runs):
         ratios = neighbour_ratios(vals, phases)
         m = {"alone": med, "alone_spread": (min(alone) / med - 1, max(alone) / med - 1),
              "noise": (max(alone) - min(alone)) / 2 / med, "ratios": ratios,
-             "ratio": spread(ratios), "cost": cost_of(k, statistics.median(ratios))}
+             "ratio": spread(ratios), "cost": cost_of(k, statistics.median(ratios)),
+             "cost_ci": cost_ci(k, ratios)}
         if k == "p99":
             m["diff_ms"] = neighbour_diffs(vals, phases)
         out["metrics"][k] = m
@@ -457,7 +494,7 @@ def summarize(name, phases, runs):
     out["cost"] = max(m["cost"] for m in gated) if gated else None
     out["noise"] = max(m["noise"] for m in gated) if gated else 0.0
     out["bound"] = w.bound
-    out["verdict"] = verdict(out["cost"], out["noise"], w.bound)
+    out["verdict"] = verdict(out["cost"], out["noise"], w.bound, [m["cost_ci"] for m in gated])
     p99 = out["metrics"].get("p99")
     if w.p99_ms is not None and p99:
         out["p99_diff_ms"] = statistics.median(p99["diff_ms"])
@@ -499,7 +536,7 @@ def pc(x, sign=True):
 def table(summaries, top=6):
     """The printed tables: cost per metric, then what gpufill got, then the reasons."""
     lines = [f"{'workload':12} {'metric':6} {'alone':>9} {'with/alone [min-max]':>25} "
-             f"{'alone spread':>16} {'cost':>9} {'bound':>7}  unit; verdict"]
+             f"{'alone spread':>16} {'cost':>9} {'cost interval':>20} {'bound':>7}  unit; verdict"]
     for name, s in summaries.items():
         w = WORKLOADS[name]
         for k, m in s["metrics"].items():
@@ -508,8 +545,10 @@ def table(summaries, top=6):
             if k == "p99" and w.p99_ms is not None:
                 cost, bound = f"{s['p99_diff_ms']:+.3f}ms", f"+{w.p99_ms:g}ms"
             alone = f"{pc(m['alone_spread'][0])}..{pc(m['alone_spread'][1])}"
+            clo, chi, cover = m["cost_ci"]
+            interval = f"{pc(clo)}..{pc(chi)} ({cover * 100:.0f}%)"
             lines.append(f"{name:12} {k:6} {m['alone']:9.3f} {med:9.4f} [{lo:.4f}-{hi:.4f}] "
-                         f"{alone:>16} {cost:>9} {bound:>7}  {UNITS[k]}"
+                         f"{alone:>16} {cost:>9} {interval:>20} {bound:>7}  {UNITS[k]}"
                          + (f"; {s['verdict']}" if k == w.gated[0] else ""))
     lines.append(f"\n{'workload':12} {'GPU alone':>9} {'GPU with':>9} {'duty':>6} "
                  f"{'est. cost':>9} {'estimate':>8} {'CPU %':>6}  pairs")

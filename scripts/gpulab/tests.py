@@ -469,6 +469,23 @@ class Gaps(unittest.TestCase):
             "job_pct": [2.7, 100.0, 1.0]})
         self.assertIsNone(weighing(lines[3:]))
 
+    def test_the_medians_interval_narrows_with_more_pairs_and_resolves_the_verdict(self):
+        from .gaps import cost_ci, median_ci, verdict
+        lo, hi, cover = median_ci([1.02, 0.98, 1.0, 0.99, 1.01])
+        self.assertEqual((lo, hi), (0.98, 1.02))
+        self.assertAlmostEqual(cover, 1 - 2 / 32)
+        lo, hi, cover = median_ci([1 + i / 100 for i in range(15)])
+        self.assertEqual((lo, hi), (1.03, 1.11))  # the 4th from either end
+        self.assertAlmostEqual(cover, 1 - 2 * 576 / 2 ** 15)
+        # A rate: the cost is 1 - ratio, so the interval turns over.
+        lo, hi, _ = cost_ci("rate", [0.995, 0.997, 1.0, 0.998, 0.996])
+        self.assertAlmostEqual(lo, 0.0)
+        self.assertAlmostEqual(hi, 0.005)
+        self.assertEqual(verdict(0.003, 0.04, 0.01, [(lo, hi, 0.94)]), "ok")
+        self.assertEqual(verdict(0.003, 0.04, 0.01, [(-0.01, 0.02, 0.94)]), "ok, unresolved")
+        self.assertEqual(verdict(0.03, 0.0, 0.02, [(0.021, 0.04, 0.94)]), "over")
+        self.assertEqual(verdict(0.003, 0.04, 0.01), "ok, unresolved")  # by the noise
+
     def test_a_runs_statistics_keep_its_segment_and_window(self):
         from .gaps import phase_stats
         reqs = [(t, t + 0.040, 1) for t in (10.0, 10.04, 10.08, 10.12)] + [(9.0, 9.5, 0), (10.16, 12, 1)]
