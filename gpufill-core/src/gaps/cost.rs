@@ -38,6 +38,13 @@ const MAX_GROWTH: f64 = 32.0;
 /// How much of the newest estimate each NVML sample takes in (the rest is the old one).
 const SMOOTHING: f64 = 0.3;
 
+/// The least share of its predicted spells' time that NVML must show a job at work for
+/// it to be weighed as a job on a clock: beside an input-bound trainer NVML shows about
+/// half of it (its steps' kernels, 16 % of the GPU, in spells of a third of the time),
+/// beside requests at random a period found among them predicts several times what NVML
+/// shows.
+const CLOCK_SEEN: f64 = 0.15;
+
 /// The least job busy share the estimate divides by: below it NVML cannot tell a job's
 /// work from nothing, and the estimate stays large rather than unbounded.
 const MIN_BUSY: f64 = 0.01;
@@ -163,16 +170,28 @@ impl GapCost {
         // learned length, where its end was not seen): the job cannot work more than all
         // of the time.
         let spells = (self.pending.job_time.as_secs_f64() / elapsed).min(1.0);
-        // A job on a clock pays for our kernels in its rate: against all the time.
-        let on_clock = if self.pending.period.is_some() {
-            1.0
-        } else {
-            0.0
+        // A job on a clock pays for our kernels in its rate: against all the time. Only
+        // where NVML shows the job at work for a fair share of what the prediction says
+        // (CLOCK_SEEN): a pacer can find a period in requests that come at random, and a
+        // service of sub-millisecond requests weighed as a clock is charged a fiftieth
+        // of what its requests pay.
+        let nvml_job = sample.fraction() - ours;
+        let on_clock = match (self.pending.period, self.pending.spell) {
+            (Some(period), Some(len)) if !period.is_zero() => {
+                let predicted = len.as_secs_f64() / period.as_secs_f64();
+                if nvml_job >= CLOCK_SEEN * predicted {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            (Some(_), _) => 1.0,
+            _ => 0.0,
         };
         let (busy, by) = [
             (on_clock, WeighedBy::Clock),
             (spells, WeighedBy::Spells),
-            (sample.fraction() - ours, WeighedBy::Nvml),
+            (nvml_job, WeighedBy::Nvml),
             (MIN_BUSY, WeighedBy::Floor),
         ]
         .into_iter()
@@ -438,6 +457,15 @@ mod tests {
             ..spells
         };
         assert_eq!(by(clock, 25.0), (WeighedBy::Clock, 1.0, 0.05));
+        // Spells of 20 ms every 37 ms predicted: a clock where NVML shows the job at work
+        // (20 % of the GPU beside our 5 %), not where it shows 3 %, as beside requests
+        // at random in which the pacer found a period.
+        let predicted = GapReport {
+            spell: Some(Duration::from_millis(20)),
+            ..clock
+        };
+        assert_eq!(by(predicted, 25.0), (WeighedBy::Clock, 1.0, 0.05));
+        assert_eq!(by(predicted, 8.0), (WeighedBy::Spells, 0.3, 0.05));
     }
 
     #[test]

@@ -59,7 +59,9 @@
 //! the slowdown of the job's work while it works: of a request's latency (a decode
 //! request is one spell). For a job on a clock (a trainer whose period the pacer
 //! predicts) it is weighed against all the time instead: its step rate pays for our
-//! kernels, the wait on its input included.
+//! kernels, the wait on its input included. Only where NVML shows the job at work for a
+//! fair share of the time its predicted spells take: a period found among requests that
+//! come at random is no clock.
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted by that sample's
@@ -156,6 +158,9 @@ pub struct GapReport {
     /// clock (a training step and its wait on its input), and what our kernels charge
     /// it is a share of its rate.
     pub period: Option<Duration>,
+    /// The length of its spells the pacer predicts with that period: with it, the share of
+    /// the time the job is predicted to work.
+    pub spell: Option<Duration>,
 }
 
 impl std::ops::Add for GapReport {
@@ -171,6 +176,11 @@ impl std::ops::Add for GapReport {
             long_wait: self.long_wait + other.long_wait,
             job_time: self.job_time + other.job_time,
             period: other.period.or(self.period),
+            spell: if other.period.is_some() {
+                other.spell
+            } else {
+                self.spell
+            },
         }
     }
 }

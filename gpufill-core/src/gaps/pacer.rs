@@ -261,6 +261,7 @@ impl GapPacer {
             held_back: u32::from(outcome == KernelOutcome::HeldBack),
             long_wait,
             period: self.prediction().map(|(_, period, _)| period),
+            spell: self.prediction().map(|(_, _, len)| len),
             ..GapReport::default()
         };
         if !outcome.met() {
@@ -796,6 +797,10 @@ mod tests {
         for outcome in [KernelOutcome::Clear, KernelOutcome::Busy] {
             let ran = pacer.clone().kernel_done(clear, clear + MS, outcome);
             assert_eq!(ran.ours, PREDICTED_STRETCH, "{outcome:?}");
+            // And, the pacer predicting, the period and spell length it predicts with.
+            let (len, period) = pacer.learned();
+            assert_eq!((ran.spell, ran.period), (len, period), "{outcome:?}");
+            assert!(ran.spell.is_some(), "{outcome:?}");
         }
         // A job that comes early and meets one waits half of what it was stretched by.
         let met = pacer
