@@ -40,9 +40,10 @@ const SMOOTHING: f64 = 0.3;
 
 /// The least share of its predicted spells' time that NVML must show a job at work for
 /// it to be weighed as a job on a clock: beside an input-bound trainer NVML shows about
-/// half of it (its steps' kernels, 16 % of the GPU, in spells of a third of the time),
-/// beside requests at random a period found among them predicts several times what NVML
-/// shows.
+/// half of it (its steps' kernels, 16 % of the GPU, in spells of a third of the time);
+/// beside requests at random, a period found among them predicts ten times what NVML
+/// shows or more (the simulator's burst shapes: spells of a third of the time, NVML 1-3
+/// %).
 const CLOCK_SEEN: f64 = 0.15;
 
 /// The least job busy share the estimate divides by: below it NVML cannot tell a job's
