@@ -177,16 +177,8 @@ impl GapCost {
         // service of sub-millisecond requests weighed as a clock is charged a fiftieth
         // of what its requests pay.
         let nvml_job = sample.fraction() - ours;
-        let on_clock = match (self.pending.period, self.pending.spell) {
-            (Some(period), Some(len)) if !period.is_zero() => {
-                let predicted = len.as_secs_f64() / period.as_secs_f64();
-                if nvml_job >= CLOCK_SEEN * predicted {
-                    1.0
-                } else {
-                    0.0
-                }
-            }
-            (Some(_), _) => 1.0,
+        let on_clock = match self.pending.clock {
+            Some(clock) if nvml_job >= CLOCK_SEEN * clock.busy_share() => 1.0,
             _ => 0.0,
         };
         let (busy, by) = [
@@ -244,7 +236,7 @@ impl GapCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gaps::{GAP_KERNEL, STRETCH_KERNEL};
+    use crate::gaps::{Clock, GAP_KERNEL, STRETCH_KERNEL};
 
     const K: Duration = Duration::from_micros(100);
 
@@ -298,7 +290,10 @@ mod tests {
         feed(&mut latency, 1, report, 20.0);
         let mut rate = GapCost::new(K);
         let on_clock = GapReport {
-            period: Some(MS * 37),
+            clock: Some(Clock {
+                period: MS * 37,
+                spell: MS * 12,
+            }),
             ..report
         };
         feed(&mut rate, 1, on_clock, 20.0);
@@ -453,20 +448,18 @@ mod tests {
             ..short(100, 1)
         };
         assert_eq!(by(spells, 25.0), (WeighedBy::Spells, 0.3, 0.05));
-        let clock = GapReport {
-            period: Some(Duration::from_millis(37)),
-            ..spells
-        };
-        assert_eq!(by(clock, 25.0), (WeighedBy::Clock, 1.0, 0.05));
         // Spells of 20 ms every 37 ms predicted: a clock where NVML shows the job at work
         // (20 % of the GPU beside our 5 %), not where it shows 3 %, as beside requests
         // at random in which the pacer found a period.
-        let predicted = GapReport {
-            spell: Some(Duration::from_millis(20)),
-            ..clock
+        let clock = GapReport {
+            clock: Some(Clock {
+                period: Duration::from_millis(37),
+                spell: Duration::from_millis(20),
+            }),
+            ..spells
         };
-        assert_eq!(by(predicted, 25.0), (WeighedBy::Clock, 1.0, 0.05));
-        assert_eq!(by(predicted, 8.0), (WeighedBy::Spells, 0.3, 0.05));
+        assert_eq!(by(clock, 25.0), (WeighedBy::Clock, 1.0, 0.05));
+        assert_eq!(by(clock, 8.0), (WeighedBy::Spells, 0.3, 0.05));
     }
 
     #[test]

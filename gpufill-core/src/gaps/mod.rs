@@ -154,13 +154,26 @@ pub struct GapReport {
     /// The job's time at work, as our kernels saw its spells (from each spell's first
     /// sign to its last), counted when a spell ends.
     pub job_time: Duration,
-    /// The job's period, while the pacer predicts its spells: its work comes on a
-    /// clock (a training step and its wait on its input), and what our kernels charge
-    /// it is a share of its rate.
-    pub period: Option<Duration>,
-    /// The length of its spells the pacer predicts with that period: with it, the share of
-    /// the time the job is predicted to work.
-    pub spell: Option<Duration>,
+    /// The job's clock, while the pacer predicts its spells: its work comes on a clock
+    /// (a training step and its wait on its input), and what our kernels charge it is a
+    /// share of its rate.
+    pub clock: Option<Clock>,
+}
+
+/// A job's clock as the pacer predicts it ([`GapReport::clock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    /// From one spell's start to the next's.
+    pub period: Duration,
+    /// How long each spell lasts.
+    pub spell: Duration,
+}
+
+impl Clock {
+    /// The share of the time the job is predicted at work.
+    pub fn busy_share(self) -> f64 {
+        self.spell.as_secs_f64() / self.period.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
 }
 
 impl std::ops::Add for GapReport {
@@ -175,12 +188,7 @@ impl std::ops::Add for GapReport {
             held_back: self.held_back + other.held_back,
             long_wait: self.long_wait + other.long_wait,
             job_time: self.job_time + other.job_time,
-            period: other.period.or(self.period),
-            spell: if other.period.is_some() {
-                other.spell
-            } else {
-                self.spell
-            },
+            clock: other.clock.or(self.clock),
         }
     }
 }

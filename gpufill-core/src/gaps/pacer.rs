@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{
-    GAP_KERNEL, GapReport, KernelOutcome, MIN_HOLD, PREDICTED_STRETCH, STRETCH_FOR_SPELLS,
+    Clock, GAP_KERNEL, GapReport, KernelOutcome, MIN_HOLD, PREDICTED_STRETCH, STRETCH_FOR_SPELLS,
     STRETCH_KERNEL,
 };
 use crate::time::Time;
@@ -260,8 +260,9 @@ impl GapPacer {
             ours,
             held_back: u32::from(outcome == KernelOutcome::HeldBack),
             long_wait,
-            period: self.prediction().map(|(_, period, _)| period),
-            spell: self.prediction().map(|(_, _, len)| len),
+            clock: self
+                .prediction()
+                .map(|(_, period, spell)| Clock { period, spell }),
             ..GapReport::default()
         };
         if !outcome.met() {
@@ -799,8 +800,8 @@ mod tests {
             assert_eq!(ran.ours, PREDICTED_STRETCH, "{outcome:?}");
             // And, the pacer predicting, the period and spell length it predicts with.
             let (len, period) = pacer.learned();
-            assert_eq!((ran.spell, ran.period), (len, period), "{outcome:?}");
-            assert!(ran.spell.is_some(), "{outcome:?}");
+            let clock = ran.clock.map(|c| (Some(c.spell), Some(c.period)));
+            assert_eq!(clock, Some((len, period)), "{outcome:?}");
         }
         // A job that comes early and meets one waits half of what it was stretched by.
         let met = pacer
