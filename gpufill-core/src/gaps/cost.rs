@@ -24,9 +24,10 @@ const GAIN: f64 = 0.1;
 /// lengthens the hold by a fifth, one beside isolated requests that costs six times it (a
 /// meeting against the job's 1 % of the GPU) by nearly three times. Twice [`GAIN`], so
 /// that a fill that starts at the shortest hold beside such a job is held off within a
-/// second of samples (on an H200 at [`GAIN`] for both, the hold took 4-6 s of each run
-/// beside 20 requests a second to grow, and their p50 rose 5 %), and the costs settle
-/// under the set point, at about half the bound beside isolated requests. Uncapped up to
+/// second of samples (at [`GAIN`] both ways the hold took seconds to grow on a GPU, and
+/// the requests paid for them: docs/benchmarks.md, "Filling the gaps of live work"), and
+/// the costs settle under the set point, at about half the bound beside isolated
+/// requests. Uncapped up to
 /// [`MAX_GROWTH`], so that rare, large meeting samples count in full (a cap they reach
 /// leaves the average above it).
 const GROW_GAIN: f64 = 0.2;
@@ -40,7 +41,7 @@ const SMOOTHING: f64 = 0.3;
 
 /// The least share of its predicted spells' time that NVML must show a job at work for
 /// it to be weighed as a job on a clock: beside an input-bound trainer NVML shows about
-/// half of it (its steps' kernels, 16 % of the GPU, in spells of a third of the time);
+/// half of it (its steps' kernels, in spells that last about twice as long);
 /// beside requests at random, a period found among them predicts ten times what NVML
 /// shows or more (the simulator's burst shapes: spells of a third of the time, NVML 1-3
 /// %).
