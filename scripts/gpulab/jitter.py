@@ -72,6 +72,15 @@ class Run:
               if start <= t < end and "gpufill_utilization_percent" in m]
         return (statistics.mean(xs) if xs else float("nan")), len(xs)
 
+    def cpu_percent(self, start):
+        """gpufill's CPU, % of one core, from its `process_cpu_seconds_total` between the
+        first sample at or after `start` s and the last; None with fewer than two."""
+        xs = [(t, m["process_cpu_seconds_total"]) for t, m in self.samples
+              if t >= start and "process_cpu_seconds_total" in m]
+        if len(xs) < 2 or xs[-1][0] <= xs[0][0]:
+            return None
+        return 100.0 * (xs[-1][1] - xs[0][1]) / (xs[-1][0] - xs[0][0])
+
     def pauses(self):
         return self.samples[-1][1].get("gpufill_pauses_total", 0) if self.samples else float("nan")
 
@@ -84,8 +93,10 @@ def cmd_idle(a):
     r.sample_until(a.seconds)
     rc = r.stop()
     u, n = r.util(10)
+    cpu = r.cpu_percent(10)
+    cpu = "n/a" if cpu is None else f"{cpu:.2f} %"
     print(f"idle {a.tag}: gpu {a.gpu} {a.seconds:.0f} s: mean utilization {u:.2f} % "
-          f"({n} reads from 10 s), pauses {r.pauses():.0f} (log lines 'paused': {r.count('paused')}), "
+          f"({n} reads from 10 s), CPU {cpu} of a core from 10 s, pauses {r.pauses():.0f} (log lines 'paused': {r.count('paused')}), "
           f"late groups logged {r.count('timing shows another context') + r.count('started late')} / {r.count('group timing')} groups, exit {rc}",
           flush=True)
 

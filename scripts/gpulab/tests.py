@@ -396,6 +396,21 @@ class Clocks(unittest.TestCase):
         self.assertEqual(len(poll.samples), n, "nothing read after finish()")
 
 
+class JitterIdle(unittest.TestCase):
+    def test_cpu_is_the_counter_s_rise_over_the_samples_from_start(self):
+        from .jitter import Run
+        r = Run.__new__(Run)
+        # 2 s at 1 core before 10 s (left out), then 0.6 % of a core for 100 s.
+        r.samples = [(0.0, {"process_cpu_seconds_total": 0.0}),
+                     (9.0, {"process_cpu_seconds_total": 9.0}),
+                     (10.0, {"process_cpu_seconds_total": 9.0}),
+                     (60.0, {}),
+                     (110.0, {"process_cpu_seconds_total": 9.6})]
+        self.assertAlmostEqual(r.cpu_percent(10), 0.6)
+        self.assertAlmostEqual(r.cpu_percent(0), 100 * 9.6 / 110)
+        self.assertIsNone(r.cpu_percent(100), "one sample is no rate")
+
+
 class Gaps(unittest.TestCase):
     """`gaps`'s pure parts: arguments, the plan's time, each run's statistics, the summary."""
 
