@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from .lib import Gpufill, cuda_visible, log_time, parser, scrape
+from .lib import Gpufill, cpu_seconds, cuda_visible, log_time, parser, scrape
 
 OUT = os.environ.get("OUT", "/tmp/host-jitter")
 TRACE = "info,gpufill_cuda=trace,gpufill_nvml=trace,gpufill_runtime=trace"
@@ -48,8 +48,9 @@ class Run:
         self.g = Gpufill(exe, ["--gpus", str(gpu)], config=config, port=self.port,
                          log_path=os.path.join(OUT, f"{tag}.log"), rust_log=TRACE)
         self.p = self.g.proc
-        self.t0 = time.monotonic()
+        self.t0, self.t0_unix = time.monotonic(), time.time()
         self.samples = []  # (seconds since start, metrics)
+        self.cpu = []  # (seconds since start, gpufill's CPU seconds)
 
     def sample_until(self, seconds):
         while True:
@@ -59,6 +60,10 @@ class Run:
             m = scrape(self.port)
             if m:
                 self.samples.append((t, m))
+            try:
+                self.cpu.append((t, cpu_seconds(self.p.pid)))
+            except OSError:
+                pass
             time.sleep(max(0.0, self.every - (time.monotonic() - self.t0 - t)))
 
     def stop(self):
@@ -73,13 +78,23 @@ class Run:
         return (statistics.mean(xs) if xs else float("nan")), len(xs)
 
     def cpu_percent(self, start):
-        """gpufill's CPU, % of one core, from its `process_cpu_seconds_total` between the
-        first sample at or after `start` s and the last; None with fewer than two."""
-        xs = [(t, m["process_cpu_seconds_total"]) for t, m in self.samples
-              if t >= start and "process_cpu_seconds_total" in m]
+        """gpufill's CPU, % of one core, from its threads' CPU seconds read at each sample,
+        between the first read at or after `start` s and the last; None with fewer than
+        two."""
+        xs = [(t, c) for t, c in self.cpu if t >= start]
         if len(xs) < 2 or xs[-1][0] <= xs[0][0]:
             return None
         return 100.0 * (xs[-1][1] - xs[0][1]) / (xs[-1][0] - xs[0][0])
+
+    def loop_util(self, start):
+        """The mean of every NVML sample the loop took (its `sample util=` log lines) from
+        `start` s on, and how many. The metric scraped once a second can alias: the loop
+        reads a sample every 200 ms, and on a host where one sample a second reads higher
+        (gpufill's once-a-second reads) a scrape in phase with it reads only that one."""
+        xs = [float(m.group(1)) for at, line in self.g.lines
+              if at is not None and at >= self.t0_unix + start
+              for m in [re.search(r"sample util=([0-9.]+)", line)] if m]
+        return (statistics.mean(xs) if xs else float("nan")), len(xs)
 
     def pauses(self):
         return self.samples[-1][1].get("gpufill_pauses_total", 0) if self.samples else float("nan")
@@ -93,10 +108,11 @@ def cmd_idle(a):
     r.sample_until(a.seconds)
     rc = r.stop()
     u, n = r.util(10)
+    lu, ln = r.loop_util(10)
     cpu = r.cpu_percent(10)
     cpu = "n/a" if cpu is None else f"{cpu:.2f} %"
     print(f"idle {a.tag}: gpu {a.gpu} {a.seconds:.0f} s: mean utilization {u:.2f} % "
-          f"({n} reads from 10 s), CPU {cpu} of a core from 10 s, pauses {r.pauses():.0f} (log lines 'paused': {r.count('paused')}), "
+          f"({n} reads from 10 s; the loop's own samples: {lu:.2f} % of {ln}), CPU {cpu} of a core from 10 s, pauses {r.pauses():.0f} (log lines 'paused': {r.count('paused')}), "
           f"late groups logged {r.count('timing shows another context') + r.count('started late')} / {r.count('group timing')} groups, exit {rc}",
           flush=True)
 

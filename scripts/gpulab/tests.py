@@ -397,18 +397,27 @@ class Clocks(unittest.TestCase):
 
 
 class JitterIdle(unittest.TestCase):
-    def test_cpu_is_the_counter_s_rise_over_the_samples_from_start(self):
+    def test_cpu_is_the_rise_of_gpufill_s_cpu_seconds_from_start(self):
         from .jitter import Run
         r = Run.__new__(Run)
-        # 2 s at 1 core before 10 s (left out), then 0.6 % of a core for 100 s.
-        r.samples = [(0.0, {"process_cpu_seconds_total": 0.0}),
-                     (9.0, {"process_cpu_seconds_total": 9.0}),
-                     (10.0, {"process_cpu_seconds_total": 9.0}),
-                     (60.0, {}),
-                     (110.0, {"process_cpu_seconds_total": 9.6})]
+        # 9 s of a core before 10 s (left out), then 0.6 % of a core for 100 s.
+        r.cpu = [(0.0, 0.0), (9.0, 9.0), (10.0, 9.0), (60.0, 9.3), (110.0, 9.6)]
         self.assertAlmostEqual(r.cpu_percent(10), 0.6)
         self.assertAlmostEqual(r.cpu_percent(0), 100 * 9.6 / 110)
-        self.assertIsNone(r.cpu_percent(100), "one sample is no rate")
+        self.assertIsNone(r.cpu_percent(100), "one read is no rate")
+
+    def test_the_loop_s_mean_is_of_its_own_samples_from_start(self):
+        from .jitter import Run
+        r = Run.__new__(Run)
+        r.t0_unix = 1000.0
+        r.g = type("G", (), {})()
+        line = "DEBUG gpu{{gpu=0}}: sample util={} target=50.0 duty=50.0"
+        r.g.lines = [(1001.0, line.format("4.0")),  # before 10 s: left out
+                     (1010.5, line.format("49.0")), (None, line.format("80.0")),
+                     (1010.7, "INFO filling target=50.0"), (1010.9, line.format("51.0")),
+                     (1011.1, line.format("50.0"))]
+        self.assertEqual(r.loop_util(10), (50.0, 3))
+        self.assertEqual(r.loop_util(20)[1], 0)
 
 
 class Gaps(unittest.TestCase):
