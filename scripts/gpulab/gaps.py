@@ -25,6 +25,20 @@ of `--phase` s (0: the longest up to 20 s that fits `--budget` s), gpufill start
 with-phase's start and stopped 0.3 s before its end; each phase's statistics leave out
 its first `--skip` s and its last 0.5 s.
 
+`--toggle`: one gpufill for all of a workload's phases instead of one a with-run, started
+as the worker's plan is about to begin (the plan waits the idle grace and 4 s more, so
+that it fills beside the job from the first with-phase), stopped with SIGSTOP through
+each alone phase and continued with SIGCONT at each with-phase's start. Short phases
+(`--phase` 0 gives 4 s, `--skip` defaults to 0.5 s) then alternate many times a minute,
+so that alone and with runs see the same slow swings of the host (a decode request's
+time switched between about 150, 240 and 300 ms for seconds at a time, alone as with,
+on an H200 host: the run-to-run spread that hides a 2 % cost). What this changes: an
+alone phase has gpufill's context on the GPU but none of its kernels (a job's first
+kernel after our last one pays a switch, inside the skip); gpufill's first NVML sample
+after a stop covers the stopped time (its estimate is diluted once a phase, by about a
+tenth of a sample's weight); its pacing counts are not reported (they span the stops).
+Not for `arrive`, whose job is a newcomer to each with-run.
+
 gpufill runs as `gpufill run --gpus N --metrics 127.0.0.1:PORT` plus `--gpufill-args`
 (default `--beside-live fill-gaps --max-cost 2`) and a config of one line,
 `yield.idle_grace_s = --grace` (default 2; negative: no config). fill_gaps fills beside
@@ -65,6 +79,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -252,6 +267,26 @@ class Beside:
             self.cpu_split[kind] = (self.cpu_split.get(kind, 0.0)
                                     + (secs - th0.get(name, 0.0)) / span * 100)
 
+    def pause(self):
+        """SIGSTOP (`--toggle`'s alone phases): no kernel of ours is launched; our
+        context stays."""
+        self.check()
+        os.kill(self.g.pid, signal.SIGSTOP)
+
+    def resume(self):
+        """SIGCONT (`--toggle`'s with-phases); its scrapes start again."""
+        os.kill(self.g.pid, signal.SIGCONT)
+        self.scrapes = []
+
+    def window(self):
+        """What one with-phase's watch saw (`--toggle`): `result`'s parts that belong to a
+        phase."""
+        duty = [m[DUTY] for m in self.scrapes if DUTY in m]
+        est = [m[EST] for m in self.scrapes if EST in m]
+        return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
+                "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
+                "scrapes": len(self.scrapes), "healthy": self.healthy}
+
     def result(self):
         duty = [m[DUTY] for m in self.scrapes if DUTY in m]
         est = [m[EST] for m in self.scrapes if EST in m]
@@ -357,10 +392,15 @@ def run_plan(a, name, trace, clocks=None):
     opts = {"train_model": a.train_model, "batch": a.batch, "size": a.size,
             "wait_ms": a.wait_ms, "new_tokens": a.new_tokens}
     p, path, start = start_worker(a, [seg] * len(phases), w.model, module="gaps",
-                                  extra=["--warmup", str(w.warmup), "--opts", json.dumps(opts)])
+                                  extra=["--warmup", str(w.warmup), "--opts", json.dumps(opts)],
+                                  lead=toggle_lead(a) if a.toggle else 1.0)
     try:
         side = []
-        for i, variant in enumerate(phases):
+        if a.toggle:
+            with Beside(a, name) as b:
+                side = run_toggled(a, b, phases, start)
+            side[max(i for i, v in enumerate(phases) if v)].update(whole_run(b))
+        for i, variant in enumerate(phases if not a.toggle else ()):
             p0 = start + i * a.phase
             sleep_until(p0)
             if variant:
@@ -380,6 +420,42 @@ def run_plan(a, name, trace, clocks=None):
         runs.append({"phase": i, "variant": variant or "alone", "window": (unix(lo), unix(hi)),
                      **phase_stats(work["reqs"], i, lo, hi), **side[i]})
     return phases, finish_runs(a, name, runs, trace, clocks)
+
+
+def toggle_lead(a):
+    """Seconds from the worker's warm-up to its plan in `--toggle` mode: gpufill starts,
+    waits the idle grace beside the job and fills for 4 s before the first phase."""
+    return max(a.grace, 0.0) + 4.0
+
+
+def run_toggled(a, b, phases, start):
+    """`--toggle`: the phases with one gpufill (`b`, started): stopped through each alone
+    phase from its start, continued at each with-phase's start and watched over its
+    window; continued at the end, so that it can be stopped. Each phase's side results
+    (with-phases: `Beside.window`)."""
+    side = []
+    try:
+        for i, variant in enumerate(phases):
+            p0 = start + i * a.phase
+            sleep_until(p0)
+            if variant:
+                b.resume()
+                b.watch(p0 + a.skip, p0 + a.phase - 0.5)
+                side.append(b.window())
+            else:
+                b.pause()
+                side.append({})
+    finally:
+        b.resume()
+    return side
+
+
+def whole_run(b):
+    """What one gpufill's whole life gives (`--toggle`, after it stopped): its reasons,
+    what its estimate weighed against, its exit; no pacing counts (they span the stops)."""
+    lines = [line for _, line in b.g.lines]
+    return {"pacing": None, "weighing": weighing(lines), "rc": b.rc,
+            "stop_s": round(b.stop_s, 3), "reasons": dict(reasons(lines))}
 
 
 def run_arrive(a, trace, clocks=None):
@@ -599,11 +675,12 @@ def auto_phase(names, pairs, budget):
     return max(8.0, min(20.0, math.floor(phase * 2) / 2))
 
 
-def estimate(names, pairs, phase):
-    """Seconds the runs take: each workload's start, its phases (`arrive`'s runs
-    ARRIVE_PHASE s each)."""
+def estimate(names, pairs, phase, lead=0.0):
+    """Seconds the runs take: each workload's start (and `lead`, `--toggle`'s wait before
+    its plan), its phases (`arrive`'s runs ARRIVE_PHASE s each)."""
     n = 2 * pairs + 1
-    return sum(WORKLOADS[w].startup + n * (ARRIVE_PHASE if w == "arrive" else phase) for w in names)
+    return sum(WORKLOADS[w].startup + (0.0 if w == "arrive" else lead)
+               + n * (ARRIVE_PHASE if w == "arrive" else phase) for w in names)
 
 
 def missing_flags(help_text, args):
@@ -622,6 +699,8 @@ def parse(argv):
     ap.add_argument("--budget", type=float, default=480.0, help="seconds, for --phase 0")
     ap.add_argument("--grace", type=float, default=2.0,
                     help="gpufill's yield.idle_grace_s, s (negative: gpufill's own, no config)")
+    ap.add_argument("--toggle", action="store_true",
+                    help="one gpufill a workload, SIGSTOPped through the alone phases")
     ap.add_argument("--skip", type=float, default=None,
                     help="seconds left out at a run's start (default grace + 1.5, or 2)")
     ap.add_argument("--gpu", type=int, default=0, help="NVML index")
@@ -650,9 +729,13 @@ def parse(argv):
     if a.pairs < 1:
         ap.error("--pairs must be at least 1")
     a.gargs = shlex.split(a.gpufill_args)
+    if a.toggle and "arrive" in a.workloads:
+        ap.error("--toggle is not for arrive (its job is a newcomer to each with-run)")
+    if a.toggle and a.grace < 0:
+        ap.error("--toggle needs --grace of 0 or more (the plan waits it)")
     if a.skip is None:
-        a.skip = a.grace + 1.5 if a.grace >= 0 else 2.0
-    a.phase = a.phase or auto_phase(a.workloads, a.pairs, a.budget)
+        a.skip = 0.5 if a.toggle else a.grace + 1.5 if a.grace >= 0 else 2.0
+    a.phase = a.phase or (4.0 if a.toggle else auto_phase(a.workloads, a.pairs, a.budget))
     if a.phase <= a.skip + 1:
         ap.error("--phase must exceed --skip by more than 1 s")
     a.port = PORT + a.gpu
@@ -661,9 +744,9 @@ def parse(argv):
 
 def main(argv):
     a = parse(argv)
-    est = estimate(a.workloads, a.pairs, a.phase)
+    est = estimate(a.workloads, a.pairs, a.phase, toggle_lead(a) if a.toggle else 0.0)
     print(f"gaps: GPU {a.gpu}, {','.join(a.workloads)}, {a.pairs} pairs, runs of {a.phase:g} s "
-          f"(first {a.skip:g} s left out), gpufill {' '.join(a.gargs)}, grace {a.grace:g} s; "
+          f"(first {a.skip:g} s left out{'; one gpufill a workload, stopped when alone' if a.toggle else ''}), gpufill {' '.join(a.gargs)}, grace {a.grace:g} s; "
           f"estimated wall time {est / 60:.1f} min ({est:.0f} s)", flush=True)
     if a.estimate:
         return 0

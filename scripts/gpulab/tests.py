@@ -446,6 +446,44 @@ class Gaps(unittest.TestCase):
         for heavy in ("pynvml", "torch"):
             self.assertNotIn(heavy, sys.modules)
 
+    def test_toggle_arguments_short_phases_and_the_wait_before_the_plan(self):
+        from .gaps import estimate, parse, toggle_lead
+        a = parse(["--toggle", "--workloads", "decode", "--pairs", "30"])
+        self.assertEqual((a.phase, a.skip), (4.0, 0.5))
+        self.assertEqual(toggle_lead(a), 6.0)  # the idle grace (2 s) and 4 s of filling
+        self.assertEqual(estimate(a.workloads, 30, a.phase, toggle_lead(a)), 15 + 6 + 61 * 4)
+        self.assertEqual(parse(["--toggle", "--phase", "6", "--skip", "1"]).phase, 6.0)
+        for bad in (["--toggle", "--workloads", "arrive"], ["--toggle", "--grace", "-1"]):
+            with self.subTest(bad), contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(SystemExit):
+                    parse(bad)
+
+    def test_toggled_gpufill_is_stopped_through_each_alone_phase_and_watched_in_each_with(self):
+        from .gaps import parse, run_toggled
+        from .lib import interleave
+        a = parse(["--toggle", "--phase", "4"])
+        calls = []
+
+        class FakeBeside:
+            def pause(self):
+                calls.append("stop")
+
+            def resume(self):
+                calls.append("cont")
+
+            def watch(self, lo, hi):
+                calls.append(("watch", round(hi - lo, 3)))
+
+            def window(self):
+                return {"duty": 0.5}
+
+        phases = interleave(2)  # alone, with, alone, with, alone
+        side = run_toggled(a, FakeBeside(), phases, time.monotonic() - 100)  # all past: no sleep
+        self.assertEqual(side, [{}, {"duty": 0.5}, {}, {"duty": 0.5}, {}])
+        watch = ("watch", 4.0 - 0.5 - 0.5)  # the skip and the last 0.5 s left out
+        self.assertEqual(calls, ["stop", "cont", watch, "stop", "cont", watch, "stop", "cont"],
+                         "stopped from each alone phase's start; continued at the end")
+
     def test_the_pacing_threads_last_line_gives_its_rates(self):
         from .gaps import pacing_counts
         line = ("2026-11-29T02:00:00.1Z DEBUG gpu{{gpu=0}}: gpufill_cuda::pacing: pacing thread "
