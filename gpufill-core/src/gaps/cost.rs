@@ -11,22 +11,24 @@ use crate::units::Utilization;
 /// ([`GapCost::over`], which the log reports).
 const SHRINK_BELOW: f64 = 0.9;
 
-/// The share of the bound that the rate control steers the samples' own costs to, on
-/// average: under the bound with room for the estimate's swings.
+/// The share of the bound that the rate control steers the charges to, of the job's time
+/// at work: under the bound with room for the estimate's swings.
 const SET_POINT: f64 = 0.8;
 
-/// How far one sample whose own cost is under the set point moves the hold's logarithm,
-/// for each set point it is off: a sample with no meeting shortens the hold by a tenth.
-/// Small, so that the hold moves little between meetings.
+/// How far one sample whose charge is under the set point of the job's time at work in
+/// it moves the hold's logarithm, per set point of the job's smoothed time at work it is
+/// off: a sample with no meeting in which the job worked as usual shortens the hold by a
+/// tenth; one in which it did nothing moves nothing. Small, so that the hold moves
+/// little between meetings.
 const GAIN: f64 = 0.1;
 
-/// The same for a sample over the set point: one that costs twice the set point
-/// lengthens the hold by a fifth, one beside isolated requests that costs six times it (a
+/// The same for a sample over the set point: one whose charge is twice the set point
+/// lengthens the hold by a fifth, one beside isolated requests that is six times it (a
 /// meeting against the job's 1 % of the GPU) by nearly three times. Twice [`GAIN`], so
 /// that a fill that starts at the shortest hold beside such a job is held off within a
 /// second of samples (at [`GAIN`] both ways the hold took seconds to grow on a GPU, and
 /// the requests paid for them: docs/benchmarks.md, "Filling the gaps of live work"), and
-/// the costs settle under the set point, at about half the bound beside isolated
+/// the charges settle under the set point, at about half the bound beside isolated
 /// requests. Uncapped up to
 /// [`MAX_GROWTH`], so that rare, large meeting samples count in full (a cap they reach
 /// leaves the average above it).
@@ -36,7 +38,8 @@ const GROW_GAIN: f64 = 0.2;
 /// spells, before it knows the job) would otherwise hold off for seconds.
 const MAX_GROWTH: f64 = 32.0;
 
-/// How much of the newest estimate each NVML sample takes in (the rest is the old one).
+/// How much of the newest sample's charge and job time at work the smoothed ones take
+/// in at each NVML sample (the rest is the old); the estimate is their ratio.
 const SMOOTHING: f64 = 0.3;
 
 /// The least share of its predicted spells' time that NVML must show a job at work for
@@ -47,8 +50,8 @@ const SMOOTHING: f64 = 0.3;
 /// %).
 const CLOCK_SEEN: f64 = 0.15;
 
-/// The least job busy share the estimate divides by: below it NVML cannot tell a job's
-/// work from nothing, and the estimate stays large rather than unbounded.
+/// The least job busy share that a sample with a charge counts: below it NVML cannot tell
+/// a job's work from nothing, and the estimate stays large rather than unbounded.
 const MIN_BUSY: f64 = 0.01;
 /// The cost estimate and the hold that keeps it under the bound (module docs).
 #[derive(Clone, Debug)]
@@ -60,6 +63,10 @@ pub struct GapCost {
     since: Option<Time>,
     /// The smoothed estimate, a ratio (0.02 is 2 %); `None` before the first sample.
     estimate: Option<f64>,
+    /// The samples' charges and the job's time at work in them, seconds, smoothed alike:
+    /// the estimate is their ratio.
+    charged: f64,
+    worked: f64,
     /// The hold after a meeting.
     hold: Duration,
     /// Whether the estimate is over the bound: since it went over it, until it came
@@ -91,7 +98,8 @@ pub enum WeighedBy {
     Spells,
     /// NVML's utilization less our kernels' share.
     Nvml,
-    /// The least share an estimate divides by (1 %).
+    /// The least share a sample with a charge counts (1 %); a sample with neither a
+    /// charge nor the job seen at work reads it too, with a share of 0.
     Floor,
 }
 
@@ -114,6 +122,8 @@ impl GapCost {
             pending: GapReport::default(),
             since: None,
             estimate: None,
+            charged: 0.0,
+            worked: 0.0,
             hold: MIN_HOLD,
             over: false,
             weighed: None,
@@ -186,21 +196,39 @@ impl GapCost {
             (on_clock, WeighedBy::Clock),
             (spells, WeighedBy::Spells),
             (nvml_job, WeighedBy::Nvml),
-            (MIN_BUSY, WeighedBy::Floor),
         ]
         .into_iter()
         .fold((0.0, WeighedBy::Floor), |best, next| {
             if next.0 > best.0 { next } else { best }
         });
+        let charge = self.charge(self.pending).as_secs_f64();
+        // A charged sample's job worked at least the floor's share of it.
+        let (busy, by) = if charge > 0.0 && busy < MIN_BUSY {
+            (MIN_BUSY, WeighedBy::Floor)
+        } else {
+            (busy, by)
+        };
         self.weighed = Some(Weighed {
             job: busy,
             by,
             ours,
         });
-        let cost = self.charge(self.pending).as_secs_f64() / elapsed / busy;
-        let estimate = match self.estimate {
-            Some(old) => old + SMOOTHING * (cost - old),
-            None => cost,
+        let worked = busy * elapsed;
+        let first = self.estimate.is_none();
+        self.charged = if first {
+            charge
+        } else {
+            self.charged + SMOOTHING * (charge - self.charged)
+        };
+        self.worked = if first {
+            worked
+        } else {
+            self.worked + SMOOTHING * (worked - self.worked)
+        };
+        let estimate = if self.worked > 0.0 {
+            self.charged / self.worked
+        } else {
+            0.0
         };
         self.estimate = Some(estimate);
         self.pending = GapReport::default();
@@ -210,15 +238,12 @@ impl GapCost {
         } else if estimate < max_cost * SHRINK_BELOW {
             self.over = false;
         }
-        // Integral control of the hold's logarithm by each sample's own cost against the
-        // set point, faster up than down: the costs settle at or under the set point on
-        // average, whatever share of the samples has a meeting (beside isolated requests
-        // a meeting sample costs several times the bound, and most samples have none). A
-        // job that costs less than the set point at the shortest hold keeps it.
         let target = max_cost * SET_POINT;
         let step = if target > 0.0 {
-            let gain = if cost > target { GROW_GAIN } else { GAIN };
-            (gain * (cost - target) / target).min(MAX_GROWTH.ln())
+            let scale = target * self.worked.max(MIN_BUSY * elapsed);
+            let error = (charge - target * worked) / scale;
+            let gain = if error > 0.0 { GROW_GAIN } else { GAIN };
+            (gain * error).min(MAX_GROWTH.ln())
         } else {
             // A bound of 0: nothing may be charged, so the hold only grows.
             MAX_GROWTH.ln()
@@ -401,10 +426,11 @@ mod tests {
 
     #[test]
     fn beside_isolated_requests_the_estimate_settles_under_the_bound() {
-        // A job of isolated requests, as the pacer meets them: after each meeting the
-        // hold in force (re-timed as it changes) passes before the next, which then comes
-        // within a sample. Each meeting sample costs several times the bound against the
-        // job's 1 % of the GPU, and most samples have none.
+        // A job of isolated requests at 1 % of the GPU (NVML reads our 15 % and its 1 %),
+        // as the pacer meets them: after each meeting the hold in force (re-timed as it
+        // changes) passes before the next, which then comes within a sample. Each
+        // meeting sample costs several times the bound against the job's 1 %, and most
+        // samples have none.
         let mut cost = GapCost::new(K);
         let sample = Duration::from_millis(200);
         let mut now = Time::ZERO + Duration::from_secs(1);
@@ -418,7 +444,7 @@ mod tests {
             if meets {
                 last_met = now;
             }
-            cost.update(now, if meets { met } else { quiet }, Some(pct(7.0)), 0.02);
+            cost.update(now, if meets { met } else { quiet }, Some(pct(16.0)), 0.02);
             estimates.push(cost.estimate().unwrap());
         }
         // Under the set point (the hold grows faster than it shrinks), not far under it.
@@ -427,6 +453,42 @@ mod tests {
             (0.02 * SET_POINT * 0.4..=0.02 * SET_POINT).contains(&mean),
             "{mean}"
         );
+    }
+
+    #[test]
+    fn samples_in_which_the_job_did_nothing_do_not_water_the_estimate_down() {
+        // A request a second, 3.6 ms at work, met by a kernel of ours: one sample in
+        // five has it, and in the others the job does nothing (NVML reads our 5 %). Its
+        // requests pay 186 us on 3.6 ms, 5.2 %; an average of the samples' own costs read
+        // a fifth of that, and a service of rare requests paid several times the bound
+        // (the simulator's 1/s of 3 ms: 4.3 % at p50).
+        let met = GapReport {
+            job_time: Duration::from_micros(3600),
+            ..short(100, 1)
+        };
+        let mut cost = GapCost::new(K);
+        let sample = Duration::from_millis(200);
+        let start = Time::ZERO + Duration::from_secs(1);
+        cost.update(start, GapReport::default(), None, 0.02);
+        let mut lowest = f64::MAX;
+        for i in 1..=100 {
+            let report = if i % 5 == 0 { met } else { short(100, 0) };
+            cost.update(start + sample * i, report, Some(pct(5.0)), 0.02);
+            if i > 50 {
+                lowest = lowest.min(cost.estimate().unwrap());
+            }
+        }
+        assert!((0.050..0.054).contains(&lowest), "{lowest}");
+        // Where NVML shows the job at work in the other samples too (3.6 ms in each,
+        // unmet), the same charge is worth a fifth as much.
+        let mut busy = GapCost::new(K);
+        busy.update(start, GapReport::default(), None, 0.02);
+        for i in 1..=100 {
+            let report = if i % 5 == 0 { met } else { short(100, 0) };
+            busy.update(start + sample * i, report, Some(pct(6.8)), 0.02);
+        }
+        let diluted = busy.estimate().unwrap();
+        assert!((0.005..0.02).contains(&diluted), "{diluted}");
     }
 
     #[test]

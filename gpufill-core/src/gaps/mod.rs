@@ -55,28 +55,36 @@
 //!
 //! The estimate is what that charge is worth against the job's time at work: its spells
 //! as our kernels saw them, or NVML's utilization less our kernels' share where that is
-//! more (a job of isolated sub-millisecond requests shows spells of no length). That is
-//! the slowdown of the job's work while it works: of a request's latency (a decode
-//! request is one spell). For a job on a clock (a trainer whose period the pacer
-//! predicts) it is weighed against all the time instead: its step rate pays for our
-//! kernels, the wait on its input included. Only where NVML shows the job at work for a
-//! fair share of the time its predicted spells take: a period found among requests that
-//! come at random is no clock.
+//! more (a job of isolated sub-millisecond requests shows spells of no length), at least
+//! 1 % of a sample that has a charge. That is the slowdown of the job's work while it
+//! works: of a request's latency (a decode request is one spell). For a job on a clock
+//! (a trainer whose period the pacer predicts) it is weighed against all the time
+//! instead: its step rate pays for our kernels, the wait on its input included. Only
+//! where NVML shows the job at work for a fair share of the time its predicted spells
+//! take: a period found among requests that come at random is no clock. The charges and
+//! the job's time at work are each smoothed over the samples, and the estimate is their
+//! ratio: a sample in which the job did nothing adds to neither. (Up to 4aea6c4 the
+//! estimate smoothed each sample's own cost, so those samples counted as costing
+//! nothing: beside a request a second, four samples in five, and the simulator's services
+//! of 1 to 5 requests a second paid 2-9 % while the estimate read 1 %.)
 //!
 //! # Rate control
-//! At every NVML sample the estimate is updated and the hold adjusted by that sample's
-//! own cost: its logarithm moves in proportion to how far the cost is from 0.8 of the
-//! bound, twice as fast up as down (integral control, [`GapCost`]), between [`MIN_HOLD`]
-//! and [`MAX_HOLD`]. So the samples' costs, and the estimate that smooths them, settle
-//! under 0.8 of the bound whatever share of the samples has a meeting (about half the
-//! bound beside isolated requests), a fill that starts beside a job it costs much is held
-//! off within a second, and a job that costs less at the shortest hold keeps it. A longer hold fills fewer of the job's gaps, so fewer of its busy spells meet
-//! our context: a service of sub-millisecond requests, each of which pays about a third
-//! of its length for a meeting, is filled beside only rarely, while a trainer whose steps
-//! are milliseconds long keeps most of its gaps filled. (Up to e18b116 the hold grew by
-//! half at a sample over the bound and shrank by a sixth at each one under 0.9 of it:
-//! beside isolated requests, whose meeting samples cost several times the bound and
-//! come one in five, that settled with the estimate at about twice the bound.)
+//! At every NVML sample the estimate is updated and the hold adjusted by that sample: its
+//! logarithm moves in proportion to how far the sample's charge is from 0.8 of the bound
+//! times the job's time at work in it, against 0.8 of the bound times the job's smoothed
+//! time at work, twice as fast up as down (integral control, [`GapCost`]), between
+//! [`MIN_HOLD`] and [`MAX_HOLD`]. So the charges settle under 0.8 of the bound of the
+//! job's time at work whatever share of the samples has a meeting (about half the bound
+//! beside isolated requests), a fill that starts beside a job it costs much is held off
+//! within a second, a job that costs less at the shortest hold keeps it, and a sample
+//! in which the job did nothing moves nothing. A longer hold fills fewer of the job's
+//! gaps, so fewer of its busy spells meet our context: a service of sub-millisecond
+//! requests, each of which pays about a third of its length for a meeting, is filled
+//! beside only rarely, while a trainer whose steps are milliseconds long keeps most of
+//! its gaps filled. (Up to e18b116 the hold grew by half at a sample over the bound and
+//! shrank by a sixth at each one under 0.9 of it: beside isolated requests, whose
+//! meeting samples cost several times the bound and come one in five, that settled with
+//! the estimate at about twice the bound.)
 
 use std::time::Duration;
 
@@ -128,8 +136,10 @@ pub const STRETCH_FOR_SPELLS: Duration = Duration::from_millis(20);
 /// The shortest hold after a meeting.
 pub const MIN_HOLD: Duration = Duration::from_millis(5);
 
-/// The longest hold after a meeting.
-pub const MAX_HOLD: Duration = Duration::from_secs(10);
+/// The longest hold after a meeting: a minute, so that beside a request a second whose
+/// every meeting costs it a large share of its length, at most a few in a hundred are
+/// met (at 10 s, one in ten: the simulator's 1/s of 0.87 ms paid 3.2 % on the mean).
+pub const MAX_HOLD: Duration = Duration::from_secs(60);
 /// What a load source saw while filling gaps ([`crate::LaunchShape::Gaps`]) since it was
 /// last asked ([`crate::LoadSource::gaps_seen`]); the pacer's reports
 /// ([`GapPacer::kernel_done`]) added up.
