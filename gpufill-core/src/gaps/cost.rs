@@ -215,16 +215,15 @@ impl GapCost {
         });
         let worked = busy * elapsed;
         let first = self.estimate.is_none();
-        self.charged = if first {
-            charge
-        } else {
-            self.charged + SMOOTHING * (charge - self.charged)
+        let smooth = |old: f64, new: f64| {
+            if first {
+                new
+            } else {
+                old + SMOOTHING * (new - old)
+            }
         };
-        self.worked = if first {
-            worked
-        } else {
-            self.worked + SMOOTHING * (worked - self.worked)
-        };
+        self.charged = smooth(self.charged, charge);
+        self.worked = smooth(self.worked, worked);
         let estimate = if self.worked > 0.0 {
             self.charged / self.worked
         } else {
@@ -238,6 +237,14 @@ impl GapCost {
         } else if estimate < max_cost * SHRINK_BELOW {
             self.over = false;
         }
+        // Integral control of the hold's logarithm by each sample's charge against the
+        // set point of the job's time at work in it, as a share of the set point of its
+        // smoothed time at work, faster up than down: the charges settle at or under the
+        // set point of the job's time at work, whatever share of the samples has a
+        // meeting (beside isolated requests a meeting sample costs several times the
+        // bound, and most samples have none), and a sample in which the job did nothing
+        // moves nothing. A job that costs less than the set point at the shortest hold
+        // keeps it.
         let target = max_cost * SET_POINT;
         let step = if target > 0.0 {
             let scale = target * self.worked.max(MIN_BUSY * elapsed);
