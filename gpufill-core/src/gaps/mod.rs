@@ -63,10 +63,11 @@
 //! where NVML shows the job at work for a fair share of the time its predicted spells
 //! take: a period found among requests that come at random is no clock. The charges and
 //! the job's time at work are each smoothed over the samples, and the estimate is their
-//! ratio: a sample in which the job did nothing adds to neither. (Up to 4aea6c4 the
-//! estimate smoothed each sample's own cost, so those samples counted as costing
-//! nothing: beside a request a second, four samples in five, and the simulator's services
-//! of 1 to 5 requests a second paid 2-9 % while the estimate read 1 %.)
+//! ratio: a sample in which the job did nothing adds no charge and counts the job at
+//! 0.1 % of it. (Up to 4aea6c4 the estimate smoothed each sample's own cost, so those
+//! samples counted as costing nothing against 1 % of the time: beside a request a
+//! second, four samples in five, and the simulator's services of 1 to 5 requests a
+//! second paid 2-9 % while the estimate read 1 %.)
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted by that sample: its
@@ -77,7 +78,7 @@
 //! job's time at work whatever share of the samples has a meeting (about half the bound
 //! beside isolated requests), a fill that starts beside a job it costs much is held off
 //! within a second, a job that costs less at the shortest hold keeps it, and a sample
-//! in which the job did nothing moves nothing. A longer hold fills fewer of the job's
+//! in which the job did nothing shortens the hold only a little. A longer hold fills fewer of the job's
 //! gaps, so fewer of its busy spells meet our context: a service of sub-millisecond
 //! requests, each of which pays about a third of its length for a meeting, is filled
 //! beside only rarely, while a trainer whose steps are milliseconds long keeps most of
