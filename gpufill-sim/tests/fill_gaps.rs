@@ -63,6 +63,21 @@ fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
+/// [`fill_gaps_beside_with_util`], printed as a line named `name`: the report, the mean
+/// estimate and the mean utilization.
+fn fill_gaps_beside_printed(name: &str, job: ForeignJob) -> (gpufill_sim::RequestReport, f64, f64) {
+    let (requests, costs, util) = fill_gaps_beside_with_util(job);
+    let estimate = mean(&costs);
+    eprintln!(
+        "{name}: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
+        requests.slowdown() * 100.0,
+        requests.mean_slowdown() * 100.0,
+        estimate * 100.0,
+        util * 100.0
+    );
+    (requests, estimate, util)
+}
+
 #[test]
 fn beside_an_input_bound_trainer_the_estimate_stays_near_the_bound_and_its_steps_barely_slow() {
     let trainer = ForeignJob::training(
@@ -210,15 +225,8 @@ fn beside_sub_millisecond_requests_in_pieces_the_estimate_sees_what_they_pay() {
             Duration::from_micros(400),
             Duration::from_micros(100),
         );
-        let (requests, costs, util) = fill_gaps_beside_with_util(service);
-        let estimate = mean(&costs);
-        eprintln!(
-            "{pieces} pieces: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
-            requests.slowdown() * 100.0,
-            requests.mean_slowdown() * 100.0,
-            estimate * 100.0,
-            util * 100.0
-        );
+        let (requests, estimate, util) =
+            fill_gaps_beside_printed(&format!("{pieces} pieces"), service);
         assert!(requests.slowdown() <= 0.02, "shape {i}: {requests:?}");
         assert!(
             estimate >= requests.mean_slowdown() / 3.0,
@@ -253,14 +261,7 @@ fn beside_rare_requests_they_pay_within_the_bound() {
         jobs.push((format!("{per_s}/s of {pieces} bursts, {busy} ms"), job));
     }
     for (name, job) in jobs {
-        let (requests, costs, util) = fill_gaps_beside_with_util(job);
-        eprintln!(
-            "{name}: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
-            requests.slowdown() * 100.0,
-            requests.mean_slowdown() * 100.0,
-            mean(&costs) * 100.0,
-            util * 100.0
-        );
+        let (requests, _, _) = fill_gaps_beside_printed(&name, job);
         assert!(requests.slowdown() <= 0.02, "{name}: {requests:?}");
         assert!(requests.mean_slowdown() <= 0.02, "{name}: {requests:?}");
     }
