@@ -395,21 +395,12 @@ def run_plan(a, name, trace, clocks=None):
                                   extra=["--warmup", str(w.warmup), "--opts", json.dumps(opts)],
                                   lead=toggle_lead(a) if a.toggle else 1.0)
     try:
-        side = []
         if a.toggle:
             with Beside(a, name) as b:
                 side = run_toggled(a, b, phases, start)
             side[max(i for i, v in enumerate(phases) if v)].update(whole_run(b))
-        for i, variant in enumerate(phases if not a.toggle else ()):
-            p0 = start + i * a.phase
-            sleep_until(p0)
-            if variant:
-                with Beside(a, name) as b:
-                    b.watch(p0 + a.skip, p0 + a.phase - 0.5)
-                    sleep_until(p0 + a.phase - 0.3)
-                side.append(b.result())
-            else:
-                side.append({})
+        else:
+            side = run_restarted(a, name, phases, start)
         work = finish_worker(p, path)
     finally:
         if p.poll() is None:
@@ -420,6 +411,23 @@ def run_plan(a, name, trace, clocks=None):
         runs.append({"phase": i, "variant": variant or "alone", "window": (unix(lo), unix(hi)),
                      **phase_stats(work["reqs"], i, lo, hi), **side[i]})
     return phases, finish_runs(a, name, runs, trace, clocks)
+
+
+def run_restarted(a, name, phases, start):
+    """A gpufill a with-phase, started at its start and stopped 0.3 s before its end,
+    watched over its window; each phase's side results (with-phases: `Beside.result`)."""
+    side = []
+    for i, variant in enumerate(phases):
+        p0 = start + i * a.phase
+        sleep_until(p0)
+        if variant:
+            with Beside(a, name) as b:
+                b.watch(p0 + a.skip, p0 + a.phase - 0.5)
+                sleep_until(p0 + a.phase - 0.3)
+            side.append(b.result())
+        else:
+            side.append({})
+    return side
 
 
 def toggle_lead(a):
