@@ -22,6 +22,12 @@ fn fill_gaps_beside(job: ForeignJob) -> (gpufill_sim::RequestReport, Vec<f64>) {
 
 /// [`fill_gaps_beside`], and the mean utilization NVML read from 60 s on.
 fn fill_gaps_beside_with_util(job: ForeignJob) -> (gpufill_sim::RequestReport, Vec<f64>, f64) {
+    let (mut reports, costs, util) = fill_gaps_beside_all(vec![job]);
+    (reports.swap_remove(0), costs, util)
+}
+
+/// [`fill_gaps_beside_with_util`] beside all of `jobs` at once: each job's report.
+fn fill_gaps_beside_all(jobs: Vec<ForeignJob>) -> (Vec<gpufill_sim::RequestReport>, Vec<f64>, f64) {
     let settings = LoopSettings {
         fill: FillSettings {
             target: Utilization::from_percent(50.0).unwrap(),
@@ -37,7 +43,7 @@ fn fill_gaps_beside_with_util(job: ForeignJob) -> (gpufill_sim::RequestReport, V
         controller: ControllerKind::Pi,
     };
     let cfg = SimConfig {
-        foreign: vec![job],
+        foreign: jobs,
         ..SimConfig::default()
     };
     let mut sim = Simulation::new(cfg, &settings, Duration::from_millis(50));
@@ -55,7 +61,11 @@ fn fill_gaps_beside_with_util(job: ForeignJob) -> (gpufill_sim::RequestReport, V
         }
     });
     let report = sim.gpu().report(Time::from_secs_f64(300.0));
-    let requests = report.foreign[0].requests.clone().unwrap();
+    let requests = report
+        .foreign
+        .iter()
+        .map(|f| f.requests.clone().unwrap())
+        .collect();
     (requests, costs, mean(&utils))
 }
 
@@ -293,5 +303,47 @@ fn beside_requests_too_short_for_nvml_the_estimate_keeps_the_metrics_rule() {
             estimate <= 3.0 * paid + 0.01,
             "estimated {estimate}, paid {paid}"
         );
+    }
+}
+
+#[test]
+fn beside_two_live_jobs_at_once_each_pays_within_the_bound() {
+    // The pacer learns one job's spells and period from what its kernels meet; beside
+    // two jobs it meets both, and neither may pay more than the bound for the other's
+    // rhythm: a trainer with a sub-millisecond service, two trainers of different
+    // periods, a decode service with a trainer.
+    let ms = |x: u64| Duration::from_millis(x);
+    let pairs = [
+        (
+            "trainer and sub-ms requests",
+            ForeignJob::training(2.0, 300.0, ms(12), ms(25)),
+            ForeignJob::isolated_requests(3.0, 300.0, 20.0, Duration::from_micros(870)),
+        ),
+        (
+            "two trainers",
+            ForeignJob::training(2.0, 300.0, ms(12), ms(25)),
+            ForeignJob::training(3.0, 300.0, ms(6), ms(40)),
+        ),
+        (
+            "decode and a trainer",
+            ForeignJob::decode_requests(2.0, 300.0, 2.0, 32, ms(23), ms(8)),
+            ForeignJob::training(3.0, 300.0, ms(12), ms(25)),
+        ),
+    ];
+    for (name, a, b) in pairs {
+        let (reports, costs, util) = fill_gaps_beside_all(vec![a, b]);
+        for (i, r) in reports.iter().enumerate() {
+            // A trainer's steps count as its requests: their median and mean time,
+            // stricter than its rate, which its wait on its input dilutes.
+            eprintln!(
+                "{name}, job {i}: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
+                r.slowdown() * 100.0,
+                r.mean_slowdown() * 100.0,
+                mean(&costs) * 100.0,
+                util * 100.0
+            );
+            assert!(r.slowdown() <= 0.02, "{name}, job {i}: {r:?}");
+            assert!(r.mean_slowdown() <= 0.02, "{name}, job {i}: {r:?}");
+        }
     }
 }
