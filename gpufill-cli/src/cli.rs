@@ -261,7 +261,8 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "SECS", default_value_t = 20.0, value_parser = Number)]
     pub duration: f64,
     /// A foreign job, START-END:LOAD (seconds, seconds, percent of time it wants the GPU),
-    /// e.g. 5-12:30. Repeatable.
+    /// e.g. 5-12:30. A fluid load, not kernels: beside --beside-live fill-gaps it shows
+    /// our kernels no meetings (--training and --service model them). Repeatable.
     #[arg(long, value_name = "START-END:LOAD", value_parser = ForeignSpec::parse)]
     pub foreign: Vec<ForeignSpec>,
     /// A service that holds its context from START to END (seconds) and answers

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use gpufill_core::{Event, Tick};
+use gpufill_core::{Event, LaunchShape, Tick};
 use gpufill_sim::{
     Arrivals, Churn, ChurnReport, ForeignJob, HostJitter, LongRunStats, Period, SimConfig, SimGpu,
     Simulation,
@@ -327,6 +327,7 @@ impl SimRun {
         let mut hours = LongRunStats::new(Duration::from_secs(3600), Duration::from_secs(3));
         let mut churn = Churn::new(&mut arrivals);
         let mut last_state = None;
+        let mut filled_gaps = false;
         let mut stopped = false;
         while self.sim.now() < end && !stopped {
             if hooks.stop() {
@@ -346,6 +347,7 @@ impl SimRun {
                 steering.after_step(tick, || (None, None));
                 stopped = tick.state == State::Stopped;
                 last_state = Some((tick.at, tick.state));
+                filled_gaps |= tick.shape == LaunchShape::Gaps;
                 hours.record(tick);
                 for e in &tick.events {
                     pauses += usize::from(matches!(e, Event::Paused { .. }));
@@ -372,6 +374,7 @@ impl SimRun {
             hours: hours.periods().to_vec(),
             churn: churn.finish(&self.sim),
             last_state,
+            filled_gaps,
         }
     }
 }
@@ -386,6 +389,8 @@ pub struct Recorded {
     hours: Vec<Period>,
     churn: ChurnReport,
     last_state: Option<(Time, State)>,
+    /// Whether the loop filled gaps at some tick.
+    filled_gaps: bool,
 }
 
 #[cfg(test)]

@@ -32,6 +32,9 @@ pub struct Report {
     pub host_stalls: Option<(u64, u64)>,
     /// Each compute-bound foreign job, and what it paid.
     pub foreign: Vec<(ForeignSpec, ForeignReport)>,
+    /// Whether the loop filled gaps (`beside_live = "fill_gaps"`) at some tick: beside a
+    /// compute-bound job, which the model keeps fluid, its figure is then no prediction.
+    pub filled_gaps: bool,
     /// Each service, and what its requests paid.
     pub services: Vec<(ServiceSpec, ForeignReport)>,
     /// Each training job, and what its steps paid.
@@ -104,6 +107,7 @@ impl SimRun {
             unexplained: recorded.unexplained,
             host_stalls: gpu.host_stalls,
             foreign,
+            filled_gaps: recorded.filled_gaps,
             services,
             training,
             mps,
@@ -178,6 +182,12 @@ impl fmt::Display for Report {
                 job.slowdown * 100.0,
                 ms(job.overlap)
             )?;
+            if self.filled_gaps {
+                writeln!(
+                    out,
+                    "  (a fluid load: it shows our gap kernels no meetings, so beside fill_gaps this figure is no prediction; --training and --service model them)"
+                )?;
+            }
         }
         for (spec, job) in &self.services {
             write_service(out, spec, job)?;
