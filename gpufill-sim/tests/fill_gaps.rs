@@ -78,6 +78,13 @@ fn mean(xs: &[f64]) -> f64 {
 fn fill_gaps_beside_printed(name: &str, job: ForeignJob) -> (gpufill_sim::RequestReport, f64, f64) {
     let (requests, costs, util) = fill_gaps_beside_with_util(job);
     let estimate = mean(&costs);
+    print_costs(name, &requests, estimate, util);
+    (requests, estimate, util)
+}
+
+/// One line: what `requests` paid at the median and on the mean, the estimate and the
+/// GPU.
+fn print_costs(name: &str, requests: &gpufill_sim::RequestReport, estimate: f64, util: f64) {
     eprintln!(
         "{name}: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
         requests.slowdown() * 100.0,
@@ -85,7 +92,6 @@ fn fill_gaps_beside_printed(name: &str, job: ForeignJob) -> (gpufill_sim::Reques
         estimate * 100.0,
         util * 100.0
     );
-    (requests, estimate, util)
 }
 
 #[test]
@@ -193,13 +199,8 @@ fn beside_a_decode_service_its_requests_pay_at_most_the_bound() {
         Duration::from_micros(1150),
     );
     let (requests, costs, util) = fill_gaps_beside_with_util(decode);
-    eprintln!(
-        "decode: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %, {requests:?}",
-        requests.slowdown() * 100.0,
-        requests.mean_slowdown() * 100.0,
-        mean(&costs) * 100.0,
-        util * 100.0
-    );
+    print_costs("decode", &requests, mean(&costs), util);
+    eprintln!("decode: {requests:?}");
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
     // The estimate follows what the requests paid (their mean), within issue 40's rule
@@ -335,13 +336,7 @@ fn beside_two_live_jobs_at_once_each_pays_within_the_bound() {
         for (i, r) in reports.iter().enumerate() {
             // A trainer's steps count as its requests: their median and mean time,
             // stricter than its rate, which its wait on its input dilutes.
-            eprintln!(
-                "{name}, job {i}: median {:.2} %, mean {:.2} %, estimated {:.2} %, GPU {:.1} %",
-                r.slowdown() * 100.0,
-                r.mean_slowdown() * 100.0,
-                mean(&costs) * 100.0,
-                util * 100.0
-            );
+            print_costs(&format!("{name}, job {i}"), r, mean(&costs), util);
             assert!(r.slowdown() <= 0.02, "{name}, job {i}: {r:?}");
             assert!(r.mean_slowdown() <= 0.02, "{name}, job {i}: {r:?}");
         }
