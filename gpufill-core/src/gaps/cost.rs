@@ -70,12 +70,9 @@ pub struct GapCost {
     /// Since the last sample: what our kernels saw, and since when.
     pending: GapReport,
     since: Option<Time>,
-    /// The smoothed estimate, a ratio (0.02 is 2 %); `None` before the first sample.
-    estimate: Option<f64>,
-    /// The samples' charges and the job's time at work in them, seconds, smoothed alike:
-    /// the estimate is their ratio.
-    charged: f64,
-    worked: f64,
+    /// The samples' charges and the job's time at work in them, seconds, smoothed alike
+    /// (the estimate is their ratio); `None` before the first sample.
+    smoothed: Option<Smoothed>,
     /// The hold after a meeting.
     hold: Duration,
     /// Whether the estimate is over the bound: since it went over it, until it came
@@ -83,6 +80,25 @@ pub struct GapCost {
     over: bool,
     /// What the last sample's cost was weighed against; `None` before the first.
     weighed: Option<Weighed>,
+}
+
+/// The samples' charges and the job's time at work in them, seconds, each smoothed over
+/// the samples.
+#[derive(Clone, Copy, Debug)]
+struct Smoothed {
+    charged: f64,
+    worked: f64,
+}
+
+impl Smoothed {
+    /// The estimate: the charges against the time at work (0 with no time at work).
+    fn ratio(self) -> f64 {
+        if self.worked > 0.0 {
+            self.charged / self.worked
+        } else {
+            0.0
+        }
+    }
 }
 
 /// What a sample's charge was divided by to make its cost, for the log: the job's share of
@@ -129,9 +145,7 @@ impl GapCost {
             kernel,
             pending: GapReport::default(),
             since: None,
-            estimate: None,
-            charged: 0.0,
-            worked: 0.0,
+            smoothed: None,
             hold: MIN_HOLD,
             over: false,
             weighed: None,
@@ -140,7 +154,7 @@ impl GapCost {
 
     /// The estimated cost to the live work, a ratio; `None` before an estimate.
     pub fn estimate(&self) -> Option<f64> {
-        self.estimate
+        self.smoothed.map(Smoothed::ratio)
     }
 
     /// The hold after a meeting in force.
@@ -223,22 +237,18 @@ impl GapCost {
             ours,
         });
         let worked = busy * elapsed;
-        let first = self.estimate.is_none();
-        let smooth = |old: f64, new: f64| {
-            if first {
-                new
-            } else {
-                old + SMOOTHING * (new - old)
-            }
+        let smoothed = match self.smoothed {
+            Some(old) => Smoothed {
+                charged: old.charged + SMOOTHING * (charge - old.charged),
+                worked: old.worked + SMOOTHING * (worked - old.worked),
+            },
+            None => Smoothed {
+                charged: charge,
+                worked,
+            },
         };
-        self.charged = smooth(self.charged, charge);
-        self.worked = smooth(self.worked, worked);
-        let estimate = if self.worked > 0.0 {
-            self.charged / self.worked
-        } else {
-            0.0
-        };
-        self.estimate = Some(estimate);
+        self.smoothed = Some(smoothed);
+        let estimate = smoothed.ratio();
         self.pending = GapReport::default();
         self.since = Some(now);
         if estimate > max_cost {
@@ -256,7 +266,7 @@ impl GapCost {
         // keeps it.
         let target = max_cost * SET_POINT;
         let step = if target > 0.0 {
-            let scale = target * self.worked.max(MIN_BUSY * elapsed);
+            let scale = target * smoothed.worked.max(MIN_BUSY * elapsed);
             let error = (charge - target * worked) / scale;
             let gain = if error > 0.0 { GROW_GAIN } else { GAIN };
             (gain * error).min(MAX_GROWTH.ln())
