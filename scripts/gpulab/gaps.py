@@ -279,24 +279,25 @@ class Beside:
         self.scrapes = []
 
     def window(self):
-        """What one with-phase's watch saw (`--toggle`): `result`'s parts that belong to a
-        phase."""
+        """What the watch saw since gpufill started, or, with `--toggle`, since its last
+        continue: its duty, estimate and CPU."""
         duty = [m[DUTY] for m in self.scrapes if DUTY in m]
         est = [m[EST] for m in self.scrapes if EST in m]
         return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
                 "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
                 "scrapes": len(self.scrapes), "healthy": self.healthy}
 
+    def life(self, pacing=True):
+        """What gpufill's whole life gives, once it stopped: its reasons, what its estimate
+        weighed against, its exit, and (unless `pacing` is false: with `--toggle` the
+        counts span the stops) the pacing thread's counts."""
+        lines = [line for _, line in self.g.lines]
+        return {"pacing": pacing_counts(lines) if pacing else None, "weighing": weighing(lines),
+                "rc": self.rc, "stop_s": round(self.stop_s, 3), "reasons": dict(reasons(lines))}
+
     def result(self):
-        duty = [m[DUTY] for m in self.scrapes if DUTY in m]
-        est = [m[EST] for m in self.scrapes if EST in m]
-        return {"duty": mean(duty), "est": mean(est), "est_last": est[-1] if est else None,
-                "cpu_pct": self.cpu_pct, "cpu_split": self.cpu_split,
-                "pacing": pacing_counts(line for _, line in self.g.lines),
-                "weighing": weighing(line for _, line in self.g.lines),
-                "scrapes": len(self.scrapes), "healthy": self.healthy,
-                "rc": self.rc, "stop_s": round(self.stop_s, 3),
-                "reasons": dict(reasons(line for _, line in self.g.lines))}
+        """A with-run's side results: its window and its gpufill's life."""
+        return {**self.window(), **self.life()}
 
 
 PACING_FIELDS = ("seconds", "kernels", "stretched", "probes", "queries", "sleeps")
@@ -398,7 +399,7 @@ def run_plan(a, name, trace, clocks=None):
         if a.toggle:
             with Beside(a, name) as b:
                 side = run_toggled(a, b, phases, start)
-            side[max(i for i, v in enumerate(phases) if v)].update(whole_run(b))
+            side[max(i for i, v in enumerate(phases) if v)].update(b.life(pacing=False))
         else:
             side = run_restarted(a, name, phases, start)
         work = finish_worker(p, path)
@@ -456,14 +457,6 @@ def run_toggled(a, b, phases, start):
     finally:
         b.resume()
     return side
-
-
-def whole_run(b):
-    """What one gpufill's whole life gives (`--toggle`, after it stopped): its reasons,
-    what its estimate weighed against, its exit; no pacing counts (they span the stops)."""
-    lines = [line for _, line in b.g.lines]
-    return {"pacing": None, "weighing": weighing(lines), "rc": b.rc,
-            "stop_s": round(b.stop_s, 3), "reasons": dict(reasons(lines))}
 
 
 def run_arrive(a, trace, clocks=None):

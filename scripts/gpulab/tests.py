@@ -458,6 +458,24 @@ class Gaps(unittest.TestCase):
                 with self.assertRaises(SystemExit):
                     parse(bad)
 
+    def test_a_with_runs_results_are_its_window_and_its_gpufills_life(self):
+        from .gaps import DUTY, EST, Beside
+        b = Beside.__new__(Beside)
+        b.scrapes = [{DUTY: 0.4, EST: 0.01}, {DUTY: 0.6, EST: 0.03}]
+        b.cpu_pct, b.cpu_split, b.healthy, b.rc, b.stop_s = 2.0, {"loop": 0.5}, True, 0, 0.1234
+        b.g = type("G", (), {})()
+        b.g.lines = [(None, "INFO gpu{gpu=0}: filling the gaps of live work foreign=[7]"),
+                     (None, 'DEBUG pacing thread stopped cycle="gaps" seconds=10 kernels=2000 '
+                            "stretched=5 probes=30 queries=2100 sleeps=4000")]
+        r = b.result()
+        self.assertEqual((r["duty"], r["est_last"], r["scrapes"], r["stop_s"]), (0.5, 0.03, 2, 0.123))
+        self.assertAlmostEqual(r["est"], 0.02)
+        self.assertEqual(r["pacing"]["kernels"], 200.0)  # a second
+        self.assertEqual(sum(r["reasons"].values()), 2)
+        # With --toggle the counts span the stops: none.
+        self.assertIsNone(b.life(pacing=False)["pacing"])
+        self.assertEqual(b.life(pacing=False)["reasons"], r["reasons"])
+
     def test_toggled_gpufill_is_stopped_through_each_alone_phase_and_watched_in_each_with(self):
         from .gaps import parse, run_toggled
         from .lib import interleave
