@@ -10,6 +10,14 @@
 //!    its whole head at once and is answered within the millisecond;
 //! 3. as a last resort, one being answered ([`Phase::Answer`]), the oldest first.
 //!
+//! A connection accepted less than [`LATE_PROBE_WAIT`] ago whose head has not arrived
+//! is never evicted: a probe may be accepted between its handshake and its head, and
+//! when a burst of slow clients was accepted right behind it, the fourth evicted it
+//! before its head was there (1 probe in 100 answered `408`, beside 200 slow clients
+//! and 4 slots). When every slot is held by such a connection or being answered, none
+//! is evicted and the newcomer is refused (by the caller, which gives a probe the same
+//! wait for its head).
+//!
 //! Evicting shuts the connection's socket down under its thread (its read returns at
 //! once; an answer being written fails), which then ends by itself. Threads still
 //! ending count against a hard cap of twice `max`; only beyond it is a newcomer
@@ -18,6 +26,8 @@
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
+
+use super::LATE_PROBE_WAIT;
 
 /// Where a connection is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +59,14 @@ struct Entry {
     accepted: Instant,
     phase: Phase,
     evicted: bool,
+}
+
+impl Entry {
+    /// Whether its head is awaited and may still be on its way, as a probe's can be
+    /// for a moment after its handshake.
+    fn head_may_be_on_its_way(&self, now: Instant) -> bool {
+        self.phase == Phase::Head && now.saturating_duration_since(self.accepted) < LATE_PROBE_WAIT
+    }
 }
 
 /// The slots of one server.
@@ -84,10 +102,10 @@ impl Slots {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot for `stream`, evicting another connection if every slot is taken; `None`
-    /// when even the threads of evicted connections fill the hard cap, or the socket
-    /// cannot be shared.
-    pub(super) fn take(self: &Arc<Self>, stream: &TcpStream) -> Option<Slot> {
+    /// A slot for `stream`, accepted at `now`, evicting another connection if every
+    /// slot is taken; `None` when even the threads of evicted connections fill the hard
+    /// cap, when no connection may be evicted, or when the socket cannot be shared.
+    pub(super) fn take(self: &Arc<Self>, stream: &TcpStream, now: Instant) -> Option<Slot> {
         let mut inner = self.lock();
         if inner.entries.len() >= 2 * self.max {
             return None;
@@ -97,7 +115,7 @@ impl Slots {
             let victim = inner
                 .entries
                 .iter_mut()
-                .filter(|e| !e.evicted)
+                .filter(|e| !e.evicted && !e.head_may_be_on_its_way(now))
                 .min_by_key(|e| (e.phase.rank(), e.accepted))?;
             victim.evicted = true;
             let how = match victim.phase {
@@ -111,7 +129,7 @@ impl Slots {
         inner.entries.push(Entry {
             id,
             stream: stream.try_clone().ok()?,
-            accepted: Instant::now(),
+            accepted: now,
             phase: Phase::Head,
             evicted: false,
         });
@@ -178,20 +196,29 @@ mod tests {
         matches!(ours.read(&mut [0u8; 1]), Ok(0))
     }
 
+    /// `ms` milliseconds after `t0`.
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + std::time::Duration::from_millis(ms)
+    }
+
     #[test]
     fn a_newcomer_evicts_a_draining_connection_then_the_oldest_head_never_one_answered_first() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let slots = Slots::new(3);
+        let t0 = Instant::now();
         let mut conns: Vec<_> = (0..3).map(|_| pair(&listener)).collect();
-        let held: Vec<Slot> = conns.iter().map(|(s, _)| slots.take(s).unwrap()).collect();
+        let held: Vec<Slot> = conns
+            .iter()
+            .map(|(s, _)| slots.take(s, t0).unwrap())
+            .collect();
         held[0].enter(Phase::Answer);
         held[2].enter(Phase::Linger);
         let (new1, _c1) = pair(&listener);
-        let s1 = slots.take(&new1).unwrap();
+        let s1 = slots.take(&new1, at(t0, 1000)).unwrap();
         assert!(held[2].evicted() && !held[1].evicted() && !held[0].evicted());
         assert!(shut(&mut conns[2].0));
         let (new2, _c2) = pair(&listener);
-        let _s2 = slots.take(&new2).unwrap();
+        let _s2 = slots.take(&new2, at(t0, 1000)).unwrap();
         assert!(held[1].evicted(), "the oldest still sending its head");
         assert!(!held[0].evicted() && !s1.evicted());
         assert_eq!(slots.live(), 3);
@@ -199,23 +226,48 @@ mod tests {
         s1.enter(Phase::Answer);
         _s2.enter(Phase::Answer);
         let (new3, _c3) = pair(&listener);
-        let _s3 = slots.take(&new3).unwrap();
+        let _s3 = slots.take(&new3, at(t0, 1000)).unwrap();
         assert!(held[0].evicted() && !s1.evicted());
+    }
+
+    #[test]
+    fn a_connection_whose_head_may_still_be_on_its_way_is_not_evicted() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let slots = Slots::new(2);
+        let t0 = Instant::now();
+        let conns: Vec<_> = (0..4).map(|_| pair(&listener)).collect();
+        let a = slots.take(&conns[0].0, t0).unwrap();
+        let b = slots.take(&conns[1].0, at(t0, 1)).unwrap();
+        // Both heads are awaited and both were accepted within the wait: none goes.
+        assert!(slots.take(&conns[2].0, at(t0, 4)).is_none());
+        assert!(!a.evicted() && !b.evicted());
+        // One being answered may go, however young.
+        b.enter(Phase::Answer);
+        let c = slots.take(&conns[2].0, at(t0, 4)).unwrap();
+        assert!(b.evicted() && !a.evicted());
+        // Once the wait has passed, a head still awaited is a slow client's.
+        let wait = u64::try_from(LATE_PROBE_WAIT.as_millis()).unwrap();
+        let _d = slots.take(&conns[3].0, at(t0, wait)).unwrap();
+        assert!(a.evicted() && !c.evicted());
     }
 
     #[test]
     fn threads_of_evicted_connections_count_against_a_hard_cap_until_they_end() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let slots = Slots::new(1);
+        let t0 = Instant::now();
         let (a, _ca) = pair(&listener);
         let (b, _cb) = pair(&listener);
         let (c, _cc) = pair(&listener);
-        let sa = slots.take(&a).unwrap();
-        let sb = slots.take(&b).unwrap();
+        let sa = slots.take(&a, t0).unwrap();
+        let sb = slots.take(&b, at(t0, 1000)).unwrap();
         assert!(sa.evicted());
-        assert!(slots.take(&c).is_none(), "a and b's threads still run");
+        assert!(
+            slots.take(&c, at(t0, 2000)).is_none(),
+            "a and b's threads still run"
+        );
         drop(sa);
-        let sc = slots.take(&c).unwrap();
+        let sc = slots.take(&c, at(t0, 2000)).unwrap();
         assert!(sb.evicted() && !sc.evicted());
     }
 }
