@@ -9,8 +9,8 @@
 //!   takes the slot of a connection that is only being drained, else of the oldest one
 //!   still sending its head (answered `408`), so slow clients and floods cannot keep a
 //!   health probe, which sends its whole head at once, from being answered at once;
-//!   a connection accepted less than 5 ms ago is not evicted, for its head may be on
-//!   its way; only when every slot is held by such a connection, or even the threads of
+//!   a connection that had sent nothing when accepted, less than 5 ms ago, is not
+//!   evicted, for a probe's head may be on its way; only when every slot is held by such a connection, or even the threads of
 //!   evicted connections reach twice the limit, is a newcomer answered `503` (from a
 //!   thread of its own, after up to 5 ms for a health probe's head that had not arrived
 //!   when the acceptor looked: `Refuser`);
@@ -286,10 +286,14 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
-        if answer_probe_at_once(&stream, shared.exposition.as_ref()) {
+        let look = answer_probe_at_once(&stream, shared.exposition.as_ref());
+        if look == Look::Answered {
             continue;
         }
-        let Some(slot) = shared.slots.take(&stream, Instant::now()) else {
+        let Some(slot) = shared
+            .slots
+            .take(&stream, Instant::now(), look == Look::Silent)
+        else {
             debug!(
                 "metrics: {} connections just accepted, or as many ending, refusing",
                 shared.settings.max_connections
@@ -314,25 +318,39 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// What the acceptor's look at a new connection found ([`answer_probe_at_once`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    /// A whole health probe, which it answered.
+    Answered,
+    /// Nothing yet: a probe's head may be on its way (the look can come between a
+    /// probe's handshake and its head), so its slot is kept for a moment (`slots.rs`).
+    Silent,
+    /// Something else: part of a head, another request, or a closed connection.
+    Other,
+}
+
 /// Answers a health probe from the acceptor, before it needs a slot, when its whole
 /// head (and nothing after it) has arrived by the time it is accepted, as a probe's
 /// has under load, when connections wait to be accepted: a flood of slow clients can
 /// then neither take its slot nor have it refused `503`. Only looks at what has
 /// arrived, never waits: anything else (a head still arriving, another path) goes on
-/// to a slot. Returns whether it answered.
-fn answer_probe_at_once(stream: &TcpStream, exposition: &dyn Exposition) -> bool {
+/// to a slot.
+fn answer_probe_at_once(stream: &TcpStream, exposition: &dyn Exposition) -> Look {
     let mut buf = [0u8; 1024];
     let peeked = stream
         .set_nonblocking(true)
         .and_then(|()| stream.peek(&mut buf));
     if stream.set_nonblocking(false).is_err() {
-        return false;
+        return Look::Other;
     }
-    let Ok(arrived) = peeked else {
-        return false;
+    let arrived = match peeked {
+        Ok(arrived) => arrived,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Look::Silent,
+        Err(_) => return Look::Other,
     };
     let Some(request) = whole_head(&buf[..arrived]).filter(is_probe) else {
-        return false;
+        return Look::Other;
     };
     let (response, head_only, extra) = route(&request, exposition);
     let mut stream = stream;
@@ -343,7 +361,7 @@ fn answer_probe_at_once(stream: &TcpStream, exposition: &dyn Exposition) -> bool
         let _ = stream.write_all(&response.bytes(head_only, extra));
     }
     let _ = stream.shutdown(Shutdown::Write);
-    true
+    Look::Answered
 }
 
 /// The request in `bytes` if they are exactly one whole, acceptable head.
@@ -454,7 +472,7 @@ fn refuse_late_probes(
         waiting.extend(refused.try_iter());
         let mut still = Vec::with_capacity(waiting.len());
         for (stream, since) in waiting.drain(..) {
-            if answer_probe_at_once(&stream, exposition) {
+            if answer_probe_at_once(&stream, exposition) == Look::Answered {
                 continue;
             }
             if since.elapsed() >= LATE_PROBE_WAIT {

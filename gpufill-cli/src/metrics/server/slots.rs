@@ -10,13 +10,14 @@
 //!    its whole head at once and is answered within the millisecond;
 //! 3. as a last resort, one being answered ([`Phase::Answer`]), the oldest first.
 //!
-//! A connection accepted less than [`LATE_PROBE_WAIT`] ago whose head has not arrived
-//! is never evicted: a probe may be accepted between its handshake and its head, and
-//! when a burst of slow clients was accepted right behind it, the fourth evicted it
-//! before its head was there (1 probe in 100 answered `408`, beside 200 slow clients
-//! and 4 slots). When every slot is held by such a connection or being answered, none
-//! is evicted and the newcomer is refused (by the caller, which gives a probe the same
-//! wait for its head).
+//! A connection that had sent nothing when it was accepted, less than
+//! [`LATE_PROBE_WAIT`] ago, and whose head has not arrived since, is never evicted: a
+//! probe may be accepted between its handshake and its head, and when a burst of slow
+//! clients was accepted right behind it, the fourth evicted it before its head was
+//! there (1 probe in 100 answered `408`, beside 200 slow clients and 4 slots). A client
+//! that sent part of a head at once is no such probe, and goes as before. When every
+//! slot is held by a connection kept so, none is evicted and the newcomer is refused
+//! (by the caller, which gives a probe the same wait for its head).
 //!
 //! Evicting shuts the connection's socket down under its thread (its read returns at
 //! once; an answer being written fails), which then ends by itself. Threads still
@@ -57,15 +58,20 @@ struct Entry {
     /// A handle on the connection's socket, to shut it down when evicted.
     stream: TcpStream,
     accepted: Instant,
+    /// Nothing had arrived when it was accepted.
+    silent: bool,
     phase: Phase,
     evicted: bool,
 }
 
 impl Entry {
-    /// Whether its head is awaited and may still be on its way, as a probe's can be
-    /// for a moment after its handshake.
+    /// Whether it may be a probe whose head is still on its way, as a probe's can be
+    /// for a moment after its handshake: it had sent nothing when accepted, moments
+    /// ago, and its head is still awaited.
     fn head_may_be_on_its_way(&self, now: Instant) -> bool {
-        self.phase == Phase::Head && now.saturating_duration_since(self.accepted) < LATE_PROBE_WAIT
+        self.silent
+            && self.phase == Phase::Head
+            && now.saturating_duration_since(self.accepted) < LATE_PROBE_WAIT
     }
 }
 
@@ -102,10 +108,16 @@ impl Slots {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot for `stream`, accepted at `now`, evicting another connection if every
-    /// slot is taken; `None` when even the threads of evicted connections fill the hard
-    /// cap, when no connection may be evicted, or when the socket cannot be shared.
-    pub(super) fn take(self: &Arc<Self>, stream: &TcpStream, now: Instant) -> Option<Slot> {
+    /// A slot for `stream`, accepted at `now` (`silent`: nothing had arrived on it
+    /// then), evicting another connection if every slot is taken; `None` when even the
+    /// threads of evicted connections fill the hard cap, when no connection may be
+    /// evicted, or when the socket cannot be shared.
+    pub(super) fn take(
+        self: &Arc<Self>,
+        stream: &TcpStream,
+        now: Instant,
+        silent: bool,
+    ) -> Option<Slot> {
         let mut inner = self.lock();
         if inner.entries.len() >= 2 * self.max {
             return None;
@@ -130,6 +142,7 @@ impl Slots {
             id,
             stream: stream.try_clone().ok()?,
             accepted: now,
+            silent,
             phase: Phase::Head,
             evicted: false,
         });
@@ -209,16 +222,16 @@ mod tests {
         let mut conns: Vec<_> = (0..3).map(|_| pair(&listener)).collect();
         let held: Vec<Slot> = conns
             .iter()
-            .map(|(s, _)| slots.take(s, t0).unwrap())
+            .map(|(s, _)| slots.take(s, t0, true).unwrap())
             .collect();
         held[0].enter(Phase::Answer);
         held[2].enter(Phase::Linger);
         let (new1, _c1) = pair(&listener);
-        let s1 = slots.take(&new1, at(t0, 1000)).unwrap();
+        let s1 = slots.take(&new1, at(t0, 1000), true).unwrap();
         assert!(held[2].evicted() && !held[1].evicted() && !held[0].evicted());
         assert!(shut(&mut conns[2].0));
         let (new2, _c2) = pair(&listener);
-        let _s2 = slots.take(&new2, at(t0, 1000)).unwrap();
+        let _s2 = slots.take(&new2, at(t0, 1000), true).unwrap();
         assert!(held[1].evicted(), "the oldest still sending its head");
         assert!(!held[0].evicted() && !s1.evicted());
         assert_eq!(slots.live(), 3);
@@ -226,7 +239,7 @@ mod tests {
         s1.enter(Phase::Answer);
         _s2.enter(Phase::Answer);
         let (new3, _c3) = pair(&listener);
-        let _s3 = slots.take(&new3, at(t0, 1000)).unwrap();
+        let _s3 = slots.take(&new3, at(t0, 1000), true).unwrap();
         assert!(held[0].evicted() && !s1.evicted());
     }
 
@@ -236,19 +249,31 @@ mod tests {
         let slots = Slots::new(2);
         let t0 = Instant::now();
         let conns: Vec<_> = (0..4).map(|_| pair(&listener)).collect();
-        let a = slots.take(&conns[0].0, t0).unwrap();
-        let b = slots.take(&conns[1].0, at(t0, 1)).unwrap();
+        let a = slots.take(&conns[0].0, t0, true).unwrap();
+        let b = slots.take(&conns[1].0, at(t0, 1), true).unwrap();
         // Both heads are awaited and both were accepted within the wait: none goes.
-        assert!(slots.take(&conns[2].0, at(t0, 4)).is_none());
+        assert!(slots.take(&conns[2].0, at(t0, 4), true).is_none());
         assert!(!a.evicted() && !b.evicted());
         // One being answered may go, however young.
         b.enter(Phase::Answer);
-        let c = slots.take(&conns[2].0, at(t0, 4)).unwrap();
+        let c = slots.take(&conns[2].0, at(t0, 4), true).unwrap();
         assert!(b.evicted() && !a.evicted());
         // Once the wait has passed, a head still awaited is a slow client's.
         let wait = u64::try_from(LATE_PROBE_WAIT.as_millis()).unwrap();
-        let _d = slots.take(&conns[3].0, at(t0, wait)).unwrap();
+        let _d = slots.take(&conns[3].0, at(t0, wait), true).unwrap();
         assert!(a.evicted() && !c.evicted());
+    }
+
+    #[test]
+    fn a_connection_that_sent_part_of_its_head_at_once_is_no_probe_on_its_way() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let slots = Slots::new(1);
+        let t0 = Instant::now();
+        let (a, _ca) = pair(&listener);
+        let (b, _cb) = pair(&listener);
+        let sa = slots.take(&a, t0, false).unwrap();
+        let sb = slots.take(&b, at(t0, 1), true).unwrap();
+        assert!(sa.evicted() && !sb.evicted());
     }
 
     #[test]
@@ -259,15 +284,15 @@ mod tests {
         let (a, _ca) = pair(&listener);
         let (b, _cb) = pair(&listener);
         let (c, _cc) = pair(&listener);
-        let sa = slots.take(&a, t0).unwrap();
-        let sb = slots.take(&b, at(t0, 1000)).unwrap();
+        let sa = slots.take(&a, t0, true).unwrap();
+        let sb = slots.take(&b, at(t0, 1000), true).unwrap();
         assert!(sa.evicted());
         assert!(
-            slots.take(&c, at(t0, 2000)).is_none(),
+            slots.take(&c, at(t0, 2000), true).is_none(),
             "a and b's threads still run"
         );
         drop(sa);
-        let sc = slots.take(&c, at(t0, 2000)).unwrap();
+        let sc = slots.take(&c, at(t0, 2000), true).unwrap();
         assert!(sb.evicted() && !sc.evicted());
     }
 }
