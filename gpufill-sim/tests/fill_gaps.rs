@@ -200,7 +200,6 @@ fn beside_a_decode_service_its_requests_pay_at_most_the_bound() {
     );
     let (requests, costs, util) = fill_gaps_beside_with_util(decode);
     print_costs("decode", &requests, mean(&costs), util);
-    eprintln!("decode: {requests:?}");
     assert!(requests.slowdown() <= 0.02, "{requests:?}");
     assert!(requests.mean_slowdown() <= 0.02, "{requests:?}");
     // The estimate follows what the requests paid (their mean), within issue 40's rule
@@ -208,7 +207,7 @@ fn beside_a_decode_service_its_requests_pay_at_most_the_bound() {
     // NVML's samples, so its time at work is counted as its signs come, and the
     // stretched kernels between requests count as their own length in our share. (It
     // runs above the cost since a spell seen only after others, in a wait of ours, is
-    // credited what was seen of it and not the length learned: 1.0 % against 0.1 %.)
+    // credited what was seen of it and not the length learned.)
     let (estimate, paid) = (mean(&costs), requests.mean_slowdown());
     assert!(
         estimate >= paid / 2.0 && estimate <= paid * 3.0 + 0.01,
