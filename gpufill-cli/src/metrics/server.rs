@@ -10,10 +10,11 @@
 //!   still sending its head (answered `408`), so slow clients and floods cannot keep a
 //!   health probe, which sends its whole head at once, from being answered at once;
 //!   a connection that had sent nothing when accepted, less than 5 ms ago, is not
-//!   evicted, for a probe's head may be on its way; only when every slot is held by such a connection, or even the threads of
-//!   evicted connections reach twice the limit, is a newcomer answered `503` (from a
-//!   thread of its own, after up to 5 ms for a health probe's head that had not arrived
-//!   when the acceptor looked: `Refuser`);
+//!   evicted, for a probe's head may be on its way; only when every slot is held by
+//!   such a connection, or even the threads of evicted connections reach twice the
+//!   limit, is a newcomer answered `503` (from a thread of its own, after up to 5 ms
+//!   for a health probe's head that had not arrived when the acceptor looked:
+//!   `Refuser`);
 //! - **health probes first**: a `/healthz` or `/health` probe whose whole head has
 //!   arrived when it is accepted is answered by the acceptor, before it needs a slot,
 //!   and one evicted after its head arrived is answered all the same;
@@ -412,7 +413,8 @@ fn widen_backlog(_: &TcpListener) -> io::Result<()> {
 /// How long a health probe's head is given to arrive once its connection is accepted: a
 /// probe sends its head at once, a few microseconds after its handshake, which is when
 /// the acceptor may have looked. A refused connection waits this long in the
-/// [`Refuser`], and a connection this young is not evicted from its slot (`slots.rs`).
+/// [`Refuser`], and one this young that had sent nothing when accepted is not evicted
+/// from its slot (`slots.rs`).
 const LATE_PROBE_WAIT: Duration = Duration::from_millis(5);
 
 /// How many connections refused at the hard cap wait at once for a probe's head; a
