@@ -95,31 +95,25 @@ pub fn log_tick(tick: &Tick, faults: &mut FaultLog) {
                 "filling the gaps of live work: listed for the idle grace, working or not; one short kernel at a time, within the cost bound"
             ),
             Event::CostBound {
-                over: true,
+                over,
                 estimate,
                 hold,
                 weighed,
-            } => info!(
-                estimate_percent = estimate * 100.0,
-                hold_ms = hold.as_secs_f64() * 1e3,
-                job_percent = weighed.map(|w| w.job * 100.0),
-                weighed_by = weighed.map(|w| tracing::field::display(w.by)),
-                ours_percent = weighed.map(|w| w.ours * 100.0),
-                "estimated cost to live work over the bound: holding off longer after each meeting"
-            ),
-            Event::CostBound {
-                over: false,
-                estimate,
-                hold,
-                weighed,
-            } => info!(
-                estimate_percent = estimate * 100.0,
-                hold_ms = hold.as_secs_f64() * 1e3,
-                job_percent = weighed.map(|w| w.job * 100.0),
-                weighed_by = weighed.map(|w| tracing::field::display(w.by)),
-                ours_percent = weighed.map(|w| w.ours * 100.0),
-                "estimated cost to live work back under the bound: filling more of its gaps"
-            ),
+            } => {
+                let what = if *over {
+                    "estimated cost to live work over the bound: holding off longer after each meeting"
+                } else {
+                    "estimated cost to live work back under the bound: filling more of its gaps"
+                };
+                info!(
+                    estimate_percent = estimate * 100.0,
+                    hold_ms = hold.as_secs_f64() * 1e3,
+                    job_percent = weighed.map(|w| w.job * 100.0),
+                    weighed_by = weighed.map(|w| tracing::field::display(w.by)),
+                    ours_percent = weighed.map(|w| w.ours * 100.0),
+                    "{what}"
+                )
+            }
             Event::ProbeFault { message } => {
                 warn!("probe failed, holding the last load: {message}")
             }
