@@ -67,7 +67,7 @@
 //! 0.1 % of it. (Up to 4aea6c4 the estimate smoothed each sample's own cost, so those
 //! samples counted as costing nothing against 1 % of the time: beside a request a
 //! second, four samples in five, and the simulator's services of 1 to 5 requests a
-//! second paid 2-9 % while the estimate read 1 %.)
+//! second paid over the bound while the estimate read under it: docs/benchmarks.md.)
 //!
 //! # Rate control
 //! At every NVML sample the estimate is updated and the hold adjusted by that sample: its
@@ -78,14 +78,17 @@
 //! job's time at work whatever share of the samples has a meeting (about half the bound
 //! beside isolated requests), a fill that starts beside a job it costs much is held off
 //! within a second, a job that costs less at the shortest hold keeps it, and a sample
-//! in which the job did nothing shortens the hold only a little. A longer hold fills fewer of the job's
-//! gaps, so fewer of its busy spells meet our context: a service of sub-millisecond
-//! requests, each of which pays about a third of its length for a meeting, is filled
-//! beside only rarely, while a trainer whose steps are milliseconds long keeps most of
-//! its gaps filled. (Up to e18b116 the hold grew by half at a sample over the bound and
-//! shrank by a sixth at each one under 0.9 of it: beside isolated requests, whose
-//! meeting samples cost several times the bound and come one in five, that settled with
-//! the estimate at about twice the bound.)
+//! in which the job did nothing shortens the hold only a little, where the job usually
+//! shows more than the floor. (A job that never does, a request a second of 0.2 ms, is
+//! counted at the floor in every sample, and is met more often than the bound allows:
+//! docs/benchmarks.md, "Filling the gaps of live work".) A longer hold fills fewer of
+//! the job's gaps, so fewer of its busy spells meet our context: a service of
+//! sub-millisecond requests, each of which pays about a third of its length for a
+//! meeting, is filled beside only rarely, while a trainer whose steps are milliseconds
+//! long keeps most of its gaps filled. (Up to e18b116 the hold grew by half at a sample
+//! over the bound and shrank by a sixth at each one under 0.9 of it: beside isolated
+//! requests, whose meeting samples cost several times the bound and come one in five,
+//! that settled with the estimate at about twice the bound.)
 
 use std::time::Duration;
 
